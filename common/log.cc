@@ -41,9 +41,15 @@ void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 bool LogEnabled(LogLevel level) { return static_cast<int>(level) >= g_level.load(); }
 
 void LogLine(LogLevel level, std::string_view component, std::string_view message) {
-  std::string line = absl::StrCat(
-      absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), " ",
-      std::string(1, LevelChar(level)), " ", component, "] ", message, "\n");
+  // Note: Debian's Abseil has its own string_view, so std::string_view is appended directly.
+  std::string line = absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone());
+  line += ' ';
+  line += LevelChar(level);
+  line += ' ';
+  line.append(component);
+  line += "] ";
+  line.append(message);
+  line += '\n';
   std::fwrite(line.data(), 1, line.size(), stderr);
 }
 

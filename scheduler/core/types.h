@@ -1,0 +1,97 @@
+// Plain value types shared by the scheduler core and the service layer.
+//
+// The core speaks in these structs, never in protobuf or gRPC types: the link layer converts a
+// Plan into a pagoda.worker.v1.IterationPlan and the service converts Events into responses.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagoda::scheduler {
+
+using RequestId = uint64_t;  // assigned by the service, unique for the process lifetime
+using WorkerId = uint32_t;   // assigned by the service when a worker attaches
+using PageId = int32_t;      // index into one worker's KV arena
+
+// Scheduling class; admission goes by class, then arrival.
+enum class Priority : int { kLow = 0, kNormal = 1, kHigh = 2, kCritical = 3 };
+inline constexpr int kNumPriorities = 4;
+
+enum class FinishReason { kLength, kStop, kEos, kCancelled, kError };
+const char* FinishReasonName(FinishReason reason);
+
+struct SamplingParams {
+  float temperature = 0.0f;  // <= 0: greedy
+  int32_t top_k = 0;         // 0: off
+  float top_p = 1.0f;        // >= 1: off
+  uint64_t seed = 0;
+};
+
+// A request as the core sees it: already validated and tokenized by the service.
+struct NewRequest {
+  RequestId id = 0;
+  std::vector<int32_t> prompt;  // non-empty, ids in range
+  int32_t max_tokens = 0;       // > 0 (the service resolves 0 to "up to the context")
+  SamplingParams sampling;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  Priority priority = Priority::kNormal;
+};
+
+// What a worker told us when it attached.
+struct WorkerInfo {
+  int32_t num_pages = 0;
+  int32_t page_size = 0;
+  int32_t max_batch_tokens = 0;
+};
+
+// One sequence's work in one iteration (mirrors pagoda.worker.v1.SequenceStep).
+struct PlanStep {
+  RequestId seq_id = 0;
+  std::vector<int32_t> tokens;    // new input tokens
+  int32_t start_pos = 0;          // position of tokens[0]
+  std::vector<PageId> new_pages;  // appended to the sequence's block table
+  bool sample = false;            // sample after the last input token
+  bool first_sight = false;       // the worker must (re)create its state for seq_id
+  SamplingParams sampling;        // meaningful when first_sight
+  int32_t sample_index = 0;       // index of the sampled token within the generation
+};
+
+// The flat batch for one worker for one iteration.
+struct Plan {
+  WorkerId worker = 0;
+  uint64_t iteration = 0;
+  std::vector<RequestId> free_seq_ids;  // applied by the worker before steps
+  std::vector<PlanStep> steps;
+  int32_t num_tokens = 0;  // sum of steps[i].tokens.size()
+};
+
+struct SampledToken {
+  RequestId seq_id = 0;
+  int32_t token = 0;
+};
+
+// Timings of a finished request, from the `now` values the core was given (seconds).
+struct RequestTimings {
+  double arrival = 0;
+  double first_scheduled = -1;
+  double first_token = -1;
+  double finished = -1;
+};
+
+// Output of the core, drained by the service after every call.
+struct Event {
+  enum class Kind { kToken, kFinished };
+  Kind kind = Kind::kToken;
+  RequestId id = 0;
+  int32_t token = 0;  // kToken: the new token (never EOS or a stop token)
+  // kFinished:
+  FinishReason reason = FinishReason::kLength;
+  std::string message;  // why, for kError / kCancelled
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  RequestTimings timings;
+};
+
+}  // namespace pagoda::scheduler

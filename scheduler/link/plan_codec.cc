@@ -1,0 +1,35 @@
+#include "scheduler/link/plan_codec.h"
+
+namespace pagoda::scheduler {
+
+void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
+  out->set_iteration(plan.iteration);
+  out->mutable_free_seq_ids()->Add(plan.free_seq_ids.begin(), plan.free_seq_ids.end());
+  out->mutable_steps()->Reserve(static_cast<int>(plan.steps.size()));
+  for (const PlanStep& step : plan.steps) {
+    auto* s = out->add_steps();
+    s->set_seq_id(step.seq_id);
+    s->mutable_tokens()->Add(step.tokens.begin(), step.tokens.end());
+    s->set_start_pos(static_cast<uint32_t>(step.start_pos));
+    for (PageId p : step.new_pages) s->add_new_pages(static_cast<uint32_t>(p));
+    s->set_sample(step.sample);
+    s->set_sample_index(static_cast<uint32_t>(step.sample_index));
+    s->set_first_sight(step.first_sight);
+    if (step.first_sight) {
+      auto* sp = s->mutable_sampling();
+      sp->set_temperature(step.sampling.temperature);
+      sp->set_top_k(step.sampling.top_k);
+      sp->set_top_p(step.sampling.top_p);
+      sp->set_seed(step.sampling.seed);
+    }
+  }
+}
+
+std::vector<SampledToken> DecodeSampled(const pagoda::worker::v1::IterationResult& result) {
+  std::vector<SampledToken> out;
+  out.reserve(result.sampled_size());
+  for (const auto& t : result.sampled()) out.push_back({t.seq_id(), t.token_id()});
+  return out;
+}
+
+}  // namespace pagoda::scheduler

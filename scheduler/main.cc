@@ -1,0 +1,66 @@
+// pagoda-scheduler: the public gRPC API, continuous batching and the KV page tables.
+//
+//   pagoda-scheduler --listen HOST:PORT --model PATH [--max-batch-tokens N] [--max-running N]
+//                    [--max-prefill-chunk N] [--log-level info]
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "common/flags.h"
+#include "absl/flags/usage.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "scheduler/service/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
+ABSL_FLAG(std::string, model, "", "GGUF model file (the workers must load the same file)");
+ABSL_FLAG(int32_t, max_batch_tokens, 2048, "input tokens per iteration per worker");
+ABSL_FLAG(int32_t, max_running, 256, "running sequences per worker");
+ABSL_FLAG(int32_t, max_prefill_chunk, 512, "prefill tokens per sequence per iteration");
+ABSL_FLAG(double, shutdown_grace_s, 5, "seconds in-flight calls get after SIGTERM/SIGINT");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "pagoda-scheduler: %s\n", message.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pagoda::common::BlockTerminationSignals();
+  absl::SetProgramUsageMessage("pagoda-scheduler --listen HOST:PORT --model PATH");
+  pagoda::common::ParseFlags(argc, argv);
+  pagoda::common::LogLevel level;
+  if (!pagoda::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    return Fail("--log-level must be debug, info, warning or error");
+  }
+  pagoda::common::SetLogLevel(level);
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) return Fail("--model PATH is required");
+
+  pagoda::scheduler::ServerOptions options;
+  options.listen = absl::GetFlag(FLAGS_listen);
+  options.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  options.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
+  options.scheduler.max_prefill_chunk = absl::GetFlag(FLAGS_max_prefill_chunk);
+  if (options.scheduler.max_batch_tokens <= 0 || options.scheduler.max_running <= 0 ||
+      options.scheduler.max_prefill_chunk <= 0) {
+    return Fail("--max-batch-tokens, --max-running and --max-prefill-chunk must be positive");
+  }
+
+  auto model = pagoda::scheduler::LoadServedModel(model_path);
+  if (!model.ok()) return Fail(std::string(model.status().message()));
+  pagoda::scheduler::SchedulerServer server(std::move(options), *std::move(model));
+  if (absl::Status s = server.Start(); !s.ok()) return Fail(std::string(s.message()));
+
+  const int sig = pagoda::common::WaitForTerminationSignal();
+  PAGODA_LOG(kInfo, "scheduler", "signal %d: shutting down", sig);
+  server.Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
+  server.Wait();
+  PAGODA_LOG(kInfo, "scheduler", "stopped");
+  return 0;
+}

@@ -1,0 +1,252 @@
+#include "scheduler/service/generation_service.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "common/detokenizer.h"
+#include "common/log.h"
+#include "common/utf8.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace v1 = pagoda::v1;
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
+constexpr size_t kMaxClientIdBytes = 256;
+constexpr float kMaxTemperature = 100.0f;
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  // absl and gRPC share the canonical code numbering.
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::Status Invalid(const std::string& message) {
+  return absl::InvalidArgumentError(message);
+}
+
+absl::StatusOr<Priority> ToPriority(v1::Priority p) {
+  switch (p) {
+    case v1::PRIORITY_UNSPECIFIED:
+    case v1::PRIORITY_NORMAL:
+      return Priority::kNormal;
+    case v1::PRIORITY_LOW:
+      return Priority::kLow;
+    case v1::PRIORITY_HIGH:
+      return Priority::kHigh;
+    case v1::PRIORITY_CRITICAL:
+      return Priority::kCritical;
+    default:
+      return Invalid(absl::StrFormat("unknown priority %d; use PRIORITY_LOW..CRITICAL", p));
+  }
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kError:
+      return v1::FINISH_REASON_ERROR;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+absl::Status ValidateSampling(const v1::SamplingParams& p, SamplingParams* out) {
+  if (!std::isfinite(p.temperature()) || p.temperature() < 0 ||
+      p.temperature() > kMaxTemperature) {
+    return Invalid(absl::StrFormat("temperature must be in [0, %g], got %g", kMaxTemperature,
+                                   p.temperature()));
+  }
+  if (p.top_k() < 0) return Invalid(absl::StrFormat("top_k must be >= 0, got %d", p.top_k()));
+  if (!std::isfinite(p.top_p()) || p.top_p() < 0 || p.top_p() > 1) {
+    return Invalid(absl::StrFormat("top_p must be in [0, 1], got %g", p.top_p()));
+  }
+  out->temperature = p.temperature();
+  out->top_k = p.top_k();
+  out->top_p = p.top_p() == 0 ? 1.0f : p.top_p();
+  out->seed = p.seed();
+  return absl::OkStatus();
+}
+
+void FillFinished(const Event& e, v1::Finished* out) {
+  out->set_reason(ToProto(e.reason));
+  out->mutable_usage()->set_prompt_tokens(e.prompt_tokens);
+  out->mutable_usage()->set_completion_tokens(e.completion_tokens);
+  const RequestTimings& t = e.timings;
+  auto* stats = out->mutable_stats();
+  stats->set_e2e_seconds(t.finished - t.arrival);
+  if (t.first_scheduled >= 0) stats->set_queue_seconds(t.first_scheduled - t.arrival);
+  if (t.first_token >= 0) {
+    stats->set_time_to_first_token_s(t.first_token - t.arrival);
+    if (e.completion_tokens > 1) {
+      stats->set_mean_time_per_output_token_s((t.finished - t.first_token) /
+                                               (e.completion_tokens - 1));
+    }
+  }
+}
+
+}  // namespace
+
+GenerationService::GenerationService(Engine* engine, const ServedModel* model)
+    : engine_(engine), model_(model) {}
+
+absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest& request) const {
+  const common::Tokenizer& tok = model_->tokenizer;
+  const int32_t vocab = tok.vocab_size();
+  const int32_t context = model_->config.context_length;
+  NewRequest r;
+  if (request.prompt_case() == v1::GenerateRequest::kText) {
+    if (!common::IsValidUtf8(request.text())) return Invalid("prompt text is not valid UTF-8");
+    if (!request.text().empty()) r.prompt = tok.Encode(request.text(), /*add_bos=*/true);
+  } else if (request.prompt_case() == v1::GenerateRequest::kTokenIds) {
+    const auto& ids = request.token_ids().ids();
+    for (int i = 0; i < ids.size(); ++i) {
+      if (ids[i] < 0 || ids[i] >= vocab) {
+        return Invalid(absl::StrFormat("prompt token id %d at index %d is outside the vocabulary "
+                                       "[0, %d)", ids[i], i, vocab));
+      }
+    }
+    r.prompt.assign(ids.begin(), ids.end());
+  }
+  if (r.prompt.empty()) return Invalid("the prompt is empty: set text or token_ids");
+  const int64_t prompt = static_cast<int64_t>(r.prompt.size());
+  if (prompt >= context) {
+    return Invalid(absl::StrFormat("the prompt has %d tokens; the model context is %d tokens, "
+                                   "leaving no room to generate", prompt, context));
+  }
+  if (request.max_tokens() == 0) {
+    r.max_tokens = static_cast<int32_t>(context - prompt);
+  } else if (prompt + request.max_tokens() > context) {
+    return Invalid(absl::StrFormat("prompt (%d tokens) + max_tokens (%d) exceeds the model "
+                                   "context of %d tokens", prompt, request.max_tokens(), context));
+  } else {
+    r.max_tokens = static_cast<int32_t>(request.max_tokens());
+  }
+  if (absl::Status s = ValidateSampling(request.sampling(), &r.sampling); !s.ok()) return s;
+  for (int32_t id : request.stop_token_ids()) {
+    if (id < 0 || id >= vocab) {
+      return Invalid(absl::StrFormat("stop token id %d is outside the vocabulary [0, %d)", id,
+                                     vocab));
+    }
+    r.stop_token_ids.push_back(id);
+  }
+  absl::StatusOr<Priority> priority = ToPriority(request.priority());
+  if (!priority.ok()) return priority.status();
+  r.priority = *priority;
+  r.ignore_eos = request.ignore_eos();
+  if (request.request_id().size() > kMaxClientIdBytes) {
+    return Invalid(absl::StrFormat("request_id has %d bytes; the limit is %d",
+                                   request.request_id().size(), kMaxClientIdBytes));
+  }
+  return r;
+}
+
+grpc::Status GenerationService::Generate(grpc::ServerContext* context,
+                                         const v1::GenerateRequest* request,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  absl::StatusOr<NewRequest> r = Validate(*request);
+  if (!r.ok()) return ToGrpc(r.status());
+  r->id = engine_->NextRequestId();
+  auto stream = std::make_shared<RequestStream>();
+  if (absl::Status s = engine_->Submit(*r, stream); !s.ok()) return ToGrpc(s);
+  return Stream(context, *r, request->request_id(), std::move(stream), writer);
+}
+
+grpc::Status GenerationService::Stream(grpc::ServerContext* context, const NewRequest& request,
+                                       const std::string& client_id,
+                                       std::shared_ptr<RequestStream> stream,
+                                       grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  common::StreamingDetokenizer detok(model_->tokenizer);
+  for (;;) {
+    RequestStream::Update update = stream->Wait(kPollInterval);
+    if (context->IsCancelled()) {
+      const bool expired = context->deadline() <= std::chrono::system_clock::now();
+      engine_->Cancel(request.id, expired ? "deadline exceeded" : "cancelled by the client");
+      return expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
+                     : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+    }
+    if (update.tokens.empty() && !update.finished) continue;
+    v1::GenerateResponse response;
+    response.set_request_id(client_id);
+    std::string text;
+    for (int32_t t : update.tokens) {
+      response.add_token_ids(t);
+      text += detok.Push(t);
+    }
+    if (update.finished) {
+      text += detok.Flush();
+      FillFinished(*update.finished, response.mutable_finished());
+    }
+    response.set_text(std::move(text));
+    if (!writer->Write(response)) {
+      engine_->Cancel(request.id, "the client went away");
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+    }
+    if (!update.finished) continue;
+    const Event& e = *update.finished;
+    PAGODA_LOG(kInfo, "request", "id=%d client_id=%s prompt=%d completion=%d finish=%s e2e=%.3fs",
+               request.id, client_id, e.prompt_tokens, e.completion_tokens,
+               FinishReasonName(e.reason), e.timings.finished - e.timings.arrival);
+    if (e.reason == FinishReason::kError) {
+      return grpc::Status(grpc::StatusCode::INTERNAL, e.message);
+    }
+    if (e.reason == FinishReason::kCancelled) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, e.message);
+    }
+    return grpc::Status::OK;
+  }
+}
+
+grpc::Status GenerationService::Tokenize(grpc::ServerContext* context,
+                                         const v1::TokenizeRequest* request,
+                                         v1::TokenizeResponse* response) {
+  if (!common::IsValidUtf8(request->text())) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8");
+  }
+  for (int32_t id : model_->tokenizer.Encode(request->text(), request->add_bos())) {
+    response->add_token_ids(id);
+    response->add_pieces(std::string(model_->tokenizer.Piece(id)));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* context,
+                                             const v1::GetModelInfoRequest* request,
+                                             v1::ModelInfo* response) {
+  const common::ModelConfig& c = model_->config;
+  response->set_name(c.name);
+  response->set_architecture(c.architecture);
+  response->set_fingerprint(model_->fingerprint);
+  response->set_vocab_size(c.vocab_size);
+  response->set_context_length(c.context_length);
+  response->set_bos_token_id(model_->tokenizer.bos_id());
+  response->set_eos_token_id(model_->tokenizer.eos_id());
+  response->set_attached_workers(static_cast<uint32_t>(engine_->Status().workers.size()));
+  return grpc::Status::OK;
+}
+
+grpc::Status GenerationService::GetServerStatus(grpc::ServerContext* context,
+                                                const v1::GetServerStatusRequest* request,
+                                                v1::ServerStatus* response) {
+  EngineStatus s = engine_->Status();
+  response->set_requests_waiting(static_cast<uint32_t>(s.waiting));
+  response->set_requests_running(static_cast<uint32_t>(s.running));
+  for (const WorkerStatus& w : s.workers) {
+    auto* out = response->add_workers();
+    out->set_worker_id(w.id);
+    out->set_name(w.name);
+    out->set_page_size(w.info.page_size);
+    out->set_kv_pages_total(w.info.num_pages);
+    out->set_kv_pages_free(w.free_pages);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace pagoda::scheduler

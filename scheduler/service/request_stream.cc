@@ -1,0 +1,26 @@
+#include "scheduler/service/request_stream.h"
+
+namespace pagoda::scheduler {
+
+void RequestStream::PushToken(int32_t token) {
+  absl::MutexLock lock(&mu_);
+  pending_.tokens.push_back(token);
+}
+
+void RequestStream::PushFinished(Event event) {
+  absl::MutexLock lock(&mu_);
+  pending_.finished = std::move(event);
+}
+
+RequestStream::Update RequestStream::Wait(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto has_news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !pending_.tokens.empty() || pending_.finished.has_value();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout);
+  Update out = std::move(pending_);
+  pending_ = Update{};
+  return out;
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,117 @@
+// pagoda-worker: holds the weights and the KV arena, executes the scheduler's plans.
+//
+//   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu [--kv-pages N]
+//                 [--page-size N] [--max-batch-tokens N] [--threads N] [--log-level info]
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_format.h"
+#include "common/flags.h"
+#include "common/log.h"
+#include "common/signals.h"
+#include "worker/backend/cpu/cpu_backend.h"
+#include "worker/model/llama_model.h"
+#include "worker/runner/link_client.h"
+
+ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051", "scheduler address to attach to");
+ABSL_FLAG(std::string, model, "", "GGUF model file (the same file as the scheduler's)");
+ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu");
+ABSL_FLAG(int32_t, kv_pages, 0, "KV pages in the arena; 0 = fill --kv-cache-mib");
+ABSL_FLAG(int32_t, kv_cache_mib, 256, "KV arena size in MiB when --kv-pages is 0");
+ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
+ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
+ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default host:pid)");
+ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+
+namespace {
+
+int Fail(const std::string& message) {
+  std::fprintf(stderr, "pagoda-worker: %s\n", message.c_str());
+  return 1;
+}
+
+std::string DefaultName() {
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return absl::StrFormat("%s:%d", host, getpid());
+}
+
+// Pages that fit in `mib` MiB: K and V, every layer, page_size tokens of kv_heads * head_dim.
+int32_t PagesForMemory(const pagoda::common::ModelConfig& c, int32_t page_size, int32_t mib) {
+  const int64_t page_bytes = int64_t{2} * c.n_layers * page_size * c.n_kv_heads * c.head_dim *
+                             static_cast<int64_t>(sizeof(float));
+  return static_cast<int32_t>(std::min<int64_t>((int64_t{mib} << 20) / page_bytes, 1 << 20));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  namespace pw = pagoda::worker;
+  pagoda::common::BlockTerminationSignals();
+  absl::SetProgramUsageMessage(
+      "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu [--kv-pages N]");
+  pagoda::common::ParseFlags(argc, argv);
+  pagoda::common::LogLevel level;
+  if (!pagoda::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    return Fail("--log-level must be debug, info, warning or error");
+  }
+  pagoda::common::SetLogLevel(level);
+  if (absl::GetFlag(FLAGS_backend) != "cpu") {
+    return Fail(absl::StrFormat("unsupported --backend \"%s\"; supported: cpu",
+                                absl::GetFlag(FLAGS_backend)));
+  }
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) return Fail("--model PATH is required");
+  const int32_t page_size = absl::GetFlag(FLAGS_page_size);
+  const int32_t max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  if (page_size <= 0 || max_batch_tokens <= 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
+      absl::GetFlag(FLAGS_kv_cache_mib) <= 0) {
+    return Fail("--page-size, --max-batch-tokens and --kv-cache-mib must be positive, "
+                "--kv-pages >= 0");
+  }
+
+  auto model = pw::LlamaModel::Load(model_path);
+  if (!model.ok()) return Fail(absl::StrFormat("%s: %s", model_path, model.status().message()));
+  pw::CpuBackendOptions backend_options;
+  backend_options.page_size = page_size;
+  backend_options.num_pages = absl::GetFlag(FLAGS_kv_pages);
+  if (backend_options.num_pages == 0) {
+    backend_options.num_pages =
+        PagesForMemory((*model)->config(), page_size, absl::GetFlag(FLAGS_kv_cache_mib));
+  }
+  backend_options.num_threads = absl::GetFlag(FLAGS_threads);
+  auto backend = pw::CpuBackend::Create(*model, backend_options);
+  if (!backend.ok()) return Fail(std::string(backend.status().message()));
+  PAGODA_LOG(kInfo, "worker", "loaded %s: %d layers, dim %d; KV arena %d pages of %d tokens",
+             model_path, (*model)->config().n_layers, (*model)->config().dim,
+             backend_options.num_pages, page_size);
+
+  pw::Runner runner(*std::move(backend));
+  pw::LinkClientOptions link;
+  link.scheduler_address = absl::GetFlag(FLAGS_scheduler);
+  link.worker_name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
+  link.model_fingerprint = (*model)->fingerprint();
+  link.backend_name = "cpu";
+  link.max_batch_tokens = max_batch_tokens;
+  pw::LinkClient client(link, &runner);
+
+  absl::Status result;
+  std::thread serving([&] {
+    result = client.Run();
+    pagoda::common::WakeSignalWaiter();
+  });
+  const int sig = pagoda::common::WaitForTerminationSignal();
+  if (sig != SIGUSR1) PAGODA_LOG(kInfo, "worker", "signal %d: shutting down", sig);
+  client.Stop();
+  serving.join();
+  if (!result.ok()) return Fail(std::string(result.message()));
+  PAGODA_LOG(kInfo, "worker", "stopped");
+  return 0;
+}

@@ -1,0 +1,101 @@
+#include "worker/runner/link_client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "pagoda/worker/v1/worker_link.grpc.pb.h"
+
+namespace pagoda::worker {
+namespace {
+
+namespace wv1 = pagoda::worker::v1;
+
+bool IsRefusal(grpc::StatusCode code) {
+  return code == grpc::StatusCode::FAILED_PRECONDITION ||
+         code == grpc::StatusCode::INVALID_ARGUMENT || code == grpc::StatusCode::UNAUTHENTICATED ||
+         code == grpc::StatusCode::PERMISSION_DENIED;
+}
+
+}  // namespace
+
+LinkClient::LinkClient(LinkClientOptions options, Runner* runner)
+    : options_(std::move(options)), runner_(runner) {}
+
+void LinkClient::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+  if (context_ != nullptr) context_->TryCancel();
+}
+
+absl::Status LinkClient::Run() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    bool attached = false;
+    absl::Status status = AttachOnce(&attached);
+    if (!status.ok()) return status;
+    if (attached) backoff = absl::Milliseconds(100);
+    absl::MutexLock lock(&mu_);
+    auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff)) return absl::OkStatus();
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+absl::Status LinkClient::AttachOnce(bool* attached) {
+  auto channel =
+      grpc::CreateChannel(options_.scheduler_address, grpc::InsecureChannelCredentials());
+  auto stub = wv1::WorkerLink::NewStub(channel);
+  grpc::ClientContext context;
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::OkStatus();
+    context_ = &context;
+  }
+  auto stream = stub->Attach(&context);
+  wv1::WorkerMessage hello;
+  auto* reg = hello.mutable_register_();
+  reg->set_worker_name(options_.worker_name);
+  reg->set_model_fingerprint(options_.model_fingerprint);
+  reg->set_page_size(runner_->backend().page_size());
+  reg->set_num_pages(runner_->backend().num_pages());
+  reg->set_max_batch_tokens(options_.max_batch_tokens);
+  reg->set_backend(options_.backend_name);
+  runner_->Reset();
+  wv1::SchedulerMessage msg;
+  if (stream->Write(hello) && stream->Read(&msg) && msg.has_accepted()) {
+    *attached = true;
+    PAGODA_LOG(kInfo, "worker", "attached to %s as worker %d", options_.scheduler_address,
+               msg.accepted().worker_id());
+    while (stream->Read(&msg)) {
+      if (!msg.has_plan()) continue;
+      wv1::WorkerMessage out;
+      *out.mutable_result() = runner_->Execute(msg.plan());
+      if (!out.result().error().empty()) {
+        PAGODA_LOG(kError, "worker", "plan %d failed: %s", msg.plan().iteration(),
+                   out.result().error());
+      }
+      if (!stream->Write(out)) break;
+    }
+  }
+  stream->WritesDone();
+  grpc::Status status = stream->Finish();
+  {
+    absl::MutexLock lock(&mu_);
+    context_ = nullptr;
+    if (stopping_) return absl::OkStatus();
+  }
+  if (IsRefusal(status.error_code())) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the scheduler at %s refused this worker: %s", options_.scheduler_address,
+        status.error_message()));
+  }
+  common::Logf(*attached ? common::LogLevel::kWarning : common::LogLevel::kDebug, "worker",
+               "link to %s ended (%s); retrying", options_.scheduler_address,
+               status.error_message());
+  return absl::OkStatus();
+}
+
+}  // namespace pagoda::worker

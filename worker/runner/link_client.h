@@ -1,0 +1,50 @@
+// LinkClient: the worker's end of pagoda.worker.v1.WorkerLink/Attach.
+//
+// Dials the scheduler, registers, then executes plans in order and answers each with a result.
+// While the scheduler is unreachable, or after the stream breaks, it retries with backoff and
+// starts over with no sequence state (the scheduler re-sends everything on first sight). A
+// refusal (fingerprint mismatch, bad registration) is final: Run() returns the error.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "worker/runner/runner.h"
+
+namespace grpc {
+class ClientContext;
+}
+
+namespace pagoda::worker {
+
+struct LinkClientOptions {
+  std::string scheduler_address;  // host:port
+  std::string worker_name;        // for the scheduler's logs
+  std::string model_fingerprint;
+  std::string backend_name;
+  int32_t max_batch_tokens = 2048;
+};
+
+class LinkClient {
+ public:
+  LinkClient(LinkClientOptions options, Runner* runner);
+
+  // Serves until Stop() (returns OK) or a final refusal (returns its status).
+  absl::Status Run();
+  // Thread-safe; makes Run() return soon.
+  void Stop();
+
+ private:
+  // One attach: returns OK when the stream ended (retry), or the refusal.
+  absl::Status AttachOnce(bool* attached);
+
+  const LinkClientOptions options_;
+  Runner* runner_;
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace pagoda::worker

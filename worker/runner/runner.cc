@@ -1,0 +1,87 @@
+#include "worker/runner/runner.h"
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+
+namespace pagoda::worker {
+namespace {
+
+namespace wv1 = pagoda::worker::v1;
+
+SamplingParams FromProto(const wv1::SamplingParams& p) {
+  SamplingParams out;
+  out.temperature = p.temperature();
+  out.top_k = p.top_k();
+  out.top_p = p.top_p();
+  out.seed = p.seed();
+  return out;
+}
+
+}  // namespace
+
+Runner::Runner(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
+
+absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInput>* batch,
+                             std::vector<SamplingParams>* samplers) {
+  for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
+  // First every state change, then the batch: spans into seqs_ must not see a rehash.
+  for (const wv1::SequenceStep& step : plan.steps()) {
+    if (step.first_sight()) seqs_[step.seq_id()] = SeqState{{}, FromProto(step.sampling())};
+    auto it = seqs_.find(step.seq_id());
+    if (it == seqs_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("plan %d names sequence %d, which this worker does not know",
+                          plan.iteration(), step.seq_id()));
+    }
+    for (uint32_t page : step.new_pages()) {
+      if (page >= static_cast<uint32_t>(backend_->num_pages())) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "sequence %d: page %d is outside the arena of %d pages", step.seq_id(), page,
+            backend_->num_pages()));
+      }
+      it->second.pages.push_back(static_cast<int32_t>(page));
+    }
+  }
+  batch->reserve(plan.steps_size());
+  for (const wv1::SequenceStep& step : plan.steps()) {
+    const SeqState& s = seqs_.at(step.seq_id());
+    SeqInput in;
+    in.tokens = std::span<const int32_t>(step.tokens().data(), step.tokens_size());
+    in.start_pos = static_cast<int32_t>(step.start_pos());
+    in.pages = s.pages;
+    in.want_logits = step.sample();
+    batch->push_back(in);
+    if (step.sample()) samplers->push_back(s.sampling);
+  }
+  return absl::OkStatus();
+}
+
+wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
+  wv1::IterationResult result;
+  result.set_iteration(plan.iteration());
+  std::vector<SeqInput> batch;
+  std::vector<SamplingParams> samplers;
+  absl::Status status = Prepare(plan, &batch, &samplers);
+  const absl::Time t0 = absl::Now();
+  if (status.ok() && !batch.empty()) status = backend_->Forward(batch, &logits_);
+  const absl::Time t1 = absl::Now();
+  if (!status.ok()) {
+    result.set_error(std::string(status.message()));
+    return result;
+  }
+  const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
+  size_t row = 0;
+  for (const wv1::SequenceStep& step : plan.steps()) {
+    if (!step.sample()) continue;
+    std::span<const float> logits(logits_.data() + row * vocab, vocab);
+    auto* out = result.add_sampled();
+    out->set_seq_id(step.seq_id());
+    out->set_token_id(Sample(logits, samplers[row], step.sample_index()));
+    ++row;
+  }
+  result.set_forward_seconds(absl::ToDoubleSeconds(t1 - t0));
+  result.set_sample_seconds(absl::ToDoubleSeconds(absl::Now() - t1));
+  return result;
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,45 @@
+// Runner: executes IterationPlans on a Backend and samples.
+//
+// State per live sequence: its block table (grown by each plan's new_pages) and its sampling
+// parameters (sent on first sight). The scheduler owns the page ids; the runner only checks
+// them. A plan that cannot be executed yields a result with `error` set, never a crash.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "pagoda/worker/v1/worker_link.pb.h"
+#include "worker/backend/backend.h"
+#include "worker/sampling/sampler.h"
+
+namespace pagoda::worker {
+
+class Runner {
+ public:
+  explicit Runner(std::unique_ptr<Backend> backend);
+
+  pagoda::worker::v1::IterationResult Execute(const pagoda::worker::v1::IterationPlan& plan);
+  // Forgets every sequence (after the link to the scheduler was re-established).
+  void Reset() { seqs_.clear(); }
+
+  size_t num_sequences() const { return seqs_.size(); }
+  Backend& backend() { return *backend_; }
+
+ private:
+  struct SeqState {
+    std::vector<int32_t> pages;  // block table
+    SamplingParams sampling;
+  };
+  // Applies frees and page deltas and builds the batch; `samplers` gets the sampling
+  // parameters of each sampling step, in plan order.
+  absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan,
+                       std::vector<SeqInput>* batch, std::vector<SamplingParams>* samplers);
+
+  std::unique_ptr<Backend> backend_;
+  absl::flat_hash_map<uint64_t, SeqState> seqs_;
+  std::vector<float> logits_;  // [samplers, vocab], reused across plans
+};
+
+}  // namespace pagoda::worker
