@@ -19,6 +19,8 @@ ABSL_FLAG(int32_t, max_batch_tokens, 2048, "input tokens per iteration per worke
 ABSL_FLAG(int32_t, max_running, 256, "running sequences per worker");
 ABSL_FLAG(int32_t, max_prefill_chunk, 512, "prefill tokens per sequence per iteration");
 ABSL_FLAG(double, shutdown_grace_s, 5, "seconds in-flight calls get after SIGTERM/SIGINT");
+ABSL_FLAG(std::string, port_file, "",
+          "after binding, write the port here (for --listen HOST:0 in scripts and tests)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 
 namespace {
@@ -56,6 +58,15 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(std::string(model.status().message()));
   pagoda::scheduler::SchedulerServer server(std::move(options), *std::move(model));
   if (absl::Status s = server.Start(); !s.ok()) return Fail(std::string(s.message()));
+  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
+    // Write then rename, so a reader never sees a partial file.
+    const std::string tmp = port_file + ".tmp";
+    std::FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr || std::fprintf(f, "%d\n", server.port()) < 0 || std::fclose(f) != 0 ||
+        std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      return Fail("cannot write --port-file " + port_file);
+    }
+  }
 
   const int sig = pagoda::common::WaitForTerminationSignal();
   PAGODA_LOG(kInfo, "scheduler", "signal %d: shutting down", sig);
