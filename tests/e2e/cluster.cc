@@ -82,6 +82,7 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterOptions& options, std::stri
 }
 
 Cluster::~Cluster() {
+  stub_.reset();  // close our connection first: the scheduler's shutdown waits for open calls
   for (auto& w : workers_) w->Signal(SIGTERM);
   if (scheduler_) scheduler_->Signal(SIGTERM);
   for (auto& w : workers_) w->Wait(absl::Seconds(10));
