@@ -26,11 +26,10 @@ class ValidateTest : public ::testing::Test {
     service_ = std::make_unique<GenerationService>(engine_.get(), model_.get());
   }
 
-  absl::Status Check(const v1::GenerateRequest& r, const std::string& message) {
+  void Check(const v1::GenerateRequest& r, const std::string& message) {
     absl::StatusOr<NewRequest> out = service_->Validate(r);
     EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(out.status().message().find(message), std::string::npos) << out.status();
-    return out.status();
   }
 
   static v1::GenerateRequest Text(const std::string& text, uint32_t max_tokens = 4) {

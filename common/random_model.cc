@@ -1,0 +1,142 @@
+#include "common/random_model.h"
+
+#include <cmath>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/model_config.h"
+#include "common/status_macros.h"
+#include "common/synthetic_vocab.h"
+
+namespace pagoda::common {
+namespace {
+
+constexpr int kMaxDimension = 1 << 16;
+
+// Counter-free normal generator: splitmix64 stream + Box-Muller.
+class NormalStream {
+ public:
+  NormalStream(uint64_t seed, const std::string& name) : state_(seed) {
+    for (unsigned char c : name) state_ = (state_ ^ c) * 0x100000001b3ull;
+  }
+  float Next() {
+    const double u1 = (static_cast<double>(Bits() >> 11) + 1.0) * 0x1p-53;  // (0, 1]
+    const double u2 = static_cast<double>(Bits() >> 11) * 0x1p-53;
+    return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2));
+  }
+
+ private:
+  uint64_t Bits() {
+    uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t state_;
+};
+
+// dims innermost first: [n_in, n_out] for matrices, [n] for vectors.
+absl::Status AddRandom(GgufWriter& w, const RandomModelOptions& o, const std::string& name,
+                       std::vector<int64_t> dims, float mean, float stddev, GgmlType type) {
+  int64_t n = 1;
+  for (int64_t d : dims) n *= d;
+  NormalStream rng(o.seed, name);
+  std::vector<float> values(static_cast<size_t>(n));
+  for (float& v : values) v = mean + stddev * rng.Next();
+  return w.AddFloatTensor(name, dims, type, values);
+}
+
+void AddMetadata(GgufWriter& w, const RandomModelOptions& o, const SyntheticVocab& vocab) {
+  w.AddString("general.architecture", "llama");
+  w.AddString("general.name", o.name);
+  w.AddUint32("llama.context_length", static_cast<uint32_t>(o.context_length));
+  w.AddUint32("llama.embedding_length", static_cast<uint32_t>(o.dim));
+  w.AddUint32("llama.block_count", static_cast<uint32_t>(o.n_layers));
+  w.AddUint32("llama.feed_forward_length", static_cast<uint32_t>(o.ffn_dim));
+  w.AddUint32("llama.attention.head_count", static_cast<uint32_t>(o.n_heads));
+  w.AddUint32("llama.attention.head_count_kv", static_cast<uint32_t>(o.n_kv_heads));
+  w.AddUint32("llama.rope.dimension_count", static_cast<uint32_t>(o.dim / o.n_heads));
+  w.AddFloat32("llama.rope.freq_base", o.rope_base);
+  w.AddFloat32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
+  w.AddString("tokenizer.ggml.model", "llama");
+  w.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
+  w.AddFloat32Array("tokenizer.ggml.scores", vocab.scores);
+  w.AddInt32Array("tokenizer.ggml.token_type", vocab.token_types);
+  w.AddUint32("tokenizer.ggml.bos_token_id", kSyntheticBosId);
+  w.AddUint32("tokenizer.ggml.eos_token_id", kSyntheticEosId);
+  w.AddUint32("tokenizer.ggml.unknown_token_id", kSyntheticUnkId);
+  w.AddBool("tokenizer.ggml.add_bos_token", true);
+  w.AddBool("tokenizer.ggml.add_eos_token", false);
+}
+
+}  // namespace
+
+absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
+  const std::pair<const char*, int> sizes[] = {
+      {"layers", o.n_layers},     {"dim", o.dim},         {"heads", o.n_heads},
+      {"kv-heads", o.n_kv_heads}, {"ffn-dim", o.ffn_dim}, {"context", o.context_length}};
+  for (const auto& [what, v] : sizes) {
+    if (v <= 0 || v > kMaxDimension) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, " = ", v, " must be in [1, ", kMaxDimension, "]"));
+    }
+  }
+  if (o.dim % o.n_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heads ", o.n_heads, " must divide dim ", o.dim));
+  }
+  if (o.n_heads % o.n_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv-heads ", o.n_kv_heads, " must divide heads ", o.n_heads));
+  }
+  if (o.dim / o.n_heads > kMaxHeadDim || (o.dim / o.n_heads) % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("head_dim dim/heads = ", o.dim / o.n_heads,
+                                                   " must be even and at most ", kMaxHeadDim));
+  }
+  if (o.vocab_size < kMinSyntheticVocab || o.vocab_size > 1000000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("vocab ", o.vocab_size, " must be in [", kMinSyntheticVocab, ", 1000000]"));
+  }
+  if (o.dtype != GgmlType::F32 && o.dtype != GgmlType::F16 && o.dtype != GgmlType::BF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dtype ", GgmlTypeName(o.dtype), " unsupported (supported: F32, F16, BF16)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& o) {
+  RETURN_IF_ERROR(ValidateRandomModelOptions(o));
+  ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab_size, o.seed));
+  GgufWriter w;
+  AddMetadata(w, o, vocab);
+  const int64_t dim = o.dim, ffn = o.ffn_dim, vocab_n = o.vocab_size;
+  const int64_t kv_dim = static_cast<int64_t>(o.dim / o.n_heads) * o.n_kv_heads;
+  const float s_dim = 1.0f / std::sqrt(static_cast<float>(dim));
+  const float s_ffn = 1.0f / std::sqrt(static_cast<float>(ffn));
+  const GgmlType t = o.dtype;
+  RETURN_IF_ERROR(AddRandom(w, o, "token_embd.weight", {dim, vocab_n}, 0.0f, 1.0f, t));
+  RETURN_IF_ERROR(AddRandom(w, o, "output_norm.weight", {dim}, 1.0f, 0.1f, GgmlType::F32));
+  if (!o.tie_output) {
+    RETURN_IF_ERROR(AddRandom(w, o, "output.weight", {dim, vocab_n}, 0.0f, s_dim, t));
+  }
+  for (int l = 0; l < o.n_layers; ++l) {
+    const std::string p = absl::StrCat("blk.", l, ".");
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_norm.weight", {dim}, 1.0f, 0.1f, GgmlType::F32));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_q.weight", {dim, dim}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_k.weight", {dim, kv_dim}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_v.weight", {dim, kv_dim}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_output.weight", {dim, dim}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_norm.weight", {dim}, 1.0f, 0.1f, GgmlType::F32));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_gate.weight", {dim, ffn}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_up.weight", {dim, ffn}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_down.weight", {ffn, dim}, 0.0f, s_ffn, t));
+  }
+  return w;
+}
+
+absl::Status WriteRandomModel(const RandomModelOptions& options, const std::string& path) {
+  ASSIGN_OR_RETURN(GgufWriter w, BuildRandomModel(options));
+  return w.WriteFile(path);
+}
+
+}  // namespace pagoda::common

@@ -1,0 +1,44 @@
+// Writes a llama-architecture GGUF model with seeded random weights and a synthetic tokenizer.
+//
+// Used by tools/make_model.cc (pagoda-make-model) and by tests that need models of arbitrary
+// shapes. Weights: N(0, 1/fan_in) matrices, N(0, 1) embeddings, norms 1 + N(0, 0.1^2); each
+// tensor is drawn from its own stream keyed by (seed, tensor name), so one (options) value
+// always yields byte-identical files. The tokenizer metadata is a SyntheticVocab.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/gguf_reader.h"
+#include "common/gguf_writer.h"
+
+namespace pagoda::common {
+
+struct RandomModelOptions {
+  int n_layers = 4;
+  int dim = 256;
+  int n_heads = 8;
+  int n_kv_heads = 4;
+  int ffn_dim = 688;
+  int vocab_size = 2048;
+  int context_length = 2048;
+  uint64_t seed = 1;
+  GgmlType dtype = GgmlType::F32;  // F32, F16 or BF16 for the matrices (norms stay F32)
+  std::string name = "pagoda-random";
+  bool tie_output = false;  // omit output.weight (tied to token_embd)
+  float rms_eps = 1e-5f;
+  float rope_base = 10000.0f;
+};
+
+// Checks sizes and divisibility; errors say which option and which limit.
+absl::Status ValidateRandomModelOptions(const RandomModelOptions& options);
+
+// Builds the complete model in a writer (metadata, tokenizer, tensors).
+absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& options);
+
+// BuildRandomModel + WriteFile.
+absl::Status WriteRandomModel(const RandomModelOptions& options, const std::string& path);
+
+}  // namespace pagoda::common

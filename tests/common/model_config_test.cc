@@ -1,0 +1,117 @@
+#include "common/model_config.h"
+
+#include "common/gguf_writer.h"
+#include "common/random_model.h"
+#include "gtest/gtest.h"
+#include "tests/testing/test_models.h"
+
+namespace pagoda::common {
+namespace {
+
+absl::StatusOr<ModelConfig> ConfigOf(const GgufWriter& w) {
+  auto f = GgufFile::FromBytes(w.Serialize());
+  if (!f.ok()) return f.status();
+  return ReadModelConfig(**f);
+}
+
+GgufWriter MinimalLlama() {
+  GgufWriter w;
+  w.AddString("general.architecture", "llama");
+  w.AddUint32("llama.context_length", 128);
+  w.AddUint32("llama.embedding_length", 64);
+  w.AddUint32("llama.block_count", 2);
+  w.AddUint32("llama.feed_forward_length", 100);
+  w.AddUint32("llama.attention.head_count", 8);
+  w.AddStringArray("tokenizer.ggml.tokens", {"a", "b", "c"});
+  return w;
+}
+
+TEST(ModelConfig, ReadsTrainedModel) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(path, "stories260K-f32.gguf");
+  auto f = GgufFile::Open(*path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  auto c = ReadModelConfig(**f);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "llama");
+  EXPECT_EQ(c->dim, 64);
+  EXPECT_EQ(c->n_layers, 5);
+  EXPECT_EQ(c->n_heads, 8);
+  EXPECT_EQ(c->n_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_EQ(c->ffn_dim, 172);
+  EXPECT_EQ(c->vocab_size, 512);
+  EXPECT_EQ(c->context_length, 512);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(c->rope_base, 10000.0f);
+  EXPECT_NE(DescribeModelConfig(*c).find("5 layers"), std::string::npos);
+}
+
+TEST(ModelConfig, DefaultsAndVocabFromTokens) {
+  auto c = ConfigOf(MinimalLlama());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->n_kv_heads, 8);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_EQ(c->vocab_size, 3);
+  EXPECT_FLOAT_EQ(c->rope_base, 10000.0f);
+  EXPECT_FLOAT_EQ(c->rms_eps, 1e-5f);
+}
+
+void ExpectError(const GgufWriter& w, const std::string& needle) {
+  auto c = ConfigOf(w);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find(needle), std::string::npos) << c.status();
+}
+
+TEST(ModelConfig, RejectsOtherArchitectures) {
+  GgufWriter w = MinimalLlama();
+  w.AddString("general.architecture", "qwen2");
+  ExpectError(w, "\"qwen2\"; only \"llama\" is supported");
+}
+
+TEST(ModelConfig, RejectsBadShapes) {
+  GgufWriter w = MinimalLlama();
+  w.AddUint32("llama.attention.head_count", 7);
+  ExpectError(w, "not divisible by head_count 7");
+  w = MinimalLlama();
+  w.AddUint32("llama.attention.head_count_kv", 3);
+  ExpectError(w, "not divisible by head_count_kv 3");
+  w = MinimalLlama();
+  w.AddUint32("llama.block_count", 0);
+  ExpectError(w, "llama.block_count' = 0");
+  w = MinimalLlama();
+  w.AddString("llama.context_length", "many");
+  ExpectError(w, "must be an integer, found string");
+  w = MinimalLlama();
+  w.AddUint32("llama.embedding_length", 4096);
+  w.AddUint32("llama.attention.head_count", 8);
+  ExpectError(w, "head_dim 512 exceeds");
+  w = MinimalLlama();
+  w.AddUint32("llama.rope.dimension_count", 4);
+  ExpectError(w, "partial rotary");
+  GgufWriter empty;
+  empty.AddString("general.architecture", "llama");
+  ExpectError(empty, "lacks required key 'llama.context_length'");
+}
+
+TEST(ModelConfig, RandomModelRoundTrips) {
+  RandomModelOptions o;
+  o.n_layers = 1;
+  o.dim = 32;
+  o.n_heads = 4;
+  o.n_kv_heads = 2;
+  o.ffn_dim = 40;
+  o.vocab_size = 300;
+  o.context_length = 64;
+  auto w = BuildRandomModel(o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  auto c = ConfigOf(*w);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->vocab_size, 300);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_EQ(c->n_kv_heads, 2);
+  o.n_kv_heads = 3;
+  EXPECT_FALSE(BuildRandomModel(o).ok());
+}
+
+}  // namespace
+}  // namespace pagoda::common

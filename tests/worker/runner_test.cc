@@ -1,0 +1,118 @@
+// Runner: plans in, sampled tokens out, on the CPU backend with the trained model.
+#include "worker/runner/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/testing/test_models.h"
+#include "worker/backend/cpu/cpu_backend.h"
+#include "worker/model/llama_model.h"
+
+namespace pagoda::worker {
+namespace {
+
+namespace wv1 = pagoda::worker::v1;
+
+std::unique_ptr<Runner> MakeRunner(const std::string& path, int page_size, int pages) {
+  auto model = LlamaModel::Load(path);
+  EXPECT_TRUE(model.ok()) << model.status();
+  CpuBackendOptions options;
+  options.page_size = page_size;
+  options.num_pages = pages;
+  options.num_threads = 1;
+  auto backend = CpuBackend::Create(*model, options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return std::make_unique<Runner>(*std::move(backend));
+}
+
+wv1::SequenceStep* AddStep(wv1::IterationPlan& plan, uint64_t seq,
+                           const std::vector<int32_t>& tokens, int start,
+                           const std::vector<uint32_t>& pages, bool sample, int index) {
+  auto* s = plan.add_steps();
+  s->set_seq_id(seq);
+  s->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  s->set_start_pos(start);
+  s->mutable_new_pages()->Add(pages.begin(), pages.end());
+  s->set_sample(sample);
+  s->set_sample_index(index);
+  s->set_first_sight(start == 0);
+  return s;
+}
+
+// Chunked prefill then decode through Execute reproduces llama.cpp's greedy tokens, with two
+// sequences interleaved in the same plans on scattered pages.
+TEST(RunnerTest, ExecutesChunkedPrefillAndDecodesGolden) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
+  std::ifstream in(*golden_path);
+  const auto cases = nlohmann::json::parse(in)["cases"];
+  const auto a_prompt = cases[0]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto a_expect = cases[0]["expected_token_ids"].get<std::vector<int32_t>>();
+  const auto b_prompt = cases[1]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto b_expect = cases[1]["expected_token_ids"].get<std::vector<int32_t>>();
+  constexpr int kPage = 4;
+  auto runner = MakeRunner(*model, kPage, 64);
+  // Pages handed out alternately so the two sequences' tables interleave.
+  uint32_t next_page = 63;
+  std::vector<int32_t> a = a_prompt, b = b_prompt;
+  int a_pages = 0, b_pages = 0;
+  auto grow = [&](int& have, int positions) {
+    std::vector<uint32_t> out;
+    while (have * kPage < positions) out.push_back(next_page--), ++have;
+    return out;
+  };
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  AddStep(plan, 1, std::vector<int32_t>(a.begin(), a.begin() + 3), 0, grow(a_pages, 3), false, 0);
+  AddStep(plan, 2, b, 0, grow(b_pages, b.size()), true, 0);
+  plan.mutable_steps(0)->mutable_sampling()->set_temperature(0);
+  wv1::IterationResult r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled_size(), 1);
+  b.push_back(r.sampled(0).token_id());
+  plan.Clear();
+  plan.set_iteration(2);
+  AddStep(plan, 1, std::vector<int32_t>(a.begin() + 3, a.end()), 3, grow(a_pages, a.size()), true,
+          0);
+  for (int step = 0; step < 10; ++step) {
+    const int bpos = static_cast<int>(b.size()) - 1;
+    AddStep(plan, 2, {b.back()}, bpos, grow(b_pages, bpos + 1), true, bpos - b_prompt.size() + 1);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    for (const auto& t : r.sampled()) (t.seq_id() == 1 ? a : b).push_back(t.token_id());
+    plan.Clear();
+    plan.set_iteration(3 + step);
+    const int apos = static_cast<int>(a.size()) - 1;
+    AddStep(plan, 1, {a.back()}, apos, grow(a_pages, apos + 1), true, apos - a_prompt.size() + 1);
+  }
+  EXPECT_EQ(std::vector<int32_t>(a.begin() + a_prompt.size(), a.end()),
+            std::vector<int32_t>(a_expect.begin(), a_expect.begin() + 10));
+  EXPECT_EQ(std::vector<int32_t>(b.begin() + b_prompt.size(), b.end()),
+            std::vector<int32_t>(b_expect.begin(), b_expect.begin() + 11));
+  EXPECT_EQ(runner->num_sequences(), 2u);
+  plan.Clear();
+  plan.add_free_seq_ids(1);
+  plan.add_free_seq_ids(2);
+  EXPECT_TRUE(runner->Execute(plan).error().empty());
+  EXPECT_EQ(runner->num_sequences(), 0u);
+}
+
+TEST(RunnerTest, BadPlansGiveErrorsNotCrashes) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  auto runner = MakeRunner(*model, 4, 8);
+  wv1::IterationPlan unknown;
+  AddStep(unknown, 9, {5}, 3, {}, true, 0)->set_first_sight(false);
+  EXPECT_NE(runner->Execute(unknown).error().find("does not know"), std::string::npos);
+  wv1::IterationPlan bad_page;
+  AddStep(bad_page, 1, {1, 2}, 0, {8}, true, 0);
+  EXPECT_NE(runner->Execute(bad_page).error().find("outside the arena of 8 pages"),
+            std::string::npos);
+  wv1::IterationPlan bad_token;
+  AddStep(bad_token, 2, {1, 100000}, 0, {0}, true, 0);
+  EXPECT_FALSE(runner->Execute(bad_token).error().empty());
+}
+
+}  // namespace
+}  // namespace pagoda::worker

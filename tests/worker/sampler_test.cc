@@ -1,0 +1,78 @@
+#include "worker/sampling/sampler.h"
+
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace pagoda::worker {
+namespace {
+
+const std::vector<float> kLogits = {0.5f, 2.0f, 1.0f, 2.0f, -1.0f, 1.5f};
+
+TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
+  EXPECT_EQ(Sample(kLogits, {}, 0), 1);
+  EXPECT_EQ(Sample(kLogits, {.temperature = -1}, 5), 1);
+  const std::vector<float> one = {3.0f};
+  EXPECT_EQ(Sample(one, {.temperature = 1}, 0), 0);
+}
+
+TEST(Sampler, SameSeedAndIndexSameToken) {
+  for (uint64_t i = 0; i < 100; ++i) {
+    SamplingParams p{.temperature = 1.0f, .seed = 42};
+    EXPECT_EQ(Sample(kLogits, p, i), Sample(kLogits, p, i));
+  }
+}
+
+TEST(Sampler, DifferentSeedsDiffer) {
+  int differ = 0;
+  for (uint64_t i = 0; i < 200; ++i) {
+    differ += Sample(kLogits, {.temperature = 1.0f, .seed = 1}, i) !=
+              Sample(kLogits, {.temperature = 1.0f, .seed = 2}, i);
+  }
+  EXPECT_GT(differ, 50);
+}
+
+TEST(Sampler, TopKOneAndTinyTopPAreGreedy) {
+  for (uint64_t i = 0; i < 100; ++i) {
+    EXPECT_EQ(Sample(kLogits, {.temperature = 5.0f, .top_k = 1, .seed = i}, i), 1);
+    EXPECT_EQ(Sample(kLogits, {.temperature = 5.0f, .top_p = 1e-6f, .seed = i}, i), 1);
+  }
+}
+
+TEST(Sampler, TopKAndTopPRestrictTheSupport) {
+  std::set<int32_t> seen_k, seen_p;
+  for (uint64_t i = 0; i < 2000; ++i) {
+    seen_k.insert(Sample(kLogits, {.temperature = 1.0f, .top_k = 3, .seed = 3}, i));
+    // probs (T=1) ~ .09 .34 .12 .34 .02 .20: top_p 0.7 keeps ids 1, 3 and 5.
+    seen_p.insert(Sample(kLogits, {.temperature = 1.0f, .top_p = 0.7f, .seed = 3}, i));
+  }
+  EXPECT_EQ(seen_k, (std::set<int32_t>{1, 3, 5}));
+  EXPECT_EQ(seen_p, (std::set<int32_t>{1, 3, 5}));
+}
+
+TEST(Sampler, EmpiricalDistributionMatchesSoftmax) {
+  const int n = 20000;
+  std::vector<int> counts(kLogits.size(), 0);
+  for (uint64_t i = 0; i < n; ++i) ++counts[Sample(kLogits, {.temperature = 1.0f, .seed = 9}, i)];
+  double z = 0;
+  for (float l : kLogits) z += std::exp(l);
+  for (size_t i = 0; i < kLogits.size(); ++i) {
+    const double p = std::exp(kLogits[i]) / z;
+    EXPECT_NEAR(static_cast<double>(counts[i]) / n, p, 0.015) << "token " << i;
+  }
+}
+
+TEST(Sampler, CounterUniformInRange) {
+  for (uint64_t i = 0; i < 1000; ++i) {
+    const double u = CounterUniform(7, i);
+    EXPECT_GE(u, 0.0);
+    EXPECT_LT(u, 1.0);
+  }
+  EXPECT_NE(CounterUniform(7, 1), CounterUniform(8, 1));
+  EXPECT_NE(CounterUniform(7, 1), CounterUniform(7, 2));
+}
+
+}  // namespace
+}  // namespace pagoda::worker

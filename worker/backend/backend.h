@@ -1,0 +1,48 @@
+// The compute interface the runner drives: one forward pass over a flat, ragged batch.
+//
+// Contract:
+//  * A batch mixes sequences at any stage: each SeqInput carries new tokens (a prefill chunk
+//    or one decode token) at absolute positions [start_pos, start_pos + tokens.size()).
+//  * Page tables are owned by the scheduler; the backend's KV arena is dumb storage indexed by
+//    page id. Position p of a sequence lives in page pages[p / page_size()], slot
+//    p % page_size(). KV for positions < start_pos was written by earlier Forward calls with the
+//    same pages; Forward writes KV for the new positions, then attends causally (each token sees
+//    positions <= its own, its own chunk included).
+//  * Sequences in one batch never share pages (callers guarantee it; it is not checked).
+//  * Forward validates every input (token ids, page ids, page coverage, positions against the
+//    context length, empty token lists) and returns InvalidArgument without touching the KV
+//    arena when anything is wrong.
+//  * A Backend is used by one thread at a time (the runner's); it may use threads internally.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model_config.h"
+
+namespace pagoda::worker {
+
+struct SeqInput {                   // one sequence's work in a flat batch
+  std::span<const int32_t> tokens;  // new input tokens (a prefill chunk or one decode token)
+  int32_t start_pos = 0;            // absolute position of tokens[0]
+  std::span<const int32_t> pages;   // block table: page ids covering [0, start_pos + size)
+  bool want_logits = false;         // produce logits for the last new token
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  // logits: resized to [count of want_logits seqs][vocab], rows in batch order.
+  virtual absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) = 0;
+
+  virtual int page_size() const = 0;
+  virtual int num_pages() const = 0;
+  virtual const common::ModelConfig& config() const = 0;
+  virtual std::string name() const = 0;
+};
+
+}  // namespace pagoda::worker

@@ -1,0 +1,47 @@
+// Host-memory KV cache arena: per layer, K and V arrays of fixed-size pages.
+//
+// Contract: storage only. Page ids are assigned by the scheduler; the arena neither tracks nor
+// validates ownership. Layout per layer and per K/V: [num_pages][page_size][n_kv_heads][head_dim]
+// float32, zero-initialized. Sizes are fixed at Create(); the arena is move-only.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace pagoda::worker::cpu {
+
+struct KvArenaShape {
+  int n_layers = 0;
+  int num_pages = 0;
+  int page_size = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+};
+
+class KvArena {
+ public:
+  // Fails with InvalidArgument on non-positive sizes and ResourceExhausted when the arena would
+  // exceed `max_bytes`.
+  static absl::StatusOr<KvArena> Create(const KvArenaShape& shape, size_t max_bytes);
+
+  KvArena(KvArena&&) = default;
+  KvArena& operator=(KvArena&&) = default;
+  KvArena(const KvArena&) = delete;
+  KvArena& operator=(const KvArena&) = delete;
+
+  const KvArenaShape& shape() const { return shape_; }
+  float* k(int layer) { return k_[static_cast<size_t>(layer)].data(); }  // [pages][ps][kv][hd]
+  float* v(int layer) { return v_[static_cast<size_t>(layer)].data(); }
+  size_t bytes() const;
+
+ private:
+  KvArena() = default;
+
+  KvArenaShape shape_;
+  std::vector<std::vector<float>> k_;
+  std::vector<std::vector<float>> v_;
+};
+
+}  // namespace pagoda::worker::cpu

@@ -1,0 +1,68 @@
+// Llama-family weights, loaded from a GGUF file into float32 host arrays.
+//
+// Contract: Load() checks that every tensor the graph needs is present, has the shape the
+// config implies, and has type F32, F16 or BF16 (converted to float32); any other type fails
+// with an error naming the tensor and the type. A missing output.weight means the classifier is
+// tied to token_embd. The loaded model is immutable and shared (shared_ptr<const>) between the
+// backends; it holds no reference to the GGUF mapping.
+//
+// Layouts (row-major): a GGUF matrix with dims [n_in, n_out] is stored as [n_out][n_in], so
+// y = W x with rows of length n_in. Q and K rows are in the order that makes RoPE rotate
+// ADJACENT pairs (x[2i], x[2i+1]) by pos * rope_base^(-2i/head_dim) (llama.cpp's convention).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/gguf_reader.h"
+#include "common/model_config.h"
+
+namespace pagoda::worker {
+
+struct LlamaLayerWeights {
+  std::vector<float> attn_norm;  // [dim]
+  std::vector<float> wq;         // [n_heads * head_dim][dim]
+  std::vector<float> wk;         // [n_kv_heads * head_dim][dim]
+  std::vector<float> wv;         // [n_kv_heads * head_dim][dim]
+  std::vector<float> wo;         // [dim][n_heads * head_dim]
+  std::vector<float> ffn_norm;   // [dim]
+  std::vector<float> w_gate;     // [ffn_dim][dim]
+  std::vector<float> w_up;       // [ffn_dim][dim]
+  std::vector<float> w_down;     // [dim][ffn_dim]
+};
+
+class LlamaModel {
+ public:
+  static absl::StatusOr<std::shared_ptr<const LlamaModel>> Load(const std::string& path);
+  static absl::StatusOr<std::shared_ptr<const LlamaModel>> Load(const common::GgufFile& file);
+
+  const common::ModelConfig& config() const { return config_; }
+  // GgufFile::Fingerprint() of the source file.
+  const std::string& fingerprint() const { return fingerprint_; }
+
+  std::span<const float> token_embedding() const { return token_embd_; }  // [vocab][dim]
+  std::span<const float> output_norm() const { return output_norm_; }     // [dim]
+  // [vocab][dim]; the embedding itself when tied.
+  std::span<const float> output() const { return tied_output_ ? token_embd_ : output_; }
+  bool tied_output() const { return tied_output_; }
+  const LlamaLayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
+  // Bytes of float32 weights held (the tied classifier counted once).
+  size_t weight_bytes() const;
+
+ private:
+  LlamaModel() = default;
+  absl::Status LoadLayer(const common::GgufFile& file, int index);
+
+  common::ModelConfig config_;
+  std::string fingerprint_;
+  std::vector<float> token_embd_;
+  std::vector<float> output_norm_;
+  std::vector<float> output_;
+  bool tied_output_ = false;
+  std::vector<LlamaLayerWeights> layers_;
+};
+
+}  // namespace pagoda::worker

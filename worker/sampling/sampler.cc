@@ -1,0 +1,88 @@
+#include "worker/sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace pagoda::worker {
+namespace {
+
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int32_t Argmax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+struct Candidate {
+  float prob;
+  int32_t id;
+};
+
+// Orders by probability descending, then id ascending (a strict, deterministic order).
+bool Before(const Candidate& a, const Candidate& b) {
+  return a.prob != b.prob ? a.prob > b.prob : a.id < b.id;
+}
+
+}  // namespace
+
+double CounterUniform(uint64_t seed, uint64_t index) {
+  const uint64_t bits =
+      Mix64(Mix64(seed + 0x9e3779b97f4a7c15ull) ^ (index * 0xd1b54a32d192ed03ull));
+  return static_cast<double>(bits >> 11) * 0x1p-53;
+}
+
+int32_t Sample(std::span<const float> logits, const SamplingParams& p, uint64_t sample_index) {
+  if (logits.empty()) return 0;
+  if (!(p.temperature > 0) || p.top_k == 1) return Argmax(logits);
+  // Softmax with temperature, computed in double for a stable, order-independent cut-off.
+  float max_logit = -INFINITY;
+  for (float l : logits) {
+    if (l > max_logit) max_logit = l;
+  }
+  if (!std::isfinite(max_logit)) return Argmax(logits);
+  std::vector<Candidate> cands(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const float l = std::isnan(logits[i]) ? -INFINITY : logits[i];
+    cands[i] = {static_cast<float>(std::exp((l - max_logit) / p.temperature)),
+                static_cast<int32_t>(i)};
+  }
+  size_t keep = cands.size();
+  const bool nucleus = p.top_p > 0 && p.top_p < 1;
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
+    keep = static_cast<size_t>(p.top_k);
+    std::partial_sort(cands.begin(), cands.begin() + static_cast<ptrdiff_t>(keep), cands.end(),
+                      Before);
+  } else if (nucleus) {
+    std::sort(cands.begin(), cands.end(), Before);
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += cands[i].prob;
+  if (nucleus) {
+    double mass = 0;
+    size_t n = 0;
+    while (n < keep && mass < p.top_p * total) mass += cands[n++].prob;
+    keep = std::max<size_t>(n, 1);
+    total = mass > 0 ? mass : cands[0].prob;
+  }
+  const double target = CounterUniform(p.seed, sample_index) * total;
+  double acc = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    acc += cands[i].prob;
+    if (target < acc) return cands[i].id;
+  }
+  // Rounding left target at the very top: return the last candidate with non-zero mass.
+  for (size_t i = keep; i-- > 0;) {
+    if (cands[i].prob > 0) return cands[i].id;
+  }
+  return cands[0].id;
+}
+
+}  // namespace pagoda::worker
