@@ -11,10 +11,10 @@
 #define PAGODA_STATUS_CONCAT(a, b) PAGODA_STATUS_CONCAT_INNER(a, b)
 
 // Evaluates `expr` (an absl::Status) and returns it from the caller when it is not OK.
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status pagoda_status_ = (expr);            \
-    if (!pagoda_status_.ok()) return pagoda_status_;   \
+#define RETURN_IF_ERROR(expr)                        \
+  do {                                               \
+    ::absl::Status pagoda_status_ = (expr);          \
+    if (!pagoda_status_.ok()) return pagoda_status_; \
   } while (false)
 
 // `ASSIGN_OR_RETURN(auto x, Foo());` declares/assigns x from an absl::StatusOr, or returns its

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "absl/flags/flag.h"
-#include "common/flags.h"
 #include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "scheduler/service/server.h"

@@ -73,8 +73,9 @@ int main(int argc, char** argv) {
   const int32_t max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   if (page_size <= 0 || max_batch_tokens <= 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
       absl::GetFlag(FLAGS_kv_cache_mib) <= 0) {
-    return Fail("--page-size, --max-batch-tokens and --kv-cache-mib must be positive, "
-                "--kv-pages >= 0");
+    return Fail(
+        "--page-size, --max-batch-tokens and --kv-cache-mib must be positive, "
+        "--kv-pages >= 0");
   }
 
   auto model = pw::LlamaModel::Load(model_path);

@@ -1,7 +1,7 @@
 #include "scheduler/core/block_pool.h"
 
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 
 namespace pagoda::scheduler {
 namespace {

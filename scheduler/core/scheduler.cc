@@ -29,12 +29,12 @@ struct Scheduler::Sequence {
   NewRequest request;
   std::vector<int32_t> tokens;  // prompt + generated
   int32_t num_prompt = 0;
-  int32_t num_computed = 0;           // tokens whose KV is in the worker's pages
-  std::optional<WorkerId> worker;     // set while running
-  bool worker_knows = false;          // first_sight was sent to `worker`
-  std::vector<PageId> pages;          // block table on `worker`
-  int32_t pages_sent = 0;             // prefix of `pages` the worker has been told about
-  int32_t reserved = 0;               // pages promised by the worker's pool, not yet taken
+  int32_t num_computed = 0;        // tokens whose KV is in the worker's pages
+  std::optional<WorkerId> worker;  // set while running
+  bool worker_knows = false;       // first_sight was sent to `worker`
+  std::vector<PageId> pages;       // block table on `worker`
+  int32_t pages_sent = 0;          // prefix of `pages` the worker has been told about
+  int32_t reserved = 0;            // pages promised by the worker's pool, not yet taken
   RequestTimings timings;
 
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
@@ -210,8 +210,7 @@ bool Scheduler::AddStep(Worker& w, Sequence& s, Plan& plan, int32_t& budget) {
   PlanStep step;
   step.seq_id = s.request.id;
   step.start_pos = s.num_computed;
-  step.tokens.assign(s.tokens.begin() + s.num_computed,
-                     s.tokens.begin() + s.num_computed + chunk);
+  step.tokens.assign(s.tokens.begin() + s.num_computed, s.tokens.begin() + s.num_computed + chunk);
   const int32_t pages_needed = CeilDiv(s.num_computed + chunk, w.info.page_size);
   while (static_cast<int32_t>(s.pages.size()) < pages_needed) {
     s.pages.push_back(w.pool.TakeReserved());
@@ -236,9 +235,9 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
   Worker* w = FindWorker(worker);
   if (w == nullptr) return absl::NotFoundError(absl::StrFormat("no worker %d", worker));
   if (!w->in_flight || iteration != w->iteration) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "worker %d answered iteration %d; the plan in flight is %d", worker, iteration,
-        w->in_flight ? w->iteration : 0));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("worker %d answered iteration %d; the plan in flight is %d", worker,
+                        iteration, w->in_flight ? w->iteration : 0));
   }
   w->in_flight = false;
   std::vector<FlightEntry> flight = std::move(w->flight);
@@ -313,8 +312,7 @@ void Scheduler::ReleaseFromWorker(Sequence& s) {
   s.reserved = 0;
 }
 
-void Scheduler::Finish(Sequence& s, FinishReason reason, const std::string& message,
-                       double now) {
+void Scheduler::Finish(Sequence& s, FinishReason reason, const std::string& message, double now) {
   if (s.worker) {
     ReleaseFromWorker(s);
   } else {
@@ -362,9 +360,9 @@ absl::Status Scheduler::CheckInvariants() const {
       total_reserved += s.reserved;
     }
     if (total_owned + w->pool.num_free() != w->pool.num_pages()) {
-      return absl::InternalError(absl::StrFormat(
-          "worker %d: %d owned + %d free != %d pages", wid, total_owned, w->pool.num_free(),
-          w->pool.num_pages()));
+      return absl::InternalError(absl::StrFormat("worker %d: %d owned + %d free != %d pages", wid,
+                                                 total_owned, w->pool.num_free(),
+                                                 w->pool.num_pages()));
     }
     if (total_reserved != w->pool.reserved()) {
       return absl::InternalError(absl::StrFormat("worker %d: reservations %d != pool's %d", wid,

@@ -30,11 +30,11 @@
 namespace pagoda::scheduler {
 
 struct SchedulerOptions {
-  int32_t max_batch_tokens = 2048;   // input tokens per iteration per worker
-  int32_t max_running = 256;         // sequences running per worker
-  int32_t max_prefill_chunk = 512;   // prefill tokens per sequence per iteration
-  int32_t context_length = 0;        // the model's; prompt + max_tokens must fit
-  int32_t eos_id = -1;               // the model's end-of-sequence token
+  int32_t max_batch_tokens = 2048;  // input tokens per iteration per worker
+  int32_t max_running = 256;        // sequences running per worker
+  int32_t max_prefill_chunk = 512;  // prefill tokens per sequence per iteration
+  int32_t context_length = 0;       // the model's; prompt + max_tokens must fit
+  int32_t eos_id = -1;              // the model's end-of-sequence token
 };
 
 class Scheduler {

@@ -81,9 +81,8 @@ grpc::Status LinkService::Attach(grpc::ServerContext* context, Stream* stream) {
   info.page_size = static_cast<int32_t>(reg.page_size());
   info.max_batch_tokens = static_cast<int32_t>(reg.max_batch_tokens());
   // Accepted must precede the first plan: hold the channel closed to plans until it is sent.
-  const WorkerId id = engine_->AttachWorker(reg.worker_name(), info, channel, [&](WorkerId wid) {
-    channel->SendAccepted(wid);
-  });
+  const WorkerId id = engine_->AttachWorker(reg.worker_name(), info, channel,
+                                            [&](WorkerId wid) { channel->SendAccepted(wid); });
   while (stream->Read(&msg)) {
     if (!msg.has_result()) continue;
     const wv1::IterationResult& r = msg.result();

@@ -18,13 +18,10 @@ constexpr float kMaxTemperature = 100.0f;
 
 grpc::Status ToGrpc(const absl::Status& status) {
   // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
-absl::Status Invalid(const std::string& message) {
-  return absl::InvalidArgumentError(message);
-}
+absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 absl::StatusOr<Priority> ToPriority(v1::Priority p) {
   switch (p) {
@@ -59,8 +56,7 @@ v1::FinishReason ToProto(FinishReason reason) {
 }
 
 absl::Status ValidateSampling(const v1::SamplingParams& p, SamplingParams* out) {
-  if (!std::isfinite(p.temperature()) || p.temperature() < 0 ||
-      p.temperature() > kMaxTemperature) {
+  if (!std::isfinite(p.temperature()) || p.temperature() < 0 || p.temperature() > kMaxTemperature) {
     return Invalid(absl::StrFormat("temperature must be in [0, %g], got %g", kMaxTemperature,
                                    p.temperature()));
   }
@@ -87,7 +83,7 @@ void FillFinished(const Event& e, v1::Finished* out) {
     stats->set_time_to_first_token_s(t.first_token - t.arrival);
     if (e.completion_tokens > 1) {
       stats->set_mean_time_per_output_token_s((t.finished - t.first_token) /
-                                               (e.completion_tokens - 1));
+                                              (e.completion_tokens - 1));
     }
   }
 }
@@ -109,8 +105,10 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
     const auto& ids = request.token_ids().ids();
     for (int i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || ids[i] >= vocab) {
-        return Invalid(absl::StrFormat("prompt token id %d at index %d is outside the vocabulary "
-                                       "[0, %d)", ids[i], i, vocab));
+        return Invalid(
+            absl::StrFormat("prompt token id %d at index %d is outside the vocabulary "
+                            "[0, %d)",
+                            ids[i], i, vocab));
       }
     }
     r.prompt.assign(ids.begin(), ids.end());
@@ -118,22 +116,26 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   if (r.prompt.empty()) return Invalid("the prompt is empty: set text or token_ids");
   const int64_t prompt = static_cast<int64_t>(r.prompt.size());
   if (prompt >= context) {
-    return Invalid(absl::StrFormat("the prompt has %d tokens; the model context is %d tokens, "
-                                   "leaving no room to generate", prompt, context));
+    return Invalid(
+        absl::StrFormat("the prompt has %d tokens; the model context is %d tokens, "
+                        "leaving no room to generate",
+                        prompt, context));
   }
   if (request.max_tokens() == 0) {
     r.max_tokens = static_cast<int32_t>(context - prompt);
   } else if (prompt + request.max_tokens() > context) {
-    return Invalid(absl::StrFormat("prompt (%d tokens) + max_tokens (%d) exceeds the model "
-                                   "context of %d tokens", prompt, request.max_tokens(), context));
+    return Invalid(
+        absl::StrFormat("prompt (%d tokens) + max_tokens (%d) exceeds the model "
+                        "context of %d tokens",
+                        prompt, request.max_tokens(), context));
   } else {
     r.max_tokens = static_cast<int32_t>(request.max_tokens());
   }
   if (absl::Status s = ValidateSampling(request.sampling(), &r.sampling); !s.ok()) return s;
   for (int32_t id : request.stop_token_ids()) {
     if (id < 0 || id >= vocab) {
-      return Invalid(absl::StrFormat("stop token id %d is outside the vocabulary [0, %d)", id,
-                                     vocab));
+      return Invalid(
+          absl::StrFormat("stop token id %d is outside the vocabulary [0, %d)", id, vocab));
     }
     r.stop_token_ids.push_back(id);
   }

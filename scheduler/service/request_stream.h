@@ -16,7 +16,7 @@ namespace pagoda::scheduler {
 class RequestStream {
  public:
   struct Update {
-    std::vector<int32_t> tokens;   // new tokens, in order
+    std::vector<int32_t> tokens;    // new tokens, in order
     std::optional<Event> finished;  // set once, after the last token
   };
 

@@ -17,9 +17,8 @@ struct SchedulerServer::Impl {
   Impl(ServerOptions opts, ServedModel served)
       : options(std::move(opts)),
         model(std::move(served)),
-        engine(options.scheduler, [start = absl::Now()] {
-          return absl::ToDoubleSeconds(absl::Now() - start);
-        }),
+        engine(options.scheduler,
+               [start = absl::Now()] { return absl::ToDoubleSeconds(absl::Now() - start); }),
         generation(&engine, &model),
         link(&engine, LinkOptions{model.fingerprint}) {}
 
@@ -56,16 +55,15 @@ absl::Status SchedulerServer::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(impl_->options.listen, grpc::InsecureServerCredentials(),
-                           &impl_->port);
+  builder.AddListeningPort(impl_->options.listen, grpc::InsecureServerCredentials(), &impl_->port);
   builder.RegisterService(&impl_->generation);
   builder.RegisterService(&impl_->link);
   impl_->server = builder.BuildAndStart();
   if (impl_->server == nullptr || impl_->port == 0) {
     impl_->server.reset();
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot listen on %s: the address is invalid or the port is in use",
-        impl_->options.listen));
+    return absl::UnavailableError(
+        absl::StrFormat("cannot listen on %s: the address is invalid or the port is in use",
+                        impl_->options.listen));
   }
   grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
   auto set_health = [health](size_t workers) {
@@ -75,9 +73,8 @@ absl::Status SchedulerServer::Start() {
   };
   set_health(0);
   impl_->engine.SetWorkersChangedCallback(set_health);
-  PAGODA_LOG(kInfo, "scheduler", "serving %s (%s, fingerprint %s) on port %d",
-             impl_->model.path, impl_->model.config.architecture, impl_->model.fingerprint,
-             impl_->port);
+  PAGODA_LOG(kInfo, "scheduler", "serving %s (%s, fingerprint %s) on port %d", impl_->model.path,
+             impl_->model.config.architecture, impl_->model.fingerprint, impl_->port);
   return absl::OkStatus();
 }
 

@@ -15,8 +15,8 @@ namespace pagoda::testing {
 
 std::string MakeTempDir(const std::string& name) {
   const char* tmp = std::getenv("TMPDIR");
-  std::filesystem::path dir = std::filesystem::path(tmp ? tmp : "/tmp") /
-                              absl::StrCat("pagoda-e2e-", getpid(), "-", name);
+  std::filesystem::path dir =
+      std::filesystem::path(tmp ? tmp : "/tmp") / absl::StrCat("pagoda-e2e-", getpid(), "-", name);
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir.string();
@@ -42,8 +42,9 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterOptions& options, std::stri
   std::unique_ptr<Cluster> c(new Cluster());
   c->dir_ = MakeTempDir(absl::StrCat("cluster", counter++));
   const std::string bin = BinDir();
-  std::vector<std::string> sargs = {bin + "/pagoda-scheduler", "--listen", "127.0.0.1:0",
-                                    "--port-file", c->dir_ + "/port", "--model", options.model};
+  std::vector<std::string> sargs = {
+      bin + "/pagoda-scheduler", "--listen", "127.0.0.1:0", "--port-file",
+      c->dir_ + "/port",         "--model",  options.model};
   sargs.insert(sargs.end(), options.scheduler_flags.begin(), options.scheduler_flags.end());
   c->scheduler_ = std::make_unique<ChildProcess>(sargs, c->dir_ + "/scheduler.log");
   if (!c->scheduler_->Start()) {
@@ -57,9 +58,9 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterOptions& options, std::stri
   }
   c->address_ = "127.0.0.1:" + port;
   for (int i = 0; i < options.workers; ++i) {
-    std::vector<std::string> wargs = {bin + "/pagoda-worker", "--scheduler", c->address_,
-                                      "--model",              options.model, "--backend",
-                                      "cpu",                  "--name",      absl::StrCat("w", i)};
+    std::vector<std::string> wargs = {bin + "/pagoda-worker", "--scheduler", c->address_, "--model",
+                                      options.model,          "--backend",   "cpu",       "--name",
+                                      absl::StrCat("w", i)};
     wargs.insert(wargs.end(), options.worker_flags.begin(), options.worker_flags.end());
     c->workers_.push_back(
         std::make_unique<ChildProcess>(wargs, absl::StrCat(c->dir_, "/worker", i, ".log")));

@@ -216,11 +216,11 @@ TEST_F(TrainedModelTest, StartupErrorsExitNonZero) {
       {{bin + "/pagoda-scheduler", "--listen", "127.0.0.1:0", "--model", dir + "/missing.gguf"},
        "missing.gguf"},
       {{bin + "/pagoda-scheduler", "--listen", "127.0.0.1:0", "--model", corrupt}, "corrupt"},
-      {{bin + "/pagoda-worker", "--scheduler", cluster_->address(), "--model", corrupt,
-        "--backend", "cpu"},
+      {{bin + "/pagoda-worker", "--scheduler", cluster_->address(), "--model", corrupt, "--backend",
+        "cpu"},
        "corrupt"},
-      {{bin + "/pagoda-worker", "--scheduler", cluster_->address(), "--model", *model_,
-        "--backend", "tpu"},
+      {{bin + "/pagoda-worker", "--scheduler", cluster_->address(), "--model", *model_, "--backend",
+        "tpu"},
        "supported: cpu"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
@@ -255,9 +255,9 @@ TEST_F(TrainedModelTest, WorkerWithOtherModelIsRefused) {
 TEST(RandomModelTest, SeededSamplingIsReproducible) {
   const std::string dir = MakeTempDir("random");
   const std::string model = dir + "/random.gguf";
-  ChildProcess make({BinDir() + "/pagoda-make-model", "--output", model, "--layers", "2",
-                     "--dim", "64", "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128",
-                     "--vocab", "600", "--context", "256", "--seed", "3"},
+  ChildProcess make({BinDir() + "/pagoda-make-model", "--output", model, "--layers", "2", "--dim",
+                     "64", "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--vocab", "600",
+                     "--context", "256", "--seed", "3"},
                     dir + "/make.log");
   ASSERT_TRUE(make.Start());
   ASSERT_EQ(make.Wait(absl::Seconds(30)), 0) << make.Log();

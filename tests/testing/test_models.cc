@@ -8,9 +8,9 @@ namespace pagoda::testing {
 std::optional<std::string> TestModelsDir() {
   const char* env = std::getenv("PAGODA_TEST_MODELS");
   std::filesystem::path dir =
-      env != nullptr && *env != '\0' ? std::filesystem::path(env)
-                                     : std::filesystem::path(PAGODA_SOURCE_DIR) / ".." / "shared" /
-                                           "models";
+      env != nullptr && *env != '\0'
+          ? std::filesystem::path(env)
+          : std::filesystem::path(PAGODA_SOURCE_DIR) / ".." / "shared" / "models";
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;
   return std::filesystem::weakly_canonical(dir, ec).string();

@@ -19,11 +19,11 @@ std::optional<std::string> TestModelFile(const std::string& name);
 std::string BinDir();
 
 // Skips the current test with a message saying where the models were looked for.
-#define PAGODA_SKIP_WITHOUT_TEST_MODELS(var, file)                                      \
-  auto var = ::pagoda::testing::TestModelFile(file);                                   \
-  if (!var) {                                                                          \
-    GTEST_SKIP() << "test model " << (file) << " not found: set PAGODA_TEST_MODELS "   \
-                 << "(default ../shared/models from the project root)";                \
+#define PAGODA_SKIP_WITHOUT_TEST_MODELS(var, file)                                   \
+  auto var = ::pagoda::testing::TestModelFile(file);                                 \
+  if (!var) {                                                                        \
+    GTEST_SKIP() << "test model " << (file) << " not found: set PAGODA_TEST_MODELS " \
+                 << "(default ../shared/models from the project root)";              \
   }
 
 }  // namespace pagoda::testing

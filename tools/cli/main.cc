@@ -47,8 +47,7 @@ int Fail(const grpc::Status& status) {
 }
 
 int Usage(const std::string& message) {
-  std::fprintf(stderr, "pagoda-cli: %s\n%s\n", message.c_str(),
-               absl::ProgramUsageMessage().data());
+  std::fprintf(stderr, "pagoda-cli: %s\n%s\n", message.c_str(), absl::ProgramUsageMessage().data());
   return 2;
 }
 
@@ -117,9 +116,9 @@ int Generate(v1::Generation::Stub& stub) {
   if (!BuildRequest(&req, &error)) return Usage(error);
   grpc::ClientContext ctx;
   if (absl::GetFlag(FLAGS_timeout_s) > 0) {
-    ctx.set_deadline(std::chrono::system_clock::now() +
-                     std::chrono::milliseconds(
-                         static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1000)));
+    ctx.set_deadline(
+        std::chrono::system_clock::now() +
+        std::chrono::milliseconds(static_cast<int64_t>(absl::GetFlag(FLAGS_timeout_s) * 1000)));
   }
   const bool as_json = absl::GetFlag(FLAGS_json);
   auto reader = stub.Generate(&ctx, req);
@@ -128,8 +127,8 @@ int Generate(v1::Generation::Stub& stub) {
     if (as_json) {
       for (int i = 0; i < resp.token_ids_size(); ++i) {
         const bool last = i + 1 == resp.token_ids_size();
-        std::cout << json{{"token_id", resp.token_ids(i)}, {"text", last ? resp.text() : ""}}
-                         .dump(-1, ' ', false, json::error_handler_t::replace)
+        std::cout << json{{"token_id", resp.token_ids(i)}, {"text", last ? resp.text() : ""}}.dump(
+                         -1, ' ', false, json::error_handler_t::replace)
                   << "\n";
       }
       if (resp.has_finished()) std::cout << FinishedJson(resp.finished()).dump() << "\n";

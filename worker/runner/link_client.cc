@@ -88,9 +88,9 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
     if (stopping_) return absl::OkStatus();
   }
   if (IsRefusal(status.error_code())) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "the scheduler at %s refused this worker: %s", options_.scheduler_address,
-        status.error_message()));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("the scheduler at %s refused this worker: %s", options_.scheduler_address,
+                        status.error_message()));
   }
   common::Logf(*attached ? common::LogLevel::kWarning : common::LogLevel::kDebug, "worker",
                "link to %s ended (%s); retrying", options_.scheduler_address,

@@ -35,9 +35,9 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     }
     for (uint32_t page : step.new_pages()) {
       if (page >= static_cast<uint32_t>(backend_->num_pages())) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "sequence %d: page %d is outside the arena of %d pages", step.seq_id(), page,
-            backend_->num_pages()));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("sequence %d: page %d is outside the arena of %d pages", step.seq_id(),
+                            page, backend_->num_pages()));
       }
       it->second.pages.push_back(static_cast<int32_t>(page));
     }

@@ -34,8 +34,8 @@ class Runner {
   };
   // Applies frees and page deltas and builds the batch; `samplers` gets the sampling
   // parameters of each sampling step, in plan order.
-  absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan,
-                       std::vector<SeqInput>* batch, std::vector<SamplingParams>* samplers);
+  absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan, std::vector<SeqInput>* batch,
+                       std::vector<SamplingParams>* samplers);
 
   std::unique_ptr<Backend> backend_;
   absl::flat_hash_map<uint64_t, SeqState> seqs_;
