@@ -1,9 +1,9 @@
-// BlockPool: the KV pages of one worker, handed out as page ids.
+// BlockPool: the KV pages of one worker, handed out as page ids with reference counts.
 //
-// Contract: a page is either free or owned by exactly one sequence; Free() of a page that is not
-// allocated aborts. Reservations let admission promise pages that a sequence will take later,
-// so a running sequence never finds the pool empty (the skeleton's substitute for preemption).
-// Invariant: num_free() == num_pages() - allocated, and reserved() <= num_free().
+// Contract: a page is free (ref count 0) or owned (ref count >= 1). Today every owner is one
+// sequence, so owned pages have ref count 1; the prefix cache will share pages by raising it.
+// Release() of a free page aborts: a double free is a scheduler bug, never an input error.
+// Invariant: num_free() + (pages with ref count > 0) == num_pages().
 #pragma once
 
 #include <cstdint>
@@ -18,27 +18,19 @@ class BlockPool {
  public:
   explicit BlockPool(int32_t num_pages);
 
-  int32_t num_pages() const { return static_cast<int32_t>(allocated_.size()); }
+  int32_t num_pages() const { return static_cast<int32_t>(ref_counts_.size()); }
   int32_t num_free() const { return static_cast<int32_t>(free_.size()); }
-  int32_t reserved() const { return reserved_; }
-  // Pages neither allocated nor promised.
-  int32_t available() const { return num_free() - reserved_; }
 
-  // Promises `n` pages for later Take(); nullopt-like false when not available.
-  bool Reserve(int32_t n);
-  // Gives back `n` promised pages that will not be taken.
-  void Unreserve(int32_t n);
-  // Takes one previously reserved page.
-  PageId TakeReserved();
-  // Returns pages to the free list.
-  void Free(const std::vector<PageId>& pages);
+  // A free page with ref count 1, or nullopt when none is free.
+  std::optional<PageId> Allocate();
+  // Drops one reference to each page; pages reaching 0 return to the free list.
+  void Release(const std::vector<PageId>& pages);
 
-  bool IsAllocated(PageId page) const { return allocated_[page]; }
+  int32_t ref_count(PageId page) const { return ref_counts_[page]; }
 
  private:
-  std::vector<PageId> free_;     // LIFO free list
-  std::vector<bool> allocated_;  // by page id
-  int32_t reserved_ = 0;
+  std::vector<PageId> free_;         // LIFO: recently freed pages are reused first
+  std::vector<int32_t> ref_counts_;  // by page id
 };
 
 }  // namespace pagoda::scheduler

@@ -1,10 +1,7 @@
 #include "scheduler/core/scheduler.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <cstdlib>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 
 namespace pagoda::scheduler {
@@ -21,45 +18,29 @@ const char* FinishReasonName(FinishReason reason) {
       return "cancelled";
     case FinishReason::kError:
       return "error";
+    case FinishReason::kContext:
+      return "context";
+    case FinishReason::kStopString:
+      return "stop_string";
+    case FinishReason::kDeadline:
+      return "deadline";
   }
   return "unknown";
 }
 
-struct Scheduler::Sequence {
-  NewRequest request;
-  std::vector<int32_t> tokens;  // prompt + generated
-  int32_t num_prompt = 0;
-  int32_t num_computed = 0;        // tokens whose KV is in the worker's pages
-  std::optional<WorkerId> worker;  // set while running
-  bool worker_knows = false;       // first_sight was sent to `worker`
-  std::vector<PageId> pages;       // block table on `worker`
-  int32_t pages_sent = 0;          // prefix of `pages` the worker has been told about
-  int32_t reserved = 0;            // pages promised by the worker's pool, not yet taken
-  RequestTimings timings;
-
-  int32_t generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
-  int32_t remaining() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
-};
-
-// One step of an in-flight plan, remembered until its result arrives.
-struct FlightEntry {
-  RequestId id;
-  int32_t chunk;
-  bool sample;
-};
-
-struct Scheduler::Worker {
-  Worker(WorkerId worker_id, const WorkerInfo& worker_info)
-      : id(worker_id), info(worker_info), pool(worker_info.num_pages) {}
-  WorkerId id;
-  WorkerInfo info;
-  BlockPool pool;
-  std::vector<RequestId> running;  // admission order
-  bool in_flight = false;
-  uint64_t iteration = 0;
-  std::vector<RequestId> pending_frees;  // sequences the worker must forget
-  std::vector<FlightEntry> flight;
-};
+const char* SeqStateName(SeqState state) {
+  switch (state) {
+    case SeqState::kWaiting:
+      return "waiting";
+    case SeqState::kPrefilling:
+      return "prefilling";
+    case SeqState::kDecoding:
+      return "decoding";
+    case SeqState::kPreempted:
+      return "preempted";
+  }
+  return "unknown";
+}
 
 namespace {
 
@@ -67,7 +48,12 @@ int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-Scheduler::Scheduler(const SchedulerOptions& options) : options_(options) {}
+struct Scheduler::Budget {
+  int32_t tokens;
+};
+
+Scheduler::Scheduler(const SchedulerOptions& options)
+    : options_(options), waiting_(options.aging_interval) {}
 Scheduler::~Scheduler() = default;
 
 size_t Scheduler::num_running() const {
@@ -76,33 +62,61 @@ size_t Scheduler::num_running() const {
   return n;
 }
 
+size_t Scheduler::num_preempted() const {
+  size_t n = 0;
+  for (const auto& [id, s] : seqs_) n += s->state == SeqState::kPreempted;
+  return n;
+}
+
 const BlockPool* Scheduler::pool(WorkerId worker) const {
   auto it = workers_.find(worker);
   return it == workers_.end() ? nullptr : &it->second->pool;
 }
 
-Scheduler::Worker* Scheduler::FindWorker(WorkerId id) {
+std::optional<SeqState> Scheduler::state(RequestId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return std::nullopt;
+  return it->second->state;
+}
+
+WorkerState* Scheduler::FindWorker(WorkerId id) {
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : it->second.get();
 }
 
-int32_t Scheduler::PagesNeeded(const Sequence& s, const Worker& w) const {
-  // KV is written for every token but the last sampled one; one page of slack keeps the
-  // arithmetic simple and never hurts a sequence.
-  return CeilDiv(s.num_prompt + s.request.max_tokens, w.info.page_size);
+Sequence* Scheduler::FindSeq(RequestId id) {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? nullptr : it->second.get();
+}
+
+int32_t Scheduler::DecodeLimit(const Sequence& s) const {
+  const int32_t limit =
+      s.request.max_tokens > 0 ? s.num_prompt + s.request.max_tokens : options_.context_length;
+  return std::min(limit, options_.context_length);
+}
+
+int32_t Scheduler::MaxPositions(const Sequence& s) const {
+  // The last sampled token is never an input, so it needs no KV.
+  return DecodeLimit(s) - 1;
 }
 
 absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   const int32_t prompt = static_cast<int32_t>(request.prompt.size());
+  const int32_t context = options_.context_length;
   if (prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
-  if (request.max_tokens <= 0) {
+  if (request.max_tokens < 0) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("max_tokens must be positive, got %d", request.max_tokens));
+        absl::StrFormat("max_tokens must be >= 0, got %d", request.max_tokens));
   }
-  if (prompt + int64_t{request.max_tokens} > options_.context_length) {
+  if (prompt >= context) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the prompt has %d tokens; the model context is %d tokens, leaving no room to generate",
+        prompt, context));
+  }
+  if (prompt + int64_t{request.max_tokens} > context) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "prompt (%d tokens) + max_tokens (%d) exceeds the model context of %d tokens", prompt,
-        request.max_tokens, options_.context_length));
+        request.max_tokens, context));
   }
   if (seqs_.contains(request.id)) {
     return absl::AlreadyExistsError(absl::StrFormat("request id %d is in use", request.id));
@@ -111,42 +125,51 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   s->request = std::move(request);
   s->tokens = s->request.prompt;
   s->num_prompt = prompt;
+  s->arrival = now;
+  s->timings.arrival = now;
   if (!workers_.empty()) {
-    int32_t most_tokens = 0;
+    int32_t largest = 0;
+    bool fits = false;
     for (const auto& [id, w] : workers_) {
-      if (PagesNeeded(*s, *w) <= w->info.num_pages) most_tokens = -1;
-      if (most_tokens >= 0) {
-        most_tokens = std::max(most_tokens, w->info.num_pages * w->info.page_size);
-      }
+      largest = std::max(largest, w->info.num_pages * w->info.page_size);
+      fits |= CeilDiv(MaxPositions(*s), w->info.page_size) <= w->info.num_pages;
     }
-    if (most_tokens > 0) {
+    if (!fits) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "prompt (%d tokens) + max_tokens (%d) needs more KV cache than any worker has "
           "(largest: %d tokens)",
-          prompt, s->request.max_tokens, most_tokens));
+          prompt, s->request.max_tokens, largest));
     }
   }
-  s->timings.arrival = now;
+  if (waiting_.size() >= static_cast<size_t>(options_.max_queued_requests)) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("the queue is full: %d requests waiting (limit %d)", waiting_.size(),
+                        options_.max_queued_requests));
+  }
+  if (queued_prompt_tokens_ + prompt > options_.max_queued_prompt_tokens) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the queue is full: %d prompt tokens waiting + %d would exceed the limit of %d",
+        queued_prompt_tokens_, prompt, options_.max_queued_prompt_tokens));
+  }
   const RequestId id = s->request.id;
-  waiting_.PushBack(id, s->request.priority);
+  waiting_.PushBack({id, s->priority(), now});
+  queued_prompt_tokens_ += prompt;
   seqs_.emplace(id, std::move(s));
   return absl::OkStatus();
 }
 
-void Scheduler::Cancel(RequestId id, double now, const std::string& why) {
-  auto it = seqs_.find(id);
-  if (it == seqs_.end()) return;
-  Finish(*it->second, FinishReason::kCancelled, why, now);
+void Scheduler::Finish(RequestId id, FinishReason reason, const std::string& message, double now) {
+  if (Sequence* s = FindSeq(id)) FinishSeq(*s, reason, message, now);
 }
 
 void Scheduler::AddWorker(WorkerId id, const WorkerInfo& info) {
-  workers_.emplace(id, std::make_unique<Worker>(id, info));
+  workers_.emplace(id, std::make_unique<WorkerState>(id, info));
 }
 
 void Scheduler::RemoveWorker(WorkerId id) {
   auto it = workers_.find(id);
   if (it == workers_.end()) return;
-  Worker& w = *it->second;
+  WorkerState& w = *it->second;
   // Re-queue in reverse so the earliest admitted ends up first in its class.
   for (auto rit = w.running.rbegin(); rit != w.running.rend(); ++rit) {
     Sequence& s = *seqs_.at(*rit);
@@ -154,154 +177,285 @@ void Scheduler::RemoveWorker(WorkerId id) {
     s.worker_knows = false;
     s.pages.clear();
     s.pages_sent = 0;
-    s.reserved = 0;
-    s.num_computed = 0;
-    waiting_.PushFront(s.request.id, s.request.priority);
+    s.num_computed = s.num_scheduled = 0;
+    s.pending_samples = 0;
+    ++s.epoch;
+    s.state = SeqState::kPreempted;
+    waiting_.PushFront({s.request.id, s.priority(), s.arrival});
+    queued_prompt_tokens_ += static_cast<int64_t>(s.tokens.size());
   }
   workers_.erase(it);
 }
 
+void Scheduler::ExpireDeadlines(double now) {
+  std::vector<RequestId> expired;
+  for (const auto& [id, s] : seqs_) {
+    if (s->request.deadline <= now) expired.push_back(id);
+  }
+  for (RequestId id : expired) {
+    FinishSeq(*seqs_.at(id), FinishReason::kDeadline, "deadline exceeded", now);
+  }
+}
+
 std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
-  Worker* w = FindWorker(worker);
-  if (w == nullptr || w->in_flight) return std::nullopt;
+  ExpireDeadlines(now);
+  WorkerState* w = FindWorker(worker);
+  if (w == nullptr ||
+      w->flight.size() >= static_cast<size_t>(std::max(1, options_.max_plans_in_flight))) {
+    return std::nullopt;
+  }
   Plan plan;
   plan.worker = worker;
+  Budget budget{std::min(options_.max_batch_tokens, w->info.max_batch_tokens)};
+  building_ = {&plan, &budget};
+  BuildSteps(*w, plan, budget, now);
+  if (plan.steps.empty() && w->flight.empty() && !w->running.empty()) {
+    // Stalled: every running sequence needs a page and no victim was eligible. Break the
+    // stall by preempting the last-admitted sequence even past the thrashing bound.
+    Sequence& victim = *seqs_.at(w->running.back());
+    forced_preemptions_ += victim.preempted_in_row >= options_.max_preemptions_in_row;
+    Preempt(victim);
+    BuildSteps(*w, plan, budget, now);
+  }
+  building_ = {};
   plan.free_seq_ids = std::move(w->pending_frees);
   w->pending_frees.clear();
-  int32_t budget = std::min(options_.max_batch_tokens, w->info.max_batch_tokens);
-  ScheduleRunning(*w, plan, budget, /*decodes=*/true);
-  ScheduleRunning(*w, plan, budget, /*decodes=*/false);
-  AdmitWaiting(*w, plan, budget, now);
   if (plan.steps.empty() && plan.free_seq_ids.empty()) return std::nullopt;
   plan.iteration = ++w->iteration;
-  w->in_flight = true;
+  FlightPlan flight{plan.iteration, {}};
+  flight.entries.reserve(plan.steps.size());
+  for (const PlanStep& step : plan.steps) {
+    const Sequence& s = *seqs_.at(step.seq_id);
+    const int32_t chunk = step.feed_last_sampled ? 1 : static_cast<int32_t>(step.tokens.size());
+    flight.entries.push_back({step.seq_id, s.epoch, chunk, step.sample});
+  }
+  w->flight.push_back(std::move(flight));
   return plan;
 }
 
-void Scheduler::ScheduleRunning(Worker& w, Plan& plan, int32_t& budget, bool decodes) {
-  for (RequestId id : w.running) {
-    if (budget <= 0) return;
-    Sequence& s = *seqs_.at(id);
-    if ((s.remaining() == 1) != decodes) continue;
-    AddStep(w, s, plan, budget);
+void Scheduler::BuildSteps(WorkerState& w, Plan& plan, Budget& budget, double now) {
+  ScheduleRunning(w, plan, budget, /*decodes=*/true);
+  ScheduleRunning(w, plan, budget, /*decodes=*/false);
+  AdmitWaiting(w, plan, budget, now);
+}
+
+void Scheduler::ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes) {
+  // Copy: preemption edits w.running. Earlier admissions go first (they are never victims
+  // while later ones exist).
+  const std::vector<RequestId> running = w.running;
+  for (RequestId id : running) {
+    if (budget.tokens <= 0) return;
+    Sequence* s = FindSeq(id);
+    if (s == nullptr || s->worker != w.id) continue;  // preempted during this loop
+    if ((s->unscheduled() == 1) != decodes) continue;
+    AddStep(w, *s, plan, budget, /*may_preempt=*/true);
   }
 }
 
-void Scheduler::AdmitWaiting(Worker& w, Plan& plan, int32_t& budget, double now) {
-  const size_t max_running = static_cast<size_t>(options_.max_running);
-  while (budget > 0 && w.running.size() < max_running) {
-    std::optional<RequestId> next = waiting_.Peek();
-    if (!next) return;
-    Sequence& s = *seqs_.at(*next);
-    const int32_t need = PagesNeeded(s, w);
-    if (!w.pool.Reserve(need)) return;  // FIFO by class: no overtaking (no starvation)
-    waiting_.Pop();
+void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double now) {
+  while (budget.tokens > 0) {
+    std::optional<RequestQueue::Entry> entry = waiting_.Peek(now);
+    if (!entry) return;
+    Sequence& s = *seqs_.at(entry->id);
+    const int entry_class = waiting_.EffectiveClass(*entry, now);
+    const int32_t chunk = std::min({s.unscheduled(), budget.tokens, options_.max_prefill_chunk});
+    const int32_t pages = CeilDiv(chunk, w.info.page_size);
+    // Make room by preempting lower-class sequences; never overtake the head (FIFO by class).
+    while (w.running.size() >= static_cast<size_t>(options_.max_running) ||
+           w.pool.num_free() < pages) {
+      Sequence* victim = PickVictim(w, entry_class, now);
+      if (victim == nullptr) return;
+      Preempt(*victim);
+    }
+    waiting_.Pop(*entry);
+    queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
     s.worker = w.id;
-    s.reserved = need;
+    s.state = SeqState::kPrefilling;
     w.running.push_back(s.request.id);
     if (s.timings.first_scheduled < 0) s.timings.first_scheduled = now;
-    AddStep(w, s, plan, budget);
+    AddStep(w, s, plan, budget, /*may_preempt=*/false);
   }
 }
 
-bool Scheduler::AddStep(Worker& w, Sequence& s, Plan& plan, int32_t& budget) {
-  const int32_t chunk = std::min({s.remaining(), budget, options_.max_prefill_chunk});
+bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt) {
+  const int32_t unscheduled = s.unscheduled();
+  const int32_t chunk = std::min({unscheduled, budget.tokens, options_.max_prefill_chunk});
   if (chunk <= 0) return false;
+  const int32_t known_plus_pending = static_cast<int32_t>(s.tokens.size()) + s.pending_samples;
+  const bool sample = s.num_scheduled + chunk == known_plus_pending;
+  // Never ask for a token past max_tokens or the context: it would be thrown away.
+  if (sample && known_plus_pending >= DecodeLimit(s)) return false;
+  if (!EnsurePages(w, s, s.num_scheduled + chunk, may_preempt)) return false;
   PlanStep step;
   step.seq_id = s.request.id;
-  step.start_pos = s.num_computed;
-  step.tokens.assign(s.tokens.begin() + s.num_computed, s.tokens.begin() + s.num_computed + chunk);
-  const int32_t pages_needed = CeilDiv(s.num_computed + chunk, w.info.page_size);
-  while (static_cast<int32_t>(s.pages.size()) < pages_needed) {
-    s.pages.push_back(w.pool.TakeReserved());
-    --s.reserved;
+  step.start_pos = s.num_scheduled;
+  step.feed_last_sampled = s.pending_samples > 0;  // then chunk == 1 (see Sequence)
+  if (!step.feed_last_sampled) {
+    step.tokens.assign(s.tokens.begin() + s.num_scheduled,
+                       s.tokens.begin() + s.num_scheduled + chunk);
   }
   step.new_pages.assign(s.pages.begin() + s.pages_sent, s.pages.end());
   s.pages_sent = static_cast<int32_t>(s.pages.size());
-  step.sample = s.num_computed + chunk == static_cast<int32_t>(s.tokens.size());
-  step.sample_index = s.generated();
+  step.sample = sample;
+  step.sample_index = known_plus_pending - s.num_prompt;
   step.first_sight = !s.worker_knows;
   step.sampling = s.request.sampling;
   s.worker_knows = true;
-  w.flight.push_back({s.request.id, chunk, step.sample});
+  s.num_scheduled += chunk;
+  if (sample) ++s.pending_samples;
   plan.steps.push_back(std::move(step));
   plan.num_tokens += chunk;
-  budget -= chunk;
+  budget.tokens -= chunk;
   return true;
+}
+
+bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt) {
+  const size_t before = s.pages.size();
+  const size_t needed = static_cast<size_t>(CeilDiv(positions, w.info.page_size));
+  while (s.pages.size() < needed) {
+    if (std::optional<PageId> page = w.pool.Allocate()) {
+      s.pages.push_back(*page);
+      continue;
+    }
+    Sequence* victim = may_preempt ? PickVictim(w, -1, 0) : nullptr;
+    if (victim != nullptr && victim != &s) {
+      Preempt(*victim);
+      continue;
+    }
+    // No page: give back what this call took, and yield to others (or to the victim choice).
+    std::vector<PageId> taken(s.pages.begin() + before, s.pages.end());
+    s.pages.resize(before);
+    w.pool.Release(taken);
+    if (victim == &s) Preempt(s);
+    return false;
+  }
+  return true;
+}
+
+Sequence* Scheduler::PickVictim(WorkerState& w, int below_class, double now) {
+  // The victim is the lowest class, then the latest arrival, among the worker's running
+  // sequences (the needy one included: if it ranks lowest, it yields). A sequence preempted
+  // max_preemptions_in_row times without progress is spared. With below_class >= 0 (an
+  // admission), only sequences whose effective class is below it qualify.
+  Sequence* best = nullptr;
+  for (RequestId id : w.running) {
+    Sequence& s = *seqs_.at(id);
+    if (s.preempted_in_row >= options_.max_preemptions_in_row) continue;
+    if (below_class >= 0 &&
+        waiting_.EffectiveClass({id, s.priority(), s.arrival}, now) >= below_class) {
+      continue;
+    }
+    if (best == nullptr || s.priority() < best->priority() ||
+        (s.priority() == best->priority() && s.arrival > best->arrival)) {
+      best = &s;
+    }
+  }
+  return best;
+}
+
+void Scheduler::Preempt(Sequence& s) {
+  // A victim may already have a step in the plan being built: take it out and refund its
+  // tokens. If that step introduced the sequence, the worker never hears of it.
+  if (building_.plan != nullptr) {
+    std::vector<PlanStep>& steps = building_.plan->steps;
+    for (auto it = steps.begin(); it != steps.end();) {
+      if (it->seq_id != s.request.id) {
+        ++it;
+        continue;
+      }
+      const int32_t chunk = it->feed_last_sampled ? 1 : static_cast<int32_t>(it->tokens.size());
+      building_.plan->num_tokens -= chunk;
+      building_.budget->tokens += chunk;
+      if (it->first_sight) s.worker_knows = false;
+      it = steps.erase(it);
+    }
+  }
+  ReleaseFromWorker(s);
+  s.num_computed = s.num_scheduled = 0;
+  s.pending_samples = 0;
+  ++s.epoch;
+  ++s.preemptions;
+  ++s.preempted_in_row;
+  ++total_preemptions_;
+  max_preempted_in_row_ = std::max(max_preempted_in_row_, s.preempted_in_row);
+  s.state = SeqState::kPreempted;
+  waiting_.PushFront({s.request.id, s.priority(), s.arrival});
+  queued_prompt_tokens_ += static_cast<int64_t>(s.tokens.size());
 }
 
 absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
                                  const std::vector<SampledToken>& sampled, double now) {
-  Worker* w = FindWorker(worker);
+  WorkerState* w = FindWorker(worker);
   if (w == nullptr) return absl::NotFoundError(absl::StrFormat("no worker %d", worker));
-  if (!w->in_flight || iteration != w->iteration) {
+  if (w->flight.empty() || w->flight.front().iteration != iteration) {
     return absl::FailedPreconditionError(
-        absl::StrFormat("worker %d answered iteration %d; the plan in flight is %d", worker,
-                        iteration, w->in_flight ? w->iteration : 0));
+        absl::StrFormat("worker %d answered iteration %d; the oldest plan in flight is %d", worker,
+                        iteration, w->flight.empty() ? 0 : w->flight.front().iteration));
   }
-  w->in_flight = false;
-  std::vector<FlightEntry> flight = std::move(w->flight);
-  w->flight.clear();
-  absl::flat_hash_set<RequestId> expecting;
-  for (const FlightEntry& e : flight) {
-    auto it = seqs_.find(e.id);
-    if (it == seqs_.end() || it->second->worker != worker) continue;  // cancelled meanwhile
-    it->second->num_computed += e.chunk;
-    if (e.sample) expecting.insert(e.id);
-  }
-  for (const SampledToken& t : sampled) {
-    if (expecting.erase(t.seq_id) == 0) continue;  // cancelled, or not asked for
-    ApplySample(*w, *seqs_.at(t.seq_id), t.token, now);
-  }
-  for (RequestId id : expecting) {
-    Finish(*seqs_.at(id), FinishReason::kError, "the worker returned no token", now);
+  FlightPlan done = std::move(w->flight.front());
+  w->flight.pop_front();
+  absl::flat_hash_map<RequestId, int32_t> tokens;
+  for (const SampledToken& t : sampled) tokens.emplace(t.seq_id, t.token);
+  for (const FlightEntry& e : done.entries) {
+    Sequence* s = FindSeq(e.id);
+    if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;  // gone since
+    s->num_computed += e.chunk;
+    if (!e.sample) continue;
+    --s->pending_samples;
+    auto it = tokens.find(e.id);
+    if (it == tokens.end()) {
+      FinishSeq(*s, FinishReason::kError, "the worker returned no token", now);
+      continue;
+    }
+    ApplySample(*s, it->second, now);
   }
   return absl::OkStatus();
 }
 
 void Scheduler::OnPlanFailed(WorkerId worker, const std::string& error, double now) {
-  Worker* w = FindWorker(worker);
-  if (w == nullptr || !w->in_flight) return;
-  w->in_flight = false;
-  std::vector<FlightEntry> flight = std::move(w->flight);
-  w->flight.clear();
-  for (const FlightEntry& e : flight) {
-    auto it = seqs_.find(e.id);
-    if (it == seqs_.end() || it->second->worker != worker) continue;
-    Finish(*it->second, FinishReason::kError, error, now);
+  WorkerState* w = FindWorker(worker);
+  if (w == nullptr || w->flight.empty()) return;
+  FlightPlan done = std::move(w->flight.front());
+  w->flight.pop_front();
+  for (const FlightEntry& e : done.entries) {
+    Sequence* s = FindSeq(e.id);
+    if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;
+    FinishSeq(*s, FinishReason::kError, error, now);
   }
 }
 
-void Scheduler::ApplySample(Worker& w, Sequence& s, int32_t token, double now) {
+void Scheduler::ApplySample(Sequence& s, int32_t token, double now) {
   if (s.timings.first_token < 0) s.timings.first_token = now;
+  s.preempted_in_row = 0;
   const NewRequest& r = s.request;
   if (token == options_.eos_id && !r.ignore_eos) {
-    Finish(s, FinishReason::kEos, "", now);
+    FinishSeq(s, FinishReason::kEos, "", now);
     return;
   }
   if (std::find(r.stop_token_ids.begin(), r.stop_token_ids.end(), token) !=
       r.stop_token_ids.end()) {
-    Finish(s, FinishReason::kStop, "", now);
+    FinishSeq(s, FinishReason::kStop, "", now);
     return;
   }
   s.tokens.push_back(token);
+  s.state = SeqState::kDecoding;
   Event e;
   e.kind = Event::Kind::kToken;
   e.id = r.id;
   e.token = token;
   events_.push_back(std::move(e));
-  if (s.generated() >= r.max_tokens ||
-      static_cast<int32_t>(s.tokens.size()) >= options_.context_length) {
-    Finish(s, FinishReason::kLength, "", now);
+  if (r.max_tokens > 0 && s.generated() >= r.max_tokens) {
+    FinishSeq(s, FinishReason::kLength, "", now);
+  } else if (static_cast<int32_t>(s.tokens.size()) >= options_.context_length) {
+    FinishSeq(s, FinishReason::kContext, "", now);
   }
 }
 
 void Scheduler::ReleaseFromWorker(Sequence& s) {
   if (!s.worker) return;
-  Worker* w = FindWorker(*s.worker);
+  WorkerState* w = FindWorker(*s.worker);
   if (w != nullptr) {
-    w->pool.Free(s.pages);
-    w->pool.Unreserve(s.reserved);
+    w->pool.Release(s.pages);
     w->running.erase(std::find(w->running.begin(), w->running.end(), s.request.id));
     if (s.worker_knows) w->pending_frees.push_back(s.request.id);
   }
@@ -309,14 +463,14 @@ void Scheduler::ReleaseFromWorker(Sequence& s) {
   s.worker_knows = false;
   s.pages.clear();
   s.pages_sent = 0;
-  s.reserved = 0;
 }
 
-void Scheduler::Finish(Sequence& s, FinishReason reason, const std::string& message, double now) {
+void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& message,
+                          double now) {
   if (s.worker) {
     ReleaseFromWorker(s);
-  } else {
-    waiting_.Remove(s.request.id, s.request.priority);
+  } else if (waiting_.Remove(s.request.id, s.priority())) {
+    queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
   }
   Event e;
   e.kind = Event::Kind::kFinished;
@@ -325,6 +479,7 @@ void Scheduler::Finish(Sequence& s, FinishReason reason, const std::string& mess
   e.message = message;
   e.prompt_tokens = s.num_prompt;
   e.completion_tokens = s.generated();
+  e.preemptions = s.preemptions;
   e.timings = s.timings;
   e.timings.finished = now;
   events_.push_back(std::move(e));
@@ -335,44 +490,6 @@ std::vector<Event> Scheduler::TakeEvents() {
   std::vector<Event> out;
   out.swap(events_);
   return out;
-}
-
-absl::Status Scheduler::CheckInvariants() const {
-  for (const auto& [wid, w] : workers_) {
-    std::vector<bool> owned(w->pool.num_pages(), false);
-    int32_t total_owned = 0;
-    int32_t total_reserved = 0;
-    for (RequestId id : w->running) {
-      auto it = seqs_.find(id);
-      if (it == seqs_.end()) return absl::InternalError(absl::StrFormat("running %d unknown", id));
-      const Sequence& s = *it->second;
-      if (s.worker != wid) return absl::InternalError(absl::StrFormat("seq %d worker", id));
-      for (PageId p : s.pages) {
-        if (p < 0 || p >= w->pool.num_pages() || owned[p] || !w->pool.IsAllocated(p)) {
-          return absl::InternalError(absl::StrFormat("page %d of worker %d owned twice", p, wid));
-        }
-        owned[p] = true;
-      }
-      if (static_cast<int32_t>(s.pages.size()) + s.reserved < PagesNeeded(s, *w)) {
-        return absl::InternalError(absl::StrFormat("seq %d under-reserved", id));
-      }
-      total_owned += static_cast<int32_t>(s.pages.size());
-      total_reserved += s.reserved;
-    }
-    if (total_owned + w->pool.num_free() != w->pool.num_pages()) {
-      return absl::InternalError(absl::StrFormat("worker %d: %d owned + %d free != %d pages", wid,
-                                                 total_owned, w->pool.num_free(),
-                                                 w->pool.num_pages()));
-    }
-    if (total_reserved != w->pool.reserved()) {
-      return absl::InternalError(absl::StrFormat("worker %d: reservations %d != pool's %d", wid,
-                                                 total_reserved, w->pool.reserved()));
-    }
-  }
-  if (waiting_.size() + num_running() != seqs_.size()) {
-    return absl::InternalError("a sequence is neither waiting nor running");
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace pagoda::scheduler

@@ -4,17 +4,24 @@
 // requests, cancellations, worker attach/detach and iteration results, passing `now` (seconds)
 // as an argument, and drains Events after every call.
 //
-// Model of a sequence: `tokens` = prompt + generated; `num_computed` of them have KV in the
-// worker's pages. Each iteration a sequence gets the input tokens[num_computed, ...): one token
-// when only the last is missing (a decode), otherwise a prefill chunk; it samples when the chunk
-// reaches the end of `tokens`. Resume after a worker loss is the same rule with num_computed = 0.
+// Each iteration a running sequence takes its next input tokens: one (a decode) when only the
+// last token is missing, otherwise a prefill chunk; it samples when its input reaches the end.
+// Plans are built decodes first, then running prefills, then admissions, within the token
+// budget, the running cap and the per-sequence chunk cap. Pages are allocated lazily, a page at
+// a time as positions need them. When none is free the scheduler preempts a victim (lowest
+// class, then latest arrival): its pages are freed and it goes back to the head of its class,
+// keeping its tokens; on resume it recomputes prompt + generated tokens. A higher-class request
+// that cannot otherwise be admitted preempts lower-class running sequences the same way.
 //
-// Invariants (checked by tests after every step):
-//  * a page is owned by at most one sequence, and only pages of its own worker;
-//  * every running sequence holds a reservation for all the pages it may still need, so a
-//    running sequence never waits for a page;
-//  * at most one plan is in flight per worker; a plan carries at most the token budget;
-//  * when nothing is queued or running, every pool is fully free and unreserved.
+// Overlap: up to `max_plans_in_flight` plans per worker. A decode whose input is the token
+// sampled by a plan still in flight says feed_last_sampled; stop checks then lag one plan.
+//
+// Invariants (CheckInvariants, run after every step by the randomized tests):
+//  * every page a sequence holds is owned (ref count 1) in its worker's pool and no page is held
+//    by two sequences; free + held == pool size;
+//  * a sequence holds exactly the pages covering its scheduled positions;
+//  * waiting + running == live sequences; a waiting sequence holds no pages;
+//  * when nothing is queued or running, every pool is fully free.
 #pragma once
 
 #include <memory>
@@ -25,16 +32,23 @@
 #include "absl/status/status.h"
 #include "scheduler/core/block_pool.h"
 #include "scheduler/core/request_queue.h"
+#include "scheduler/core/sequence.h"
 #include "scheduler/core/types.h"
+#include "scheduler/core/worker_state.h"
 
 namespace pagoda::scheduler {
 
 struct SchedulerOptions {
-  int32_t max_batch_tokens = 2048;  // input tokens per iteration per worker
-  int32_t max_running = 256;        // sequences running per worker
-  int32_t max_prefill_chunk = 512;  // prefill tokens per sequence per iteration
-  int32_t context_length = 0;       // the model's; prompt + max_tokens must fit
-  int32_t eos_id = -1;              // the model's end-of-sequence token
+  int32_t max_batch_tokens = 2048;             // input tokens per iteration per worker
+  int32_t max_running = 256;                   // sequences running per worker
+  int32_t max_prefill_chunk = 512;             // prefill tokens per sequence per iteration
+  int32_t context_length = 0;                  // the model's; prompt + max_tokens must fit
+  int32_t eos_id = -1;                         // the model's end-of-sequence token
+  int32_t max_queued_requests = 4096;          // beyond: RESOURCE_EXHAUSTED
+  int64_t max_queued_prompt_tokens = 1 << 22;  // beyond: RESOURCE_EXHAUSTED
+  double aging_interval = 10.0;  // seconds of waiting that raise a request one class; <= 0 off
+  int32_t max_preemptions_in_row = 3;  // then a sequence is not a victim until it generates
+  int32_t max_plans_in_flight = 2;     // 1 = no overlap
 };
 
 class Scheduler {
@@ -42,23 +56,25 @@ class Scheduler {
   explicit Scheduler(const SchedulerOptions& options);
   ~Scheduler();
 
-  // Validates and queues a request. INVALID_ARGUMENT when it can never run (empty prompt,
-  // prompt + max_tokens beyond the context, more pages than any attached worker has).
+  // Queues a request. INVALID_ARGUMENT when it can never run (empty prompt, prompt +
+  // max_tokens beyond the context, more KV than any attached worker has); RESOURCE_EXHAUSTED
+  // when the queue limits are reached.
   absl::Status AddRequest(NewRequest request, double now);
-  // Removes a request wherever it is, freeing its pages; emits kFinished(kCancelled).
-  // Unknown or finished ids are ignored.
-  void Cancel(RequestId id, double now, const std::string& why = "cancelled by the client");
+  // Ends a request wherever it is, freeing its pages; emits kFinished with `reason`
+  // (kCancelled, kStopString, kDeadline, ...). Unknown or finished ids are ignored.
+  void Finish(RequestId id, FinishReason reason, const std::string& message, double now);
 
   void AddWorker(WorkerId id, const WorkerInfo& info);
-  // Forgets a worker; its sequences go back to the head of the queue and are recomputed.
+  // Forgets a worker; its sequences go back to the head of their classes and are recomputed.
   void RemoveWorker(WorkerId id);
 
-  // The next plan for `worker`, or nullopt when it has nothing to do or a plan in flight.
+  // The next plan for `worker`, or nullopt when it has nothing to do or enough plans in
+  // flight. Also drops requests whose deadline has passed.
   std::optional<Plan> Schedule(WorkerId worker, double now);
-  // Applies the result of the worker's in-flight plan.
+  // Applies the result of the worker's oldest plan in flight.
   absl::Status OnResult(WorkerId worker, uint64_t iteration,
                         const std::vector<SampledToken>& sampled, double now);
-  // Fails every sequence of the worker's in-flight plan (the worker reported an error).
+  // The worker could not execute its oldest plan in flight: its sequences fail.
   void OnPlanFailed(WorkerId worker, const std::string& error, double now);
 
   std::vector<Event> TakeEvents();
@@ -66,31 +82,52 @@ class Scheduler {
   // Introspection.
   size_t num_waiting() const { return waiting_.size(); }
   size_t num_running() const;
+  size_t num_preempted() const;
   size_t num_workers() const { return workers_.size(); }
-  bool HasWork() const { return !waiting_.empty() || num_running() > 0; }
-  // Pool of a worker, or nullptr.
+  int64_t total_preemptions() const { return total_preemptions_; }
+  // Preemptions past max_preemptions_in_row, made only to break a stall (see Schedule).
+  int64_t forced_preemptions() const { return forced_preemptions_; }
+  // The most times one sequence was preempted in a row, over the scheduler's life.
+  int32_t max_preempted_in_row() const { return max_preempted_in_row_; }
+  bool HasWork() const { return !seqs_.empty(); }
   const BlockPool* pool(WorkerId worker) const;
+  std::optional<SeqState> state(RequestId id) const;
   // Checks every invariant; returns a description of the first violation, or OK.
   absl::Status CheckInvariants() const;
 
  private:
-  struct Sequence;
-  struct Worker;
+  struct Budget;
 
-  Worker* FindWorker(WorkerId id);
-  void ScheduleRunning(Worker& w, Plan& plan, int32_t& budget, bool decodes);
-  void AdmitWaiting(Worker& w, Plan& plan, int32_t& budget, double now);
-  bool AddStep(Worker& w, Sequence& s, Plan& plan, int32_t& budget);
-  void ApplySample(Worker& w, Sequence& s, int32_t token, double now);
-  void Finish(Sequence& s, FinishReason reason, const std::string& message, double now);
+  WorkerState* FindWorker(WorkerId id);
+  Sequence* FindSeq(RequestId id);
+  void ExpireDeadlines(double now);
+  void ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes);
+  void AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double now);
+  bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt);
+  bool EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt);
+  Sequence* PickVictim(WorkerState& w, int below_class, double now);
+  void BuildSteps(WorkerState& w, Plan& plan, Budget& budget, double now);
+  void Preempt(Sequence& s);
+  void ApplySample(Sequence& s, int32_t token, double now);
+  void FinishSeq(Sequence& s, FinishReason reason, const std::string& message, double now);
   void ReleaseFromWorker(Sequence& s);
-  int32_t PagesNeeded(const Sequence& s, const Worker& w) const;
+  int32_t MaxPositions(const Sequence& s) const;
+  int32_t DecodeLimit(const Sequence& s) const;
 
   SchedulerOptions options_;
   absl::flat_hash_map<RequestId, std::unique_ptr<Sequence>> seqs_;  // waiting or running
-  absl::flat_hash_map<WorkerId, std::unique_ptr<Worker>> workers_;
+  absl::flat_hash_map<WorkerId, std::unique_ptr<WorkerState>> workers_;
   RequestQueue waiting_;
+  int64_t queued_prompt_tokens_ = 0;
+  int64_t total_preemptions_ = 0;
+  int64_t forced_preemptions_ = 0;
+  int32_t max_preempted_in_row_ = 0;
   std::vector<Event> events_;
+  // The plan Schedule is building, so that Preempt can take a victim's step back out of it.
+  struct Building {
+    Plan* plan = nullptr;
+    Budget* budget = nullptr;
+  } building_;
 };
 
 }  // namespace pagoda::scheduler

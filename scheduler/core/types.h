@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -18,7 +19,16 @@ using PageId = int32_t;      // index into one worker's KV arena
 enum class Priority : int { kLow = 0, kNormal = 1, kHigh = 2, kCritical = 3 };
 inline constexpr int kNumPriorities = 4;
 
-enum class FinishReason { kLength, kStop, kEos, kCancelled, kError };
+enum class FinishReason {
+  kLength,      // max_tokens generated
+  kStop,        // a stop token id was sampled
+  kEos,         // the model's EOS was sampled
+  kCancelled,   // the client cancelled or went away
+  kError,       // a worker could not execute the request
+  kContext,     // the model's context is full
+  kStopString,  // a stop string appeared in the text (detected by the service)
+  kDeadline,    // the request's deadline passed
+};
 const char* FinishReasonName(FinishReason reason);
 
 struct SamplingParams {
@@ -32,7 +42,9 @@ struct SamplingParams {
 struct NewRequest {
   RequestId id = 0;
   std::vector<int32_t> prompt;  // non-empty, ids in range
-  int32_t max_tokens = 0;       // > 0 (the service resolves 0 to "up to the context")
+  int32_t max_tokens = 0;       // 0: until the model's context is full
+  // Absolute time (the core's clock, seconds) after which the request is dropped.
+  double deadline = std::numeric_limits<double>::infinity();
   SamplingParams sampling;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
@@ -49,7 +61,10 @@ struct WorkerInfo {
 // One sequence's work in one iteration (mirrors pagoda.worker.v1.SequenceStep).
 struct PlanStep {
   RequestId seq_id = 0;
-  std::vector<int32_t> tokens;    // new input tokens
+  std::vector<int32_t> tokens;  // new input tokens (empty when feed_last_sampled)
+  // The single input token is the one the worker sampled for this sequence in the previous
+  // plan, whose result the scheduler has not seen yet (overlap).
+  bool feed_last_sampled = false;
   int32_t start_pos = 0;          // position of tokens[0]
   std::vector<PageId> new_pages;  // appended to the sequence's block table
   bool sample = false;            // sample after the last input token
@@ -64,7 +79,7 @@ struct Plan {
   uint64_t iteration = 0;
   std::vector<RequestId> free_seq_ids;  // applied by the worker before steps
   std::vector<PlanStep> steps;
-  int32_t num_tokens = 0;  // sum of steps[i].tokens.size()
+  int32_t num_tokens = 0;  // input tokens in steps (a feed_last_sampled step counts one)
 };
 
 struct SampledToken {
@@ -91,6 +106,8 @@ struct Event {
   std::string message;  // why, for kError / kCancelled
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;  // prompt tokens served from the prefix cache
+  int32_t preemptions = 0;
   RequestTimings timings;
 };
 

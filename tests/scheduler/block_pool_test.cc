@@ -5,31 +5,29 @@
 namespace pagoda::scheduler {
 namespace {
 
-TEST(BlockPoolTest, ReserveTakeFree) {
-  BlockPool pool(4);
-  EXPECT_EQ(pool.available(), 4);
-  ASSERT_TRUE(pool.Reserve(3));
-  EXPECT_FALSE(pool.Reserve(2));
-  EXPECT_EQ(pool.available(), 1);
-  PageId a = pool.TakeReserved();
-  PageId b = pool.TakeReserved();
-  EXPECT_NE(a, b);
-  EXPECT_TRUE(pool.IsAllocated(a));
-  EXPECT_EQ(pool.num_free(), 2);
-  EXPECT_EQ(pool.reserved(), 1);
-  pool.Unreserve(1);
-  pool.Free({a, b});
-  EXPECT_EQ(pool.num_free(), 4);
-  EXPECT_EQ(pool.available(), 4);
-  EXPECT_FALSE(pool.IsAllocated(a));
+TEST(BlockPoolTest, AllocateAndRelease) {
+  BlockPool pool(3);
+  std::optional<PageId> a = pool.Allocate();
+  std::optional<PageId> b = pool.Allocate();
+  std::optional<PageId> c = pool.Allocate();
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(*a, 0);
+  EXPECT_EQ(*b, 1);
+  EXPECT_FALSE(pool.Allocate().has_value()) << "pool exhausted";
+  EXPECT_EQ(pool.ref_count(*b), 1);
+  pool.Release({*b});
+  EXPECT_EQ(pool.num_free(), 1);
+  EXPECT_EQ(pool.ref_count(*b), 0);
+  EXPECT_EQ(pool.Allocate(), b) << "recently freed pages are reused first";
+  pool.Release({*a, *b, *c});
+  EXPECT_EQ(pool.num_free(), 3);
 }
 
-TEST(BlockPoolDeathTest, DoubleFreeAborts) {
+TEST(BlockPoolDeathTest, DoubleReleaseAborts) {
   BlockPool pool(2);
-  ASSERT_TRUE(pool.Reserve(1));
-  PageId a = pool.TakeReserved();
-  pool.Free({a});
-  EXPECT_DEATH(pool.Free({a}), "free of a page not allocated");
+  PageId a = *pool.Allocate();
+  pool.Release({a});
+  EXPECT_DEATH(pool.Release({a}), "release of free page");
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <deque>
 #include <map>
 #include <random>
 
@@ -10,31 +11,68 @@ namespace {
 
 constexpr int32_t kEos = 2;
 
-SchedulerOptions Options(int32_t budget = 64, int32_t chunk = 32) {
+SchedulerOptions Options(int32_t budget = 64, int32_t chunk = 32, int32_t in_flight = 1) {
   SchedulerOptions o;
   o.max_batch_tokens = budget;
   o.max_running = 8;
   o.max_prefill_chunk = chunk;
   o.context_length = 256;
   o.eos_id = kEos;
+  o.max_plans_in_flight = in_flight;
   return o;
 }
 
-NewRequest Request(RequestId id, int32_t prompt_len, int32_t max_tokens) {
+WorkerInfo Worker(int32_t pages, int32_t page_size = 4) {
+  return {.num_pages = pages, .page_size = page_size, .max_batch_tokens = 1024};
+}
+
+NewRequest Request(RequestId id, int32_t prompt_len, int32_t max_tokens,
+                   Priority priority = Priority::kNormal) {
   NewRequest r;
   r.id = id;
   for (int32_t i = 0; i < prompt_len; ++i) r.prompt.push_back(10 + i);
   r.max_tokens = max_tokens;
+  r.priority = priority;
   return r;
 }
 
-// Answers a plan the way a worker would: token `100 + sample_index` for every sampling step.
+// The token a scripted worker samples: a function of the sequence and the sample index only,
+// as a real greedy worker's would be, so recomputation after preemption must reproduce it.
+int32_t ScriptedToken(RequestId id, int32_t index) {
+  return 100 + static_cast<int32_t>((id * 7 + index * 3) % 50);
+}
+
 std::vector<SampledToken> Answer(const Plan& plan) {
   std::vector<SampledToken> out;
   for (const PlanStep& s : plan.steps) {
-    if (s.sample) out.push_back({s.seq_id, 100 + s.sample_index});
+    if (s.sample) out.push_back({s.seq_id, ScriptedToken(s.seq_id, s.sample_index)});
   }
   return out;
+}
+
+// Drives one worker to completion; returns tokens and finish events per request.
+struct Outcome {
+  std::map<RequestId, std::vector<int32_t>> tokens;
+  std::map<RequestId, Event> finished;
+};
+
+void Drain(Scheduler& s, WorkerId w, Outcome& out, double& now, int max_steps = 10000) {
+  std::deque<Plan> flight;
+  for (int i = 0; i < max_steps && (s.HasWork() || !flight.empty()); ++i) {
+    while (auto plan = s.Schedule(w, now)) flight.push_back(std::move(*plan));
+    ASSERT_FALSE(flight.empty()) << "work left but no plan";
+    ASSERT_TRUE(s.OnResult(w, flight.front().iteration, Answer(flight.front()), now).ok());
+    flight.pop_front();
+    now += 1;
+    for (Event& e : s.TakeEvents()) {
+      if (e.kind == Event::Kind::kToken) {
+        out.tokens[e.id].push_back(e.token);
+      } else {
+        out.finished[e.id] = e;
+      }
+    }
+    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  }
 }
 
 TEST(SchedulerTest, RejectsWhatCanNeverFit) {
@@ -43,7 +81,7 @@ TEST(SchedulerTest, RejectsWhatCanNeverFit) {
   absl::Status st = s.AddRequest(Request(2, 200, 100), 0);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("context of 256"), std::string::npos) << st;
-  s.AddWorker(1, {.num_pages = 4, .page_size = 4, .max_batch_tokens = 64});
+  s.AddWorker(1, Worker(4));
   st = s.AddRequest(Request(3, 20, 10), 0);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("largest: 16 tokens"), std::string::npos) << st;
@@ -51,7 +89,7 @@ TEST(SchedulerTest, RejectsWhatCanNeverFit) {
 
 TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
   Scheduler s(Options(/*budget=*/16, /*chunk=*/8));
-  s.AddWorker(1, {.num_pages = 16, .page_size = 4, .max_batch_tokens = 64});
+  s.AddWorker(1, Worker(16));
   ASSERT_TRUE(s.AddRequest(Request(7, 20, 3), 0).ok());
   std::vector<int32_t> chunks;
   std::vector<int32_t> tokens;
@@ -60,9 +98,8 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
     auto plan = s.Schedule(1, iter);
     ASSERT_TRUE(plan.has_value());
     ASSERT_EQ(plan->steps.size(), 1u);
-    const PlanStep& step = plan->steps[0];
-    EXPECT_EQ(step.first_sight, iter == 0);
-    chunks.push_back(static_cast<int32_t>(step.tokens.size()));
+    EXPECT_EQ(plan->steps[0].first_sight, iter == 0);
+    chunks.push_back(static_cast<int32_t>(plan->steps[0].tokens.size()));
     ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), iter).ok());
     for (const Event& e : s.TakeEvents()) {
       if (e.kind == Event::Kind::kToken) tokens.push_back(e.token);
@@ -76,43 +113,51 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
   }
   EXPECT_TRUE(finished);
   EXPECT_EQ(chunks, (std::vector<int32_t>{8, 8, 4, 1, 1}));
-  EXPECT_EQ(tokens, (std::vector<int32_t>{100, 101, 102}));
+  EXPECT_EQ(tokens,
+            (std::vector<int32_t>{ScriptedToken(7, 0), ScriptedToken(7, 1), ScriptedToken(7, 2)}));
   EXPECT_EQ(s.pool(1)->num_free(), 16);
-  // The worker is told to forget the sequence in the next plan.
   ASSERT_TRUE(s.AddRequest(Request(8, 2, 1), 30).ok());
   auto plan = s.Schedule(1, 30);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->free_seq_ids, (std::vector<RequestId>{7}));
 }
 
-TEST(SchedulerTest, EosAndStopTokensFinishWithTheirReason) {
+TEST(SchedulerTest, EosStopTokenAndContextFinishWithTheirReasons) {
   Scheduler s(Options());
-  s.AddWorker(1, {.num_pages = 16, .page_size = 4, .max_batch_tokens = 64});
-  NewRequest a = Request(1, 3, 10);
+  s.AddWorker(1, Worker(64));
   NewRequest b = Request(2, 3, 10);
   b.stop_token_ids = {77};
-  ASSERT_TRUE(s.AddRequest(a, 0).ok());
+  ASSERT_TRUE(s.AddRequest(Request(1, 3, 10), 0).ok());
   ASSERT_TRUE(s.AddRequest(b, 0).ok());
+  ASSERT_TRUE(s.AddRequest(Request(3, 3, 10), 0).ok());
   auto plan = s.Schedule(1, 0);
-  ASSERT_EQ(plan->steps.size(), 2u);
+  ASSERT_EQ(plan->steps.size(), 3u);
   ASSERT_TRUE(s.OnResult(1, plan->iteration, {{1, kEos}, {2, 77}}, 1).ok());
   std::map<RequestId, FinishReason> reasons;
   for (const Event& e : s.TakeEvents()) {
-    EXPECT_EQ(e.kind, Event::Kind::kFinished) << "EOS and stop tokens are not streamed";
-    reasons[e.id] = e.reason;
+    if (e.kind == Event::Kind::kFinished) reasons[e.id] = e.reason;
   }
   EXPECT_EQ(reasons[1], FinishReason::kEos);
   EXPECT_EQ(reasons[2], FinishReason::kStop);
-  EXPECT_FALSE(s.HasWork());
+  EXPECT_EQ(reasons[3], FinishReason::kError) << "the scripted result skipped it";
+  // max_tokens 0: up to the model context (256).
+  Scheduler t(Options());
+  t.AddWorker(1, Worker(64));
+  ASSERT_TRUE(t.AddRequest(Request(3, 250, 0), 0).ok());
+  Outcome out;
+  double now = 0;
+  Drain(t, 1, out, now);
+  EXPECT_EQ(out.finished[3].reason, FinishReason::kContext);
+  EXPECT_EQ(out.tokens[3].size(), 6u);
 }
 
-TEST(SchedulerTest, CancelFreesPagesEvenWithPlanInFlight) {
+TEST(SchedulerTest, FinishFreesPagesEvenWithPlanInFlight) {
   Scheduler s(Options());
-  s.AddWorker(1, {.num_pages = 8, .page_size = 4, .max_batch_tokens = 64});
+  s.AddWorker(1, Worker(8));
   ASSERT_TRUE(s.AddRequest(Request(1, 10, 10), 0).ok());
   auto plan = s.Schedule(1, 0);
   ASSERT_TRUE(plan.has_value());
-  s.Cancel(1, 0.5);
+  s.Finish(1, FinishReason::kCancelled, "client", 0.5);
   EXPECT_EQ(s.pool(1)->num_free(), 8);
   auto events = s.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
@@ -122,12 +167,11 @@ TEST(SchedulerTest, CancelFreesPagesEvenWithPlanInFlight) {
   auto next = s.Schedule(1, 1);
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->free_seq_ids, (std::vector<RequestId>{1}));
-  EXPECT_TRUE(next->steps.empty());
 }
 
 TEST(SchedulerTest, WorkerLossRequeuesAndResumesByRecompute) {
   Scheduler s(Options());
-  s.AddWorker(1, {.num_pages = 16, .page_size = 4, .max_batch_tokens = 64});
+  s.AddWorker(1, Worker(16));
   ASSERT_TRUE(s.AddRequest(Request(1, 5, 4), 0).ok());
   for (int i = 0; i < 2; ++i) {
     auto plan = s.Schedule(1, i);
@@ -135,49 +179,243 @@ TEST(SchedulerTest, WorkerLossRequeuesAndResumesByRecompute) {
   }
   s.RemoveWorker(1);
   EXPECT_EQ(s.num_waiting(), 1u);
-  s.AddWorker(2, {.num_pages = 16, .page_size = 4, .max_batch_tokens = 64});
+  s.AddWorker(2, Worker(16));
   auto plan = s.Schedule(2, 3);
   ASSERT_EQ(plan->steps.size(), 1u);
-  // Prompt (5) + two generated tokens, all recomputed; the next sample is index 2.
-  EXPECT_EQ(plan->steps[0].tokens.size(), 7u);
+  EXPECT_EQ(plan->steps[0].tokens.size(), 7u) << "prompt (5) + two generated, recomputed";
   EXPECT_TRUE(plan->steps[0].first_sight);
   EXPECT_EQ(plan->steps[0].sample_index, 2);
 }
 
-// Random arrivals, cancellations and worker churn against scripted results; invariants are
-// checked after every operation and everything must finish with the pools free.
+TEST(SchedulerTest, OverlapFeedsTheLastSampleAndLagsStops) {
+  Scheduler s(Options(64, 32, /*in_flight=*/2));
+  s.AddWorker(1, Worker(16));
+  ASSERT_TRUE(s.AddRequest(Request(1, 5, 3), 0).ok());
+  auto p1 = s.Schedule(1, 0);
+  auto p2 = s.Schedule(1, 0);
+  ASSERT_TRUE(p1 && p2);
+  EXPECT_FALSE(s.Schedule(1, 0).has_value()) << "two plans in flight at most";
+  ASSERT_EQ(p2->steps.size(), 1u);
+  EXPECT_TRUE(p2->steps[0].feed_last_sampled);
+  EXPECT_TRUE(p2->steps[0].tokens.empty());
+  EXPECT_EQ(p2->steps[0].start_pos, 5);
+  EXPECT_EQ(p2->steps[0].sample_index, 1);
+  Outcome out;
+  double now = 1;
+  ASSERT_TRUE(s.OnResult(1, p1->iteration, Answer(*p1), now).ok());
+  auto p3 = s.Schedule(1, now);
+  ASSERT_TRUE(p3.has_value());
+  EXPECT_EQ(p3->steps[0].sample_index, 2);
+  EXPECT_FALSE(s.Schedule(1, now).has_value()) << "max_tokens reached by what is in flight";
+  ASSERT_TRUE(s.OnResult(1, p2->iteration, Answer(*p2), now).ok());
+  ASSERT_TRUE(s.OnResult(1, p3->iteration, Answer(*p3), now).ok());
+  for (Event& e : s.TakeEvents()) {
+    if (e.kind == Event::Kind::kToken) {
+      out.tokens[e.id].push_back(e.token);
+    } else {
+      out.finished[e.id] = e;
+    }
+  }
+  EXPECT_EQ(out.tokens[1],
+            (std::vector<int32_t>{ScriptedToken(1, 0), ScriptedToken(1, 1), ScriptedToken(1, 2)}));
+  EXPECT_EQ(out.finished[1].reason, FinishReason::kLength);
+  EXPECT_EQ(s.pool(1)->num_free(), 16);
+}
+
+// A pool too small for everyone at once: sequences are preempted and recomputed, and every
+// request still streams exactly the tokens an unconstrained run gives.
+TEST(SchedulerTest, PreemptionUnderKvPressureKeepsOutputsExact) {
+  Outcome big, small;
+  for (auto* out : {&big, &small}) {
+    Scheduler s(Options(64, 16, 2));
+    s.AddWorker(1, Worker(out == &big ? 256 : 12));
+    for (RequestId id = 1; id <= 6; ++id) {
+      ASSERT_TRUE(s.AddRequest(Request(id, 6 + 3 * id, 16), 0).ok());
+    }
+    double now = 0;
+    Drain(s, 1, *out, now);
+    if (out == &small) {
+      EXPECT_GT(s.total_preemptions(), 0);
+      EXPECT_LE(s.max_preempted_in_row(), 3);
+    }
+  }
+  EXPECT_EQ(small.tokens, big.tokens);
+  for (RequestId id = 1; id <= 6; ++id) {
+    EXPECT_EQ(small.finished[id].reason, FinishReason::kLength);
+    EXPECT_EQ(small.tokens[id].size(), 16u);
+  }
+}
+
+TEST(SchedulerTest, HigherClassPreemptsLowerWhenItCannotBeAdmitted) {
+  SchedulerOptions o = Options();
+  o.max_running = 1;
+  Scheduler s(o);
+  s.AddWorker(1, Worker(64));
+  ASSERT_TRUE(s.AddRequest(Request(1, 4, 50, Priority::kLow), 0).ok());
+  auto p = s.Schedule(1, 0);
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 0).ok());
+  ASSERT_TRUE(s.AddRequest(Request(2, 4, 5, Priority::kHigh), 1).ok());
+  p = s.Schedule(1, 1);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 1u);
+  EXPECT_EQ(p->steps[0].seq_id, 2u);
+  EXPECT_EQ(s.state(1), SeqState::kPreempted);
+  EXPECT_EQ(p->free_seq_ids, (std::vector<RequestId>{1}));
+}
+
+// Aging: a low request under a steady stream of critical arrivals is admitted within the
+// bound (3 aging intervals for low → critical, plus the queue ahead of it).
+TEST(SchedulerTest, AgingBoundsTheWaitOfLowPriority) {
+  SchedulerOptions o = Options();
+  o.max_running = 1;
+  o.aging_interval = 5;
+  Scheduler s(o);
+  s.AddWorker(1, Worker(64));
+  ASSERT_TRUE(s.AddRequest(Request(1, 4, 1, Priority::kLow), 0).ok());
+  RequestId next = 100;
+  double admitted = -1;
+  std::deque<Plan> flight;
+  for (double now = 0; now < 200 && admitted < 0; now += 1) {
+    ASSERT_TRUE(s.AddRequest(Request(next++, 4, 1, Priority::kCritical), now).ok());
+    auto plan = s.Schedule(1, now);
+    if (!plan) continue;
+    for (const PlanStep& step : plan->steps) {
+      if (step.seq_id == 1) admitted = now;
+    }
+    ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), now).ok());
+    s.TakeEvents();
+  }
+  ASSERT_GE(admitted, 0) << "the low request starved";
+  EXPECT_LE(admitted, 3 * 5 + 1);
+}
+
+TEST(SchedulerTest, QueueLimitsGiveResourceExhausted) {
+  SchedulerOptions o = Options();
+  o.max_queued_requests = 2;
+  o.max_queued_prompt_tokens = 30;
+  Scheduler s(o);
+  ASSERT_TRUE(s.AddRequest(Request(1, 10, 4), 0).ok());
+  absl::Status st = s.AddRequest(Request(2, 25, 4), 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("10 prompt tokens waiting"), std::string::npos) << st;
+  ASSERT_TRUE(s.AddRequest(Request(3, 10, 4), 0).ok());
+  st = s.AddRequest(Request(4, 1, 4), 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(st.message().find("2 requests waiting (limit 2)"), std::string::npos) << st;
+}
+
+TEST(SchedulerTest, DeadlinesDropQueuedAndRunningRequests) {
+  SchedulerOptions o = Options();
+  o.max_running = 1;
+  Scheduler s(o);
+  s.AddWorker(1, Worker(16));
+  NewRequest running = Request(1, 4, 40);
+  running.deadline = 5;
+  NewRequest queued = Request(2, 4, 40);
+  queued.deadline = 3;
+  ASSERT_TRUE(s.AddRequest(running, 0).ok());
+  ASSERT_TRUE(s.AddRequest(queued, 0).ok());
+  auto p = s.Schedule(1, 0);
+  ASSERT_EQ(p->steps.size(), 1u) << "max_running 1 keeps request 2 queued";
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  s.TakeEvents();
+  EXPECT_LT(s.pool(1)->num_free(), 16);
+
+  p = s.Schedule(1, 4);  // past the queued request's deadline only
+  ASSERT_TRUE(p.has_value());
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 4).ok());
+  std::vector<Event> events = s.TakeEvents();
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].id, 2u);
+  EXPECT_EQ(events[0].reason, FinishReason::kDeadline);
+  EXPECT_EQ(events[1].kind, Event::Kind::kToken);
+
+  s.Schedule(1, 6);  // past the running request's deadline
+  events = s.TakeEvents();
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].id, 1u);
+  EXPECT_EQ(events[0].reason, FinishReason::kDeadline);
+  EXPECT_EQ(s.pool(1)->num_free(), 16);
+  EXPECT_FALSE(s.HasWork());
+}
+
+// Random arrivals of mixed sizes and classes, cancellations, deadlines, worker churn and
+// scripted results with overlap, against pools down to barely enough for one request.
+// Invariants are checked after every operation; every request finishes with exactly the
+// scripted tokens; the pools end fully free.
 TEST(SchedulerTest, RandomizedInvariants) {
   std::mt19937 rng(1234);
-  for (int round = 0; round < 20; ++round) {
-    SchedulerOptions o = Options(/*budget=*/1 + rng() % 64, /*chunk=*/1 + rng() % 32);
+  int64_t total_ops = 0, total_preemptions = 0;
+  for (int round = 0; round < 12; ++round) {
+    SchedulerOptions o = Options(/*budget=*/1 + rng() % 64, /*chunk=*/1 + rng() % 32,
+                                 /*in_flight=*/1 + rng() % 2);
     o.max_running = 1 + rng() % 8;
+    o.aging_interval = rng() % 2 ? 50 : 0;
     Scheduler s(o);
     const int32_t page_size = 1 + rng() % 8;
-    const int32_t pages = 64 / page_size + 1 + rng() % 32;
-    s.AddWorker(1, {.num_pages = pages, .page_size = page_size, .max_batch_tokens = 64});
+    const int32_t max_prompt = 40, max_new = 24;
+    // Barely enough for the largest request, up to a few times that.
+    const int32_t min_pages = (max_prompt + max_new + page_size - 1) / page_size;
+    const int32_t pages = min_pages + (round % 3 == 0 ? 0 : rng() % (2 * min_pages));
+    WorkerId next_worker = 1;
+    s.AddWorker(next_worker, Worker(pages, page_size));
+    std::deque<Plan> flight;
+    std::map<RequestId, std::vector<int32_t>> tokens;
+    std::map<RequestId, FinishReason> finished;
+    std::map<RequestId, int32_t> max_tokens;
     int next_id = 1;
-    int submitted = 0;
-    int finished = 0;
-    for (int op = 0; op < 1000 || s.HasWork(); ++op) {
-      ASSERT_LT(op, 100000) << "work never drains";
-      const int dice = rng() % 10;
-      if (op < 1000 && dice < 3) {
-        absl::Status st = s.AddRequest(Request(next_id++, 1 + rng() % 40, 1 + rng() % 24), op);
-        submitted += st.ok();
-      } else if (op < 1000 && dice == 3 && next_id > 1) {
-        s.Cancel(1 + rng() % (next_id - 1), op);
+    for (int op = 0; op < 1000 || s.HasWork() || !flight.empty(); ++op, ++total_ops) {
+      ASSERT_LT(op, 200000) << "work never drains";
+      const double now = op;
+      const int dice = rng() % 20;
+      if (op < 1000 && dice < 5) {
+        NewRequest r = Request(next_id++, 1 + rng() % max_prompt, 1 + rng() % max_new,
+                               static_cast<Priority>(rng() % kNumPriorities));
+        if (rng() % 10 == 0) r.deadline = now + rng() % 200;
+        max_tokens[r.id] = r.max_tokens;
+        if (s.AddRequest(r, now).ok()) tokens[r.id];
+      } else if (op < 1000 && dice == 5 && next_id > 1) {
+        s.Finish(1 + rng() % (next_id - 1), FinishReason::kCancelled, "test", now);
+      } else if (op < 1000 && dice == 6 && rng() % 20 == 0) {
+        s.RemoveWorker(next_worker);  // in-flight plans die with the worker
+        flight.clear();
+        s.AddWorker(++next_worker, Worker(pages, page_size));
       }
-      if (auto plan = s.Schedule(1, op)) {
+      while (auto plan = s.Schedule(next_worker, now)) {
         ASSERT_LE(plan->num_tokens, o.max_batch_tokens);
-        ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), op).ok());
+        flight.push_back(std::move(*plan));
       }
-      for (const Event& e : s.TakeEvents()) finished += e.kind == Event::Kind::kFinished;
-      ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+      if (!flight.empty() && rng() % 3 != 0) {
+        ASSERT_TRUE(
+            s.OnResult(next_worker, flight.front().iteration, Answer(flight.front()), now).ok());
+        flight.pop_front();
+      }
+      for (const Event& e : s.TakeEvents()) {
+        if (e.kind == Event::Kind::kToken) {
+          tokens[e.id].push_back(e.token);
+        } else {
+          finished[e.id] = e.reason;
+        }
+      }
+      ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants() << " at op " << op;
     }
-    EXPECT_EQ(finished, submitted);
-    EXPECT_EQ(s.pool(1)->num_free(), pages);
-    EXPECT_EQ(s.pool(1)->reserved(), 0);
+    for (const auto& [id, got] : tokens) {
+      ASSERT_TRUE(finished.count(id)) << "request " << id << " never finished";
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(got[i], ScriptedToken(id, static_cast<int32_t>(i))) << "request " << id;
+      }
+      if (finished[id] == FinishReason::kLength) {
+        EXPECT_EQ(got.size(), static_cast<size_t>(max_tokens[id]));
+      }
+    }
+    EXPECT_EQ(s.pool(next_worker)->num_free(), pages);
+    if (s.forced_preemptions() == 0) {
+      EXPECT_LE(s.max_preempted_in_row(), o.max_preemptions_in_row);
+    }
+    total_preemptions += s.total_preemptions();
   }
+  EXPECT_GE(total_ops, 10000);
+  EXPECT_GT(total_preemptions, 0) << "the small pools must force preemptions";
 }
 
 }  // namespace

@@ -1,0 +1,50 @@
+// Sequence: the scheduler core's record of one request while it is waiting or running.
+//
+// `tokens` = prompt + generated tokens whose values are known. The worker has KV for the first
+// `num_computed` positions (confirmed by results) and has been asked for `num_scheduled`
+// (>= num_computed; the difference is in plans still in flight). With overlap a sample may be
+// in flight: `pending_samples` tokens after tokens.size() are being sampled. While a sample is
+// pending the sequence has at most one unscheduled input: that very token, which the worker
+// feeds itself (feed_last_sampled).
+// `epoch` changes at every preemption so results from plans sent before it are ignored.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "scheduler/core/types.h"
+
+namespace pagoda::scheduler {
+
+enum class SeqState { kWaiting, kPrefilling, kDecoding, kPreempted };
+const char* SeqStateName(SeqState state);
+
+struct Sequence {
+  NewRequest request;
+  double arrival = 0;
+  std::vector<int32_t> tokens;
+  int32_t num_prompt = 0;
+  SeqState state = SeqState::kWaiting;
+
+  std::optional<WorkerId> worker;  // set while running
+  bool worker_knows = false;       // first_sight was sent to `worker`
+  std::vector<PageId> pages;       // block table on `worker`
+  int32_t pages_sent = 0;          // prefix of `pages` the worker has been told about
+  int32_t num_computed = 0;
+  int32_t num_scheduled = 0;
+  int32_t pending_samples = 0;
+  uint32_t epoch = 0;
+
+  int32_t preemptions = 0;       // total
+  int32_t preempted_in_row = 0;  // since the last generated token
+  RequestTimings timings;
+
+  int32_t generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
+  // Tokens the worker still has to take as input, counting a pending sample.
+  int32_t unscheduled() const {
+    return static_cast<int32_t>(tokens.size()) + pending_samples - num_scheduled;
+  }
+  Priority priority() const { return request.priority; }
+};
+
+}  // namespace pagoda::scheduler

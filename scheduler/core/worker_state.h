@@ -1,0 +1,37 @@
+// WorkerState: what the scheduler core keeps per attached worker (internal to scheduler/core).
+#pragma once
+
+#include <deque>
+#include <vector>
+
+#include "scheduler/core/block_pool.h"
+#include "scheduler/core/types.h"
+
+namespace pagoda::scheduler {
+
+// One step of a plan in flight, remembered until its result arrives.
+struct FlightEntry {
+  RequestId id;
+  uint32_t epoch;  // the sequence's epoch when planned; a preemption makes the entry stale
+  int32_t chunk;   // input tokens
+  bool sample;
+};
+
+struct FlightPlan {
+  uint64_t iteration;
+  std::vector<FlightEntry> entries;
+};
+
+struct WorkerState {
+  WorkerState(WorkerId worker_id, const WorkerInfo& worker_info)
+      : id(worker_id), info(worker_info), pool(worker_info.num_pages) {}
+  WorkerId id;
+  WorkerInfo info;
+  BlockPool pool;
+  std::vector<RequestId> running;        // admission order
+  std::deque<FlightPlan> flight;         // oldest first; results arrive in this order
+  uint64_t iteration = 0;                // of the last plan built
+  std::vector<RequestId> pending_frees;  // sequences the worker must forget
+};
+
+}  // namespace pagoda::scheduler
