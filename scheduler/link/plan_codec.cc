@@ -10,6 +10,7 @@ void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
     auto* s = out->add_steps();
     s->set_seq_id(step.seq_id);
     s->mutable_tokens()->Add(step.tokens.begin(), step.tokens.end());
+    s->set_feed_last_sampled(step.feed_last_sampled);
     s->set_start_pos(static_cast<uint32_t>(step.start_pos));
     for (PageId p : step.new_pages) s->add_new_pages(static_cast<uint32_t>(p));
     s->set_sample(step.sample);

@@ -26,11 +26,11 @@ absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestStream> s
   return absl::OkStatus();
 }
 
-void Engine::Cancel(RequestId id, const std::string& why) {
+void Engine::Finish(RequestId id, FinishReason reason, const std::string& why) {
   std::vector<Outgoing> outgoing;
   {
     absl::MutexLock lock(&mu_);
-    scheduler_.Cancel(id, clock_(), why);
+    scheduler_.Finish(id, reason, why, clock_());
     outgoing = PlanAndRouteLocked();
   }
   Send(std::move(outgoing));
@@ -98,7 +98,7 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
   Send(std::move(outgoing));
 }
 
-std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
+void Engine::RouteEventsLocked() {
   for (Event& e : scheduler_.TakeEvents()) {
     auto it = streams_.find(e.id);
     if (it == streams_.end()) continue;
@@ -109,13 +109,20 @@ std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
       streams_.erase(it);
     }
   }
+}
+
+std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
+  RouteEventsLocked();
   std::vector<Outgoing> outgoing;
   const double now = clock_();
   for (auto& [id, worker] : workers_) {
-    if (std::optional<Plan> plan = scheduler_.Schedule(id, now)) {
+    // Up to max_plans_in_flight plans per worker (overlap): keep asking until it says no.
+    while (std::optional<Plan> plan = scheduler_.Schedule(id, now)) {
       outgoing.push_back({worker.channel, std::move(*plan)});
     }
   }
+  // Scheduling may have finished requests (deadlines): route those events too.
+  RouteEventsLocked();
   return outgoing;
 }
 
@@ -130,6 +137,8 @@ EngineStatus Engine::Status() {
   EngineStatus status;
   status.waiting = scheduler_.num_waiting();
   status.running = scheduler_.num_running();
+  status.preempted = scheduler_.num_preempted();
+  status.preemptions_total = scheduler_.total_preemptions();
   for (const auto& [id, worker] : workers_) {
     const BlockPool* pool = scheduler_.pool(id);
     WorkerStatus w;

@@ -40,6 +40,8 @@ struct WorkerStatus {
 struct EngineStatus {
   size_t waiting = 0;
   size_t running = 0;
+  size_t preempted = 0;
+  int64_t preemptions_total = 0;
   std::vector<WorkerStatus> workers;
 };
 
@@ -50,7 +52,10 @@ class Engine {
 
   // Queues a request whose updates go to `stream`. Errors are the core's validation errors.
   absl::Status Submit(NewRequest request, std::shared_ptr<RequestStream> stream);
-  void Cancel(RequestId id, const std::string& why);
+  // Ends a request (client cancel, stop string, deadline) and frees its pages.
+  void Finish(RequestId id, FinishReason reason, const std::string& why);
+  // The engine's clock (seconds), the time base of NewRequest::deadline.
+  double Now() const { return clock_(); }
   RequestId NextRequestId();
 
   // Attaches a worker. `on_attached(id)` runs before any plan can reach the worker (it sends
@@ -79,6 +84,7 @@ class Engine {
 
   // Collects plans for every idle worker and routes core events; call with mu_ held.
   std::vector<Outgoing> PlanAndRouteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RouteEventsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Send(std::vector<Outgoing> outgoing);
 
   const std::function<double()> clock_;

@@ -6,6 +6,7 @@
 #include "common/detokenizer.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "scheduler/service/stop_matcher.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -15,6 +16,8 @@ namespace v1 = pagoda::v1;
 constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
 constexpr size_t kMaxClientIdBytes = 256;
 constexpr float kMaxTemperature = 100.0f;
+constexpr int kMaxStopStrings = 16;
+constexpr size_t kMaxStopBytes = 256;
 
 grpc::Status ToGrpc(const absl::Status& status) {
   // absl and gRPC share the canonical code numbering.
@@ -51,6 +54,12 @@ v1::FinishReason ToProto(FinishReason reason) {
       return v1::FINISH_REASON_CANCELLED;
     case FinishReason::kError:
       return v1::FINISH_REASON_ERROR;
+    case FinishReason::kContext:
+      return v1::FINISH_REASON_CONTEXT;
+    case FinishReason::kStopString:
+      return v1::FINISH_REASON_STOP_STRING;
+    case FinishReason::kDeadline:
+      return v1::FINISH_REASON_CANCELLED;  // the stream ends with DEADLINE_EXCEEDED instead
   }
   return v1::FINISH_REASON_UNSPECIFIED;
 }
@@ -71,12 +80,29 @@ absl::Status ValidateSampling(const v1::SamplingParams& p, SamplingParams* out) 
   return absl::OkStatus();
 }
 
+absl::Status ValidateStops(const v1::GenerateRequest& request) {
+  if (request.stop_size() > kMaxStopStrings) {
+    return Invalid(
+        absl::StrFormat("%d stop strings; the limit is %d", request.stop_size(), kMaxStopStrings));
+  }
+  for (const std::string& stop : request.stop()) {
+    if (stop.empty() || stop.size() > kMaxStopBytes || !common::IsValidUtf8(stop)) {
+      return Invalid(absl::StrFormat(
+          "each stop string must be valid UTF-8 of 1 to %d bytes; got one of %d bytes",
+          kMaxStopBytes, stop.size()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 void FillFinished(const Event& e, v1::Finished* out) {
   out->set_reason(ToProto(e.reason));
   out->mutable_usage()->set_prompt_tokens(e.prompt_tokens);
   out->mutable_usage()->set_completion_tokens(e.completion_tokens);
+  out->mutable_usage()->set_cached_tokens(e.cached_tokens);
   const RequestTimings& t = e.timings;
   auto* stats = out->mutable_stats();
+  stats->set_preemptions(e.preemptions);
   stats->set_e2e_seconds(t.finished - t.arrival);
   if (t.first_scheduled >= 0) stats->set_queue_seconds(t.first_scheduled - t.arrival);
   if (t.first_token >= 0) {
@@ -121,9 +147,7 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
                         "leaving no room to generate",
                         prompt, context));
   }
-  if (request.max_tokens() == 0) {
-    r.max_tokens = static_cast<int32_t>(context - prompt);
-  } else if (prompt + request.max_tokens() > context) {
+  if (prompt + request.max_tokens() > context) {
     return Invalid(
         absl::StrFormat("prompt (%d tokens) + max_tokens (%d) exceeds the model "
                         "context of %d tokens",
@@ -132,6 +156,7 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
     r.max_tokens = static_cast<int32_t>(request.max_tokens());
   }
   if (absl::Status s = ValidateSampling(request.sampling(), &r.sampling); !s.ok()) return s;
+  if (absl::Status s = ValidateStops(request); !s.ok()) return s;
   for (int32_t id : request.stop_token_ids()) {
     if (id < 0 || id >= vocab) {
       return Invalid(
@@ -156,53 +181,89 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   absl::StatusOr<NewRequest> r = Validate(*request);
   if (!r.ok()) return ToGrpc(r.status());
   r->id = engine_->NextRequestId();
+  const auto deadline = context->deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    const std::chrono::duration<double> left = deadline - std::chrono::system_clock::now();
+    r->deadline = engine_->Now() + left.count();
+  }
   auto stream = std::make_shared<RequestStream>();
   if (absl::Status s = engine_->Submit(*r, stream); !s.ok()) return ToGrpc(s);
-  return Stream(context, *r, request->request_id(), std::move(stream), writer);
+  return Stream(context, *r, *request, std::move(stream), writer);
 }
 
 grpc::Status GenerationService::Stream(grpc::ServerContext* context, const NewRequest& request,
-                                       const std::string& client_id,
+                                       const v1::GenerateRequest& proto,
                                        std::shared_ptr<RequestStream> stream,
                                        grpc::ServerWriter<v1::GenerateResponse>* writer) {
   common::StreamingDetokenizer detok(model_->tokenizer);
+  StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
+  std::string matched_stop;  // set once a stop string matched; later tokens are dropped
+  int32_t sent_tokens = 0;
   for (;;) {
     RequestStream::Update update = stream->Wait(kPollInterval);
     if (context->IsCancelled()) {
       const bool expired = context->deadline() <= std::chrono::system_clock::now();
-      engine_->Cancel(request.id, expired ? "deadline exceeded" : "cancelled by the client");
+      engine_->Finish(request.id, expired ? FinishReason::kDeadline : FinishReason::kCancelled,
+                      expired ? "deadline exceeded" : "cancelled by the client");
       return expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
                      : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
     }
-    if (update.tokens.empty() && !update.finished) continue;
     v1::GenerateResponse response;
-    response.set_request_id(client_id);
+    response.set_request_id(proto.request_id());
     std::string text;
     for (int32_t t : update.tokens) {
+      if (!matched_stop.empty()) break;
       response.add_token_ids(t);
-      text += detok.Push(t);
+      ++sent_tokens;
+      StopMatcher::Result m = stops.Push(detok.Push(t));
+      text += m.text;
+      if (m.matched) {
+        matched_stop = m.stop;
+        engine_->Finish(request.id, FinishReason::kStopString, "");
+      }
     }
+    std::optional<Event> final;
     if (update.finished) {
-      text += detok.Flush();
-      FillFinished(*update.finished, response.mutable_finished());
+      final = std::move(update.finished);
+      if (matched_stop.empty()) {
+        text += stops.Push(detok.Flush()).text + stops.Flush();
+      } else {
+        // The match wins even when the core finished for another reason in the same
+        // iteration; tokens past the match were never sent.
+        final->reason = FinishReason::kStopString;
+        final->completion_tokens = sent_tokens;
+      }
+      FillFinished(*final, response.mutable_finished());
+      response.mutable_finished()->set_matched_stop(matched_stop);
     }
+    if (response.token_ids_size() == 0 && !final) continue;
     response.set_text(std::move(text));
     if (!writer->Write(response)) {
-      engine_->Cancel(request.id, "the client went away");
+      engine_->Finish(request.id, FinishReason::kCancelled, "the client went away");
       return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
     }
-    if (!update.finished) continue;
-    const Event& e = *update.finished;
-    PAGODA_LOG(kInfo, "request", "id=%d client_id=%s prompt=%d completion=%d finish=%s e2e=%.3fs",
-               request.id, client_id, e.prompt_tokens, e.completion_tokens,
-               FinishReasonName(e.reason), e.timings.finished - e.timings.arrival);
-    if (e.reason == FinishReason::kError) {
+    if (final) return FinalStatus(request, proto.request_id(), *final);
+  }
+}
+
+grpc::Status GenerationService::FinalStatus(const NewRequest& request, const std::string& client_id,
+                                            const Event& e) {
+  const RequestTimings& t = e.timings;
+  PAGODA_LOG(kInfo, "request",
+             "id=%d client_id=%s prompt=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
+             "ttft=%.3fs e2e=%.3fs",
+             request.id, client_id, e.prompt_tokens, e.completion_tokens, e.preemptions,
+             FinishReasonName(e.reason), t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
+             t.first_token >= 0 ? t.first_token - t.arrival : 0, t.finished - t.arrival);
+  switch (e.reason) {
+    case FinishReason::kError:
       return grpc::Status(grpc::StatusCode::INTERNAL, e.message);
-    }
-    if (e.reason == FinishReason::kCancelled) {
+    case FinishReason::kCancelled:
       return grpc::Status(grpc::StatusCode::CANCELLED, e.message);
-    }
-    return grpc::Status::OK;
+    case FinishReason::kDeadline:
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, e.message);
+    default:
+      return grpc::Status::OK;
   }
 }
 
@@ -240,6 +301,8 @@ grpc::Status GenerationService::GetServerStatus(grpc::ServerContext* context,
   EngineStatus s = engine_->Status();
   response->set_requests_waiting(static_cast<uint32_t>(s.waiting));
   response->set_requests_running(static_cast<uint32_t>(s.running));
+  response->set_requests_preempted(static_cast<uint32_t>(s.preempted));
+  response->set_preemptions_total(static_cast<uint64_t>(s.preemptions_total));
   for (const WorkerStatus& w : s.workers) {
     auto* out = response->add_workers();
     out->set_worker_id(w.id);

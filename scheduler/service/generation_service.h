@@ -33,8 +33,11 @@ class GenerationService final : public pagoda::v1::Generation::Service {
 
  private:
   grpc::Status Stream(grpc::ServerContext* context, const NewRequest& request,
-                      const std::string& client_id, std::shared_ptr<RequestStream> stream,
+                      const pagoda::v1::GenerateRequest& proto,
+                      std::shared_ptr<RequestStream> stream,
                       grpc::ServerWriter<pagoda::v1::GenerateResponse>* writer);
+  // Logs the request's completion line and maps its finish reason to the stream's status.
+  grpc::Status FinalStatus(const NewRequest& request, const std::string& client_id, const Event& e);
 
   Engine* engine_;
   const ServedModel* model_;

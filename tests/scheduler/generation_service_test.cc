@@ -50,7 +50,7 @@ TEST_F(ValidateTest, AcceptsAndResolvesDefaults) {
   absl::StatusOr<NewRequest> out = service_->Validate(r);
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->prompt, (std::vector<int32_t>{1, 403, 407, 261, 378}));
-  EXPECT_EQ(out->max_tokens, 512 - 5) << "max_tokens 0 means up to the context";
+  EXPECT_EQ(out->max_tokens, 0) << "0 means up to the context; the scheduler stops there";
   EXPECT_EQ(out->priority, Priority::kHigh);
   EXPECT_EQ(out->sampling.top_p, 1.0f);
 }

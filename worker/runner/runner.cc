@@ -33,6 +33,13 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
           absl::StrFormat("plan %d names sequence %d, which this worker does not know",
                           plan.iteration(), step.seq_id()));
     }
+    if (step.feed_last_sampled()) {
+      if (it->second.last_sampled < 0 || step.tokens_size() != 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "sequence %d: feed_last_sampled needs a previous sample and no tokens", step.seq_id()));
+      }
+      it->second.fed_token = it->second.last_sampled;
+    }
     for (uint32_t page : step.new_pages()) {
       if (page >= static_cast<uint32_t>(backend_->num_pages())) {
         return absl::InvalidArgumentError(
@@ -46,7 +53,9 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
   for (const wv1::SequenceStep& step : plan.steps()) {
     const SeqState& s = seqs_.at(step.seq_id());
     SeqInput in;
-    in.tokens = std::span<const int32_t>(step.tokens().data(), step.tokens_size());
+    in.tokens = step.feed_last_sampled()
+                    ? std::span<const int32_t>(&s.fed_token, 1)
+                    : std::span<const int32_t>(step.tokens().data(), step.tokens_size());
     in.start_pos = static_cast<int32_t>(step.start_pos());
     in.pages = s.pages;
     in.want_logits = step.sample();
@@ -77,6 +86,7 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
     auto* out = result.add_sampled();
     out->set_seq_id(step.seq_id());
     out->set_token_id(Sample(logits, samplers[row], step.sample_index()));
+    seqs_.at(step.seq_id()).last_sampled = out->token_id();
     ++row;
   }
   result.set_forward_seconds(absl::ToDoubleSeconds(t1 - t0));

@@ -1,8 +1,10 @@
 // Runner: executes IterationPlans on a Backend and samples.
 //
-// State per live sequence: its block table (grown by each plan's new_pages) and its sampling
-// parameters (sent on first sight). The scheduler owns the page ids; the runner only checks
-// them. A plan that cannot be executed yields a result with `error` set, never a crash.
+// State per live sequence: its block table (grown by each plan's new_pages), its sampling
+// parameters (sent on first sight) and its last sampled token, which a feed_last_sampled step
+// takes as input (the scheduler sent that plan before it saw the token: overlap). The scheduler
+// owns the page ids; the runner only checks them. A plan that cannot be executed yields a result
+// with `error` set, never a crash.
 #pragma once
 
 #include <memory>
@@ -31,6 +33,8 @@ class Runner {
   struct SeqState {
     std::vector<int32_t> pages;  // block table
     SamplingParams sampling;
+    int32_t last_sampled = -1;  // fed back by feed_last_sampled steps (overlap)
+    int32_t fed_token = -1;     // storage the batch's token span points at
   };
   // Applies frees and page deltas and builds the batch; `samplers` gets the sampling
   // parameters of each sampling step, in plan order.
