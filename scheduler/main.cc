@@ -1,7 +1,9 @@
 // pagoda-scheduler: the public gRPC API, continuous batching and the KV page tables.
 //
 //   pagoda-scheduler --listen HOST:PORT --model PATH [--max-batch-tokens N] [--max-running N]
-//                    [--max-prefill-chunk N] [--log-level info]
+//                    [--max-prefill-chunk N] [--max-queued-requests N]
+//                    [--max-queued-prompt-tokens N] [--aging-interval-s S]
+//                    [--max-preemptions-in-row N] [--max-plans-in-flight N] [--log-level info]
 #include <csignal>
 #include <cstdio>
 #include <string>
@@ -18,6 +20,17 @@ ABSL_FLAG(std::string, model, "", "GGUF model file (the workers must load the sa
 ABSL_FLAG(int32_t, max_batch_tokens, 2048, "input tokens per iteration per worker");
 ABSL_FLAG(int32_t, max_running, 256, "running sequences per worker");
 ABSL_FLAG(int32_t, max_prefill_chunk, 512, "prefill tokens per sequence per iteration");
+ABSL_FLAG(int32_t, max_queued_requests, 4096,
+          "requests waiting at most; past it new requests get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
+          "prompt tokens waiting at most; past it new requests get RESOURCE_EXHAUSTED");
+ABSL_FLAG(double, aging_interval_s, 10,
+          "seconds of waiting that raise a request one priority class (bounds the wait of low "
+          "priority under a stream of higher ones); 0 = off");
+ABSL_FLAG(int32_t, max_preemptions_in_row, 3,
+          "times a sequence may be preempted without generating a token before it is spared");
+ABSL_FLAG(int32_t, max_plans_in_flight, 2,
+          "plans per worker in flight: 2 overlaps planning with execution, 1 turns overlap off");
 ABSL_FLAG(double, shutdown_grace_s, 5, "seconds in-flight calls get after SIGTERM/SIGINT");
 ABSL_FLAG(std::string, port_file, "",
           "after binding, write the port here (for --listen HOST:0 in scripts and tests)");
@@ -49,9 +62,21 @@ int main(int argc, char** argv) {
   options.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
   options.scheduler.max_prefill_chunk = absl::GetFlag(FLAGS_max_prefill_chunk);
-  if (options.scheduler.max_batch_tokens <= 0 || options.scheduler.max_running <= 0 ||
-      options.scheduler.max_prefill_chunk <= 0) {
-    return Fail("--max-batch-tokens, --max-running and --max-prefill-chunk must be positive");
+  options.scheduler.max_queued_requests = absl::GetFlag(FLAGS_max_queued_requests);
+  options.scheduler.max_queued_prompt_tokens = absl::GetFlag(FLAGS_max_queued_prompt_tokens);
+  options.scheduler.aging_interval = absl::GetFlag(FLAGS_aging_interval_s);
+  options.scheduler.max_preemptions_in_row = absl::GetFlag(FLAGS_max_preemptions_in_row);
+  options.scheduler.max_plans_in_flight = absl::GetFlag(FLAGS_max_plans_in_flight);
+  const auto& o = options.scheduler;
+  if (o.max_batch_tokens <= 0 || o.max_running <= 0 || o.max_prefill_chunk <= 0 ||
+      o.max_queued_requests <= 0 || o.max_queued_prompt_tokens <= 0 ||
+      o.max_preemptions_in_row <= 0) {
+    return Fail(
+        "--max-batch-tokens, --max-running, --max-prefill-chunk, --max-queued-requests, "
+        "--max-queued-prompt-tokens and --max-preemptions-in-row must be positive");
+  }
+  if (o.max_plans_in_flight < 1 || o.max_plans_in_flight > 2) {
+    return Fail("--max-plans-in-flight must be 1 (no overlap) or 2");
   }
 
   auto model = pagoda::scheduler::LoadServedModel(model_path);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
@@ -39,6 +40,11 @@ std::string ReadPort(const std::string& path, ChildProcess& scheduler) {
 
 std::unique_ptr<Cluster> Cluster::Start(const ClusterOptions& options, std::string* error) {
   static int counter = 0;
+  // CPU workers parallelize with OpenMP, whose threads spin between parallel regions. Tests
+  // run several clusters at once on few cores, where spinning workers starve each other (a
+  // 0.4 s test took minutes): let idle threads sleep. Inherited by the children; a value the
+  // caller set wins.
+  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   std::unique_ptr<Cluster> c(new Cluster());
   c->dir_ = MakeTempDir(absl::StrCat("cluster", counter++));
   const std::string bin = BinDir();
@@ -98,10 +104,22 @@ std::string Cluster::Logs() const {
   return out;
 }
 
-Generation Cluster::Generate(const pagoda::v1::GenerateRequest& request) {
+bool MakeRandomModel(const std::string& path, const std::vector<std::string>& shape,
+                     std::string* error) {
+  std::vector<std::string> args = {BinDir() + "/pagoda-make-model", "--output", path};
+  args.insert(args.end(), shape.begin(), shape.end());
+  ChildProcess make(args, path + ".log");
+  if (!make.Start() || make.Wait(absl::Seconds(60)) != 0) {
+    *error = "pagoda-make-model failed:\n" + make.Log();
+    return false;
+  }
+  return true;
+}
+
+Generation Cluster::Generate(const pagoda::v1::GenerateRequest& request, absl::Duration timeout) {
   Generation g;
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   auto reader = stub_->Generate(&ctx, request);
   pagoda::v1::GenerateResponse resp;
   while (reader->Read(&resp)) {

@@ -33,6 +33,11 @@ struct Generation {
 // A fresh directory under the test's temp dir.
 std::string MakeTempDir(const std::string& name);
 
+// Writes a random-weight GGUF with pagoda-make-model; `shape` are its flags (--layers 2 ...).
+// Returns false with the tool's log in `error`.
+bool MakeRandomModel(const std::string& path, const std::vector<std::string>& shape,
+                     std::string* error);
+
 class Cluster {
  public:
   static std::unique_ptr<Cluster> Start(const ClusterOptions& options, std::string* error);
@@ -44,7 +49,9 @@ class Cluster {
   ChildProcess& worker(int i) { return *workers_[i]; }
   std::string Logs() const;
 
-  Generation Generate(const pagoda::v1::GenerateRequest& request);
+  // One Generate call, read to the end; `timeout` becomes the gRPC deadline.
+  Generation Generate(const pagoda::v1::GenerateRequest& request,
+                      absl::Duration timeout = absl::Seconds(120));
   pagoda::v1::ServerStatus Status();
   // Polls until nothing runs or waits and every worker's pages are free.
   bool WaitIdleAndFree(absl::Duration timeout);

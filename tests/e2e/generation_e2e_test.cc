@@ -8,52 +8,12 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "tests/e2e/cluster.h"
-#include "tests/testing/test_models.h"
+#include "tests/e2e/trained_model.h"
 
 namespace pagoda::testing {
 namespace {
 
 namespace v1 = pagoda::v1;
-
-v1::GenerateRequest TextRequest(const std::string& prompt, uint32_t max_tokens) {
-  v1::GenerateRequest r;
-  r.set_text(prompt);
-  r.set_max_tokens(max_tokens);
-  return r;
-}
-
-nlohmann::json LoadGolden(const std::string& path) {
-  std::ifstream in(path);
-  return nlohmann::json::parse(in);
-}
-
-class TrainedModelTest : public ::testing::Test {
- protected:
-  void StartCluster(std::vector<std::string> scheduler_flags = {},
-                    std::vector<std::string> worker_flags = {}) {
-    ClusterOptions options;
-    options.model = *model_;
-    options.scheduler_flags = std::move(scheduler_flags);
-    options.worker_flags = std::move(worker_flags);
-    std::string error;
-    cluster_ = Cluster::Start(options, &error);
-    ASSERT_NE(cluster_, nullptr) << error;
-  }
-
-  void SetUp() override {
-    model_ = TestModelFile("stories260K-f32.gguf");
-    golden_ = TestModelFile("golden.json");
-    if (!model_ || !golden_) {
-      GTEST_SKIP() << "stories260K-f32.gguf / golden.json not found: set PAGODA_TEST_MODELS "
-                      "(default ../shared/models from the project root)";
-    }
-  }
-
-  std::optional<std::string> model_;
-  std::optional<std::string> golden_;
-  std::unique_ptr<Cluster> cluster_;
-};
 
 // (a) Greedy generations equal llama.cpp's, token for token, through every process.
 TEST_F(TrainedModelTest, GoldenGreedyGenerations) {
@@ -255,13 +215,13 @@ TEST_F(TrainedModelTest, WorkerWithOtherModelIsRefused) {
 TEST(RandomModelTest, SeededSamplingIsReproducible) {
   const std::string dir = MakeTempDir("random");
   const std::string model = dir + "/random.gguf";
-  ChildProcess make({BinDir() + "/pagoda-make-model", "--output", model, "--layers", "2", "--dim",
-                     "64", "--heads", "4", "--kv-heads", "2", "--ffn-dim", "128", "--vocab", "600",
-                     "--context", "256", "--seed", "3"},
-                    dir + "/make.log");
-  ASSERT_TRUE(make.Start());
-  ASSERT_EQ(make.Wait(absl::Seconds(30)), 0) << make.Log();
   std::string error;
+  ASSERT_TRUE(
+      MakeRandomModel(model,
+                      {"--layers", "2", "--dim", "64", "--heads", "4", "--kv-heads", "2",
+                       "--ffn-dim", "128", "--vocab", "600", "--context", "256", "--seed", "3"},
+                      &error))
+      << error;
   ClusterOptions options;
   options.model = model;
   auto cluster = Cluster::Start(options, &error);

@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
@@ -28,6 +29,9 @@ ABSL_FLAG(int32_t, top_k, 0, "0 = off");
 ABSL_FLAG(float, top_p, 1, "1 = off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
 ABSL_FLAG(std::string, stop_token_ids, "", "comma-separated token ids that end generation");
+ABSL_FLAG(std::vector<std::string>, stop, {},
+          "comma-separated stop strings: generation ends before the first match, which is not "
+          "printed");
 ABSL_FLAG(std::string, priority, "normal", "low, normal, high or critical");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
 ABSL_FLAG(std::string, request_id, "", "client request id, echoed back");
@@ -63,6 +67,10 @@ const char* ReasonName(v1::FinishReason r) {
       return "cancelled";
     case v1::FINISH_REASON_ERROR:
       return "error";
+    case v1::FINISH_REASON_CONTEXT:
+      return "context";
+    case v1::FINISH_REASON_STOP_STRING:
+      return "stop_string";
     default:
       return "unspecified";
   }
@@ -86,6 +94,7 @@ bool BuildRequest(v1::GenerateRequest* req, std::string* error) {
     }
     req->add_stop_token_ids(id);
   }
+  for (const std::string& stop : absl::GetFlag(FLAGS_stop)) req->add_stop(stop);
   const std::string p = absl::GetFlag(FLAGS_priority);
   std::string upper;
   for (char c : p) upper += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
@@ -102,12 +111,15 @@ json FinishedJson(const v1::Finished& f) {
   return json{{"finish_reason", ReasonName(f.reason())},
               {"usage",
                {{"prompt_tokens", f.usage().prompt_tokens()},
-                {"completion_tokens", f.usage().completion_tokens()}}},
+                {"completion_tokens", f.usage().completion_tokens()},
+                {"cached_tokens", f.usage().cached_tokens()}}},
+              {"matched_stop", f.matched_stop()},
               {"stats",
                {{"queue_seconds", f.stats().queue_seconds()},
                 {"time_to_first_token_s", f.stats().time_to_first_token_s()},
                 {"mean_time_per_output_token_s", f.stats().mean_time_per_output_token_s()},
-                {"e2e_seconds", f.stats().e2e_seconds()}}}};
+                {"e2e_seconds", f.stats().e2e_seconds()},
+                {"preemptions", f.stats().preemptions()}}}};
 }
 
 int Generate(v1::Generation::Stub& stub) {
