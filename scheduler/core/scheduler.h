@@ -123,6 +123,7 @@ class Scheduler {
   int64_t forced_preemptions_ = 0;
   int32_t max_preempted_in_row_ = 0;
   std::vector<Event> events_;
+  std::vector<Sequence*> scratch_running_;  // ScheduleRunning's copy, kept for its capacity
   // The plan Schedule is building, so that Preempt can take a victim's step back out of it.
   struct Building {
     Plan* plan = nullptr;
