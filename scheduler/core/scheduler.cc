@@ -1,6 +1,7 @@
 #include "scheduler/core/scheduler.h"
 
 #include <algorithm>
+#include <tuple>
 
 #include "absl/strings/str_format.h"
 
@@ -264,6 +265,7 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     std::optional<RequestQueue::Entry> entry = waiting_.Peek(now);
     if (!entry) return;
     Sequence& s = *seqs_.at(entry->id);
+    if (!IsPlacedOn(w, s)) return;  // the head waits for a better worker's next plan
     const int entry_class = waiting_.EffectiveClass(*entry, now);
     const int32_t chunk = std::min({s.unscheduled(), budget.tokens, options_.max_prefill_chunk});
     const int32_t pages = CeilDiv(chunk, w.info.page_size);
@@ -282,6 +284,25 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     if (s.timings.first_scheduled < 0) s.timings.first_scheduled = now;
     AddStep(w, s, plan, budget, /*may_preempt=*/false);
   }
+}
+
+bool Scheduler::IsPlacedOn(const WorkerState& w, const Sequence& s) const {
+  // The worker with a free running slot and the most free KV (in tokens, so page sizes may
+  // differ), then the fewest running, then the lowest id; among workers the whole request
+  // fits on.
+  auto key = [&](const WorkerState& x) {
+    const bool slot = x.running.size() < static_cast<size_t>(options_.max_running);
+    const int64_t free = int64_t{x.pool.num_free()} * x.info.page_size;
+    return std::make_tuple(slot, free, -static_cast<int64_t>(x.running.size()),
+                           -static_cast<int64_t>(x.id));
+  };
+  if (workers_.size() == 1) return true;
+  const WorkerState* best = nullptr;
+  for (const auto& [id, x] : workers_) {
+    if (CeilDiv(MaxPositions(s), x->info.page_size) > x->info.num_pages) continue;
+    if (best == nullptr || key(*x) > key(*best)) best = x.get();
+  }
+  return best == &w;
 }
 
 bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt) {

@@ -13,6 +13,9 @@
 // keeping its tokens; on resume it recomputes prompt + generated tokens. A higher-class request
 // that cannot otherwise be admitted preempts lower-class running sequences the same way.
 //
+// Placement: with several workers, a new (or re-queued) sequence goes to the worker with the
+// most free KV, ties to the fewest running; other workers leave it queued.
+//
 // Overlap: up to `max_plans_in_flight` plans per worker. A decode whose input is the token
 // sampled by a plan still in flight says feed_last_sampled; stop checks then lag one plan.
 //
@@ -103,6 +106,7 @@ class Scheduler {
   void ExpireDeadlines(double now);
   void ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes);
   void AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double now);
+  bool IsPlacedOn(const WorkerState& w, const Sequence& s) const;
   bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt);
   bool EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt);
   Sequence* PickVictim(WorkerState& w, int below_class, double now);

@@ -339,10 +339,10 @@ TEST(SchedulerTest, DeadlinesDropQueuedAndRunningRequests) {
   EXPECT_FALSE(s.HasWork());
 }
 
-// Random arrivals of mixed sizes and classes, cancellations, deadlines, worker churn and
-// scripted results with overlap, against pools down to barely enough for one request.
-// Invariants are checked after every operation; every request finishes with exactly the
-// scripted tokens; the pools end fully free.
+// Random arrivals of mixed sizes and classes, cancellations, deadlines, worker churn (1 to 3
+// workers; one dies now and then with its plans in flight) and scripted results with overlap,
+// against pools down to barely enough for one request. Invariants are checked after every
+// operation; every request finishes with exactly the scripted tokens; the pools end free.
 TEST(SchedulerTest, RandomizedInvariants) {
   std::mt19937 rng(1234);
   int64_t total_ops = 0, total_preemptions = 0;
@@ -357,14 +357,24 @@ TEST(SchedulerTest, RandomizedInvariants) {
     // Barely enough for the largest request, up to a few times that.
     const int32_t min_pages = (max_prompt + max_new + page_size - 1) / page_size;
     const int32_t pages = min_pages + (round % 3 == 0 ? 0 : rng() % (2 * min_pages));
-    WorkerId next_worker = 1;
-    s.AddWorker(next_worker, Worker(pages, page_size));
-    std::deque<Plan> flight;
+    const int num_workers = 1 + round % 3;
+    WorkerId next_worker = 0;
+    std::map<WorkerId, std::deque<Plan>> flights;  // live workers and their plans in flight
+    for (int i = 0; i < num_workers; ++i) {
+      s.AddWorker(++next_worker, Worker(pages, page_size));
+      flights[next_worker];
+    }
     std::map<RequestId, std::vector<int32_t>> tokens;
     std::map<RequestId, FinishReason> finished;
     std::map<RequestId, int32_t> max_tokens;
     int next_id = 1;
-    for (int op = 0; op < 1000 || s.HasWork() || !flight.empty(); ++op, ++total_ops) {
+    auto busy = [&] {
+      for (const auto& [w, f] : flights) {
+        if (!f.empty()) return true;
+      }
+      return s.HasWork();
+    };
+    for (int op = 0; op < 1000 || busy(); ++op, ++total_ops) {
       ASSERT_LT(op, 200000) << "work never drains";
       const double now = op;
       const int dice = rng() % 20;
@@ -377,17 +387,24 @@ TEST(SchedulerTest, RandomizedInvariants) {
       } else if (op < 1000 && dice == 5 && next_id > 1) {
         s.Finish(1 + rng() % (next_id - 1), FinishReason::kCancelled, "test", now);
       } else if (op < 1000 && dice == 6 && rng() % 20 == 0) {
-        s.RemoveWorker(next_worker);  // in-flight plans die with the worker
-        flight.clear();
+        // A worker dies with its plans in flight; a fresh one replaces it.
+        auto victim = std::next(flights.begin(), rng() % flights.size());
+        s.RemoveWorker(victim->first);
+        flights.erase(victim);
         s.AddWorker(++next_worker, Worker(pages, page_size));
+        flights[next_worker];
       }
-      while (auto plan = s.Schedule(next_worker, now)) {
-        ASSERT_LE(plan->num_tokens, o.max_batch_tokens);
-        flight.push_back(std::move(*plan));
+      for (auto& [w, flight] : flights) {
+        while (auto plan = s.Schedule(w, now)) {
+          ASSERT_LE(plan->num_tokens, o.max_batch_tokens);
+          flight.push_back(std::move(*plan));
+        }
       }
-      if (!flight.empty() && rng() % 3 != 0) {
+      auto answering = std::next(flights.begin(), rng() % flights.size());
+      if (std::deque<Plan>& flight = answering->second; !flight.empty() && rng() % 3 != 0) {
         ASSERT_TRUE(
-            s.OnResult(next_worker, flight.front().iteration, Answer(flight.front()), now).ok());
+            s.OnResult(answering->first, flight.front().iteration, Answer(flight.front()), now)
+                .ok());
         flight.pop_front();
       }
       for (const Event& e : s.TakeEvents()) {
@@ -408,7 +425,7 @@ TEST(SchedulerTest, RandomizedInvariants) {
         EXPECT_EQ(got.size(), static_cast<size_t>(max_tokens[id]));
       }
     }
-    EXPECT_EQ(s.pool(next_worker)->num_free(), pages);
+    for (const auto& [w, flight] : flights) EXPECT_EQ(s.pool(w)->num_free(), pages);
     if (s.forced_preemptions() == 0) {
       EXPECT_LE(s.max_preempted_in_row(), o.max_preemptions_in_row);
     }
@@ -416,6 +433,41 @@ TEST(SchedulerTest, RandomizedInvariants) {
   }
   EXPECT_GE(total_ops, 10000);
   EXPECT_GT(total_preemptions, 0) << "the small pools must force preemptions";
+}
+
+// Placement: a new sequence goes to the worker with the most free KV, ties to the fewest
+// running; a worker too small for the request never gets it.
+TEST(SchedulerTest, PlacementPrefersMostFreeKvThenFewestRunning) {
+  Scheduler s(Options());
+  s.AddWorker(1, Worker(16));
+  s.AddWorker(2, Worker(32));
+  s.AddWorker(3, Worker(8));  // 32 tokens: too small for request 1 (prompt 30 + 10)
+  ASSERT_TRUE(s.AddRequest(Request(1, 30, 10), 0).ok());
+  EXPECT_FALSE(s.Schedule(1, 0).has_value()) << "worker 2 has more free KV";
+  EXPECT_FALSE(s.Schedule(3, 0).has_value()) << "request 1 does not fit on worker 3";
+  auto p = s.Schedule(2, 0);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->steps[0].seq_id, 1u);
+  // Worker 2 now has 32 - 8 = 24 pages (96 tokens) free; worker 1 has 64 tokens, worker 3
+  // 32: request 2 goes to worker 2 again.
+  ASSERT_TRUE(s.AddRequest(Request(2, 4, 4), 1).ok());
+  EXPECT_FALSE(s.Schedule(1, 1).has_value());
+  ASSERT_TRUE(s.OnResult(2, p->iteration, Answer(*p), 1).ok());
+  p = s.Schedule(2, 1);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->steps.size(), 2u);
+  // Equal free KV: the worker with fewer running sequences.
+  Scheduler t(Options());
+  t.AddWorker(1, Worker(16));
+  t.AddWorker(2, Worker(16));
+  ASSERT_TRUE(t.AddRequest(Request(1, 4, 4), 0).ok());
+  ASSERT_TRUE(t.Schedule(1, 0).has_value()) << "a tie goes to the lowest id";
+  ASSERT_TRUE(t.AddRequest(Request(2, 4, 4), 0).ok());
+  // Worker 1 holds one page now; worker 2 has more free KV and fewer running.
+  EXPECT_FALSE(t.Schedule(1, 0).has_value());
+  auto q = t.Schedule(2, 0);
+  ASSERT_TRUE(q.has_value());
+  EXPECT_EQ(q->steps[0].seq_id, 2u);
 }
 
 }  // namespace
