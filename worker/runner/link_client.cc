@@ -3,8 +3,11 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
+#include <thread>
 
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "common/link_token.h"
 #include "common/log.h"
 #include "pagoda/worker/v1/worker_link.grpc.pb.h"
 
@@ -49,6 +52,9 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
       grpc::CreateChannel(options_.scheduler_address, grpc::InsecureChannelCredentials());
   auto stub = wv1::WorkerLink::NewStub(channel);
   grpc::ClientContext context;
+  if (!options_.link_token.empty()) {
+    context.AddMetadata(common::kLinkTokenMetadataKey, options_.link_token);
+  }
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return absl::OkStatus();
@@ -69,6 +75,23 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
     *attached = true;
     PAGODA_LOG(kInfo, "worker", "attached to %s as worker %d", options_.scheduler_address,
                msg.accepted().worker_id());
+    // gRPC allows one write at a time on a stream: results and heartbeats share a lock.
+    absl::Mutex write_mu;
+    auto write = [&](const wv1::WorkerMessage& m) {
+      absl::MutexLock lock(&write_mu);
+      return stream->Write(m);
+    };
+    absl::Notification stop_heartbeats;
+    std::thread heartbeats;
+    if (const uint32_t ms = msg.accepted().heartbeat_interval_ms(); ms > 0) {
+      heartbeats = std::thread([&, ms] {
+        wv1::WorkerMessage beat;
+        beat.mutable_heartbeat();
+        while (!stop_heartbeats.WaitForNotificationWithTimeout(absl::Milliseconds(ms))) {
+          if (!write(beat)) return;
+        }
+      });
+    }
     while (stream->Read(&msg)) {
       if (!msg.has_plan()) continue;
       wv1::WorkerMessage out;
@@ -77,8 +100,10 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
         PAGODA_LOG(kError, "worker", "plan %d failed: %s", msg.plan().iteration(),
                    out.result().error());
       }
-      if (!stream->Write(out)) break;
+      if (!write(out)) break;
     }
+    stop_heartbeats.Notify();
+    if (heartbeats.joinable()) heartbeats.join();
   }
   stream->WritesDone();
   grpc::Status status = stream->Finish();

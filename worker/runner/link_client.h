@@ -3,7 +3,9 @@
 // Dials the scheduler, registers, then executes plans in order and answers each with a result.
 // While the scheduler is unreachable, or after the stream breaks, it retries with backoff and
 // starts over with no sequence state (the scheduler re-sends everything on first sight). A
-// refusal (fingerprint mismatch, bad registration) is final: Run() returns the error.
+// refusal (fingerprint mismatch, bad registration, wrong link token) is final: Run() returns
+// the error. When the scheduler asks for heartbeats (Accepted.heartbeat_interval_ms), a
+// thread of their own sends them, so a long step never looks like a dead worker.
 #pragma once
 
 #include <memory>
@@ -25,6 +27,7 @@ struct LinkClientOptions {
   std::string model_fingerprint;
   std::string backend_name;
   int32_t max_batch_tokens = 2048;
+  std::string link_token;  // sent as metadata when not empty
 };
 
 class LinkClient {
