@@ -7,6 +7,8 @@ packages=(
   cmake ninja-build g++ pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus-cpp-dev prometheus
+  gnuplot-nox
 )
 
 missing=()

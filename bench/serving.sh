@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Serving benchmark with baselines, in one run: builds Pagoda, starts a scheduler and one CPU
+# worker on loopback with a generated random-weight model, and sweeps concurrency with
+# pagoda-bench --baselines, which prints output tokens/s of continuous batching against
+#   (a) the same requests served one at a time (concurrency 1), and
+#   (b) static batching: waves of N requests, each wave waiting for its slowest request,
+# as continuous/sequential and continuous/static ratios per concurrency level.
+#
+#   bench/serving.sh
+#   LEVELS=1,4,16,64 NUM_REQUESTS=128 INPUT_LEN=64 OUTPUT_LEN=32 bench/serving.sh
+#   MODEL=path/to/model.gguf BENCH_FLAGS="--slo-ttft-ms 500 --slo-tpot-ms 50" bench/serving.sh
+#   SCHEDULER_FLAGS="--max-batch-tokens 1024" WORKER_THREADS=2 bench/serving.sh
+#
+# Results: the tables on stdout, and $OUT_DIR (default build/bench) /serving.json and
+# /serving.png (when gnuplot is installed; scripts/install-deps.sh installs gnuplot-nox).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${BUILD_DIR:-$root/build}"
+bin="$build_dir/bin"
+out_dir="${OUT_DIR:-$build_dir/bench}"
+levels="${LEVELS:-1,4,16,64}"
+# 128 requests: two full waves at concurrency 64, so static batching's wait for the slowest
+# request of a wave shows at every level.
+num_requests="${NUM_REQUESTS:-128}"
+input_len="${INPUT_LEN:-64}"
+output_len="${OUTPUT_LEN:-32}"
+
+"$root/scripts/build.sh" pagoda-scheduler pagoda-worker pagoda-make-model pagoda-bench
+
+model="${MODEL:-}"
+if [ -z "$model" ]; then
+  # The demo's shape: big enough that the forward pass dominates, small enough for 2 cores.
+  model="$build_dir/models/bench-random.gguf"
+  if [ ! -f "$model" ]; then
+    mkdir -p "$(dirname "$model")"
+    "$bin/pagoda-make-model" --output "$model" --layers 4 --dim 256 --heads 8 --kv-heads 4 \
+      --ffn-dim 688 --vocab 2048 --context 2048 --seed 1
+  fi
+fi
+
+# The worker, the scheduler and the client share this machine: leave the worker one core fewer
+# than there are, or its forward-pass threads and the scheduler preempt each other and the
+# numbers measure the OS scheduler.
+cores="$(nproc)"
+threads="${WORKER_THREADS:-$(( cores > 1 ? cores - 1 : 1 ))}"
+
+# Overlap (two plans in flight per worker) is off by default here: the engine can send two
+# concurrently planned iterations in the opposite order, the scheduler then rejects the
+# worker's results and the run stalls. SCHEDULER_FLAGS="" measures with overlap.
+scheduler_flags="${SCHEDULER_FLAGS---max-plans-in-flight 1}"
+
+run_dir="$(mktemp -d)"
+sched_pid=""
+worker_pid=""
+cleanup() {
+  if [ -n "$worker_pid" ]; then kill -TERM "$worker_pid" 2>/dev/null || true; fi
+  if [ -n "$sched_pid" ]; then kill -TERM "$sched_pid" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+# shellcheck disable=SC2086  # a list of flags
+"$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$run_dir/port" --model "$model" \
+  --log-level warning $scheduler_flags 2>"$run_dir/scheduler.log" &
+sched_pid=$!
+for _ in $(seq 100); do [ -s "$run_dir/port" ] && break; sleep 0.1; done
+if [ ! -s "$run_dir/port" ]; then
+  echo "serving.sh: the scheduler did not start:" >&2; cat "$run_dir/scheduler.log" >&2; exit 1
+fi
+addr="127.0.0.1:$(cat "$run_dir/port")"
+"$bin/pagoda-worker" --scheduler "$addr" --model "$model" --backend cpu --threads "$threads" \
+  --log-level warning 2>"$run_dir/worker.log" &
+worker_pid=$!
+
+mkdir -p "$out_dir"
+plot_flags=()
+if command -v gnuplot >/dev/null 2>&1; then
+  plot_flags=(--plot "$out_dir/serving.png")
+else
+  echo "serving.sh: gnuplot not found: no plot (apt-get install gnuplot-nox)" >&2
+fi
+echo "serving.sh: $model on $addr (scheduler flags: ${scheduler_flags:-none}), one CPU worker" \
+  "with $threads thread(s) of $cores cores; concurrency $levels, $num_requests requests per run" >&2
+
+# pagoda-bench waits for the worker to attach; its --baselines adds the sequential run (the
+# concurrency-1 level) and a static-batch run per level, and prints the ratio table last.
+# shellcheck disable=SC2086  # BENCH_FLAGS is a list of flags
+if ! "$bin/pagoda-bench" --server "$addr" --wait-for-server-s 60 \
+  --sweep-concurrency "$levels" --baselines --num-requests "$num_requests" \
+  --input-len "$input_len" --input-dist uniform --output-len "$output_len" \
+  --output-dist uniform --range-ratio 0.75 --warmup-requests 4 --timeout-s 300 \
+  --json "$out_dir/serving.json" "${plot_flags[@]}" ${BENCH_FLAGS:-}; then
+  echo "serving.sh: pagoda-bench failed; server logs:" >&2
+  cat "$run_dir/scheduler.log" "$run_dir/worker.log" >&2
+  exit 1
+fi
+echo "serving.sh: results in $out_dir/serving.json${plot_flags[*]:+ and $out_dir/serving.png}" >&2

@@ -1,0 +1,43 @@
+// Runner: drives one run of a workload against a scheduler over pagoda.v1.Generation.
+//
+// One dispatcher thread (the caller's) asks the Pacer what to do and starts Generate calls with
+// gRPC's callback API; the calls' reactions run on gRPC's threads and only append timestamps to
+// their own record, so no thread exists per stream and 1,000 requests in flight cost nothing
+// but memory. Timestamps come from a monotonic clock started when the run begins.
+//
+// RunLoad returns when every started request has finished (or failed); a request's failure
+// (deadline, RESOURCE_EXHAUSTED, a dropped connection) is recorded, never fatal.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "pagoda/v1/generation.grpc.pb.h"
+#include "tools/bench/pacer.h"
+#include "tools/bench/stats.h"
+#include "tools/bench/workload.h"
+
+namespace pagoda::bench {
+
+struct RunOptions {
+  PacerOptions pacer;
+  SamplingOptions sampling;
+  double timeout_s = 600;    // deadline of each request
+  int first_index = 0;       // the run sends workload requests first_index, first_index + 1, ...
+  uint64_t prompt_salt = 0;  // Workload::Make's salt: a fresh value per run defeats caching
+  bool progress = true;
+  std::string label;  // printed before the progress bar
+};
+
+struct RunResult {
+  std::vector<RequestRecord> records;  // ordered by request index
+  int waves = 0;                       // static batching: waves sent
+};
+
+// The GenerateRequest for a workload request.
+pagoda::v1::GenerateRequest BuildRequest(const RequestSpec& spec, const SamplingOptions& sampling);
+
+RunResult RunLoad(pagoda::v1::Generation::Stub& stub, const Workload& workload,
+                  const RunOptions& options);
+
+}  // namespace pagoda::bench
