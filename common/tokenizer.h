@@ -14,8 +14,11 @@
 //    When a piece appears twice, the lower id wins.
 //  * Decode(Encode(text, b)) == text for every text when add_space_prefix is set (the prefix
 //    space is dropped again), except that a literal "▁" in the text decodes as ' ' (as in
-//    SentencePiece). Decode returns raw bytes, which may be ill-formed UTF-8 when the ids split a
-//    character; text sent to clients goes through StreamingDetokenizer or SanitizeUtf8.
+//    SentencePiece). This needs "▁" itself to be a mergeable piece, as in every SentencePiece
+//    vocabulary; without it a space falls back to the byte tokens of "▁" and decodes as those
+//    three bytes (as in llama.cpp). Decode returns raw bytes, which may be ill-formed UTF-8 when
+//    the ids split a character; text sent to clients goes through StreamingDetokenizer or
+//    SanitizeUtf8.
 //  * Ids outside [0, vocab_size()) produce no text and are not control tokens.
 #pragma once
 

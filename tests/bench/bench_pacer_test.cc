@@ -1,11 +1,11 @@
 // Pacer: closed loop, static-batch waves, Poisson and burst arrivals, request count and
 // duration limits, replayed with scripted time and completions.
-#include "tools/bench/pacer.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
+
+#include "tools/bench/pacer.h"
 
 namespace pagoda::bench {
 namespace {

@@ -1,13 +1,12 @@
 // Report and plot text: tables, the --json document, gnuplot scripts, and the request a
 // workload entry becomes on the wire.
-#include "tools/bench/report.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
 #include "tools/bench/plot.h"
+#include "tools/bench/report.h"
 #include "tools/bench/runner.h"
 
 namespace pagoda::bench {

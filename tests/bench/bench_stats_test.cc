@@ -1,9 +1,9 @@
 // Serving metrics: percentiles, TTFT/TPOT/ITL per request, throughput and goodput per run.
-#include "tools/bench/stats.h"
-
 #include <gtest/gtest.h>
 
 #include <vector>
+
+#include "tools/bench/stats.h"
 
 namespace pagoda::bench {
 namespace {

@@ -1,13 +1,13 @@
 // Workload synthesis: length distributions (deterministic by seed, with the requested mean and
 // bounds), prompts (BOS, no special ids, shared prefixes) and the context limit.
-#include "tools/bench/workload.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <vector>
+
+#include "tools/bench/workload.h"
 
 namespace pagoda::bench {
 namespace {

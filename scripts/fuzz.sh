@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (tests/fuzz) with clang in their own build directory and runs each
+# for a bounded time on a copy of its seed corpus. Fails when a target crashes, leaks, times out
+# (-timeout) or allocates beyond the limits (-malloc_limit_mb, -rss_limit_mb); the failing input
+# is kept under $FUZZ_BUILD_DIR/fuzz-work/artifacts/ and the reproduce command is printed.
+#
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 60)
+#
+# Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all three).
+# Installs clang and its sanitizer/libFuzzer runtime when missing (plus the packages of
+# scripts/install-deps.sh).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+seconds="${1:-60}"
+build_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+targets=(${FUZZ_TARGETS:-gguf_reader tokenizer validation})
+if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
+  echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (a positive integer)" >&2
+  exit 2
+fi
+
+install_clang() {
+  # libclang-rt-14-dev holds the sanitizer runtimes and the libFuzzer that -fsanitize=fuzzer
+  # links; clang only recommends it, so a --no-install-recommends clang lacks it.
+  local packages=(clang libclang-rt-14-dev) missing=() p
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "installing Debian packages: ${missing[*]}" >&2
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+"$root/scripts/install-deps.sh"
+install_clang
+start=$(date +%s)
+
+CC=clang CXX=clang++ cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
+  -DPAGODA_FUZZ=ON -DPAGODA_ENABLE_CUDA=OFF -DPAGODA_BUILD_TESTS=OFF >/dev/null
+cmake --build "$build_dir" --target pagoda_fuzz -j "$(nproc)"
+built=$(date +%s)
+
+# The working corpus: the committed seeds plus the generated ones; new inputs land here too.
+work="$build_dir/fuzz-work"
+rm -rf "$work"
+mkdir -p "$work/artifacts"
+for t in "${targets[@]}"; do
+  mkdir -p "$work/corpus/$t"
+  if [ -d "$root/tests/fuzz/corpus/$t" ]; then cp -r "$root/tests/fuzz/corpus/$t/." "$work/corpus/$t/"; fi
+done
+"$build_dir/bin/pagoda-fuzz-seeds" "$work/corpus"
+
+symbolizer=/usr/lib/llvm-14/bin/llvm-symbolizer
+[ -x "$symbolizer" ] && export ASAN_SYMBOLIZER_PATH="$symbolizer"
+
+failed=()
+summary=()
+for t in "${targets[@]}"; do
+  args=(-max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=1024 -timeout=10
+        -print_final_stats=1 -artifact_prefix="$work/artifacts/$t-")
+  [ -f "$root/tests/fuzz/$t.dict" ] && args+=(-dict="$root/tests/fuzz/$t.dict")
+  log="$work/$t.log"
+  echo "fuzzing $t for ${seconds}s (log: $log)"
+  rc=0
+  "$build_dir/bin/${t}_fuzz" "${args[@]}" "$work/corpus/$t" >"$log" 2>&1 || rc=$?
+  done_line=$(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | tail -1 || true)
+  summary+=("$(printf '%-12s rc=%d  %s' "$t" "$rc" "${done_line:-no DONE line}")")
+  if [ "$rc" -ne 0 ]; then
+    failed+=("$t")
+    echo "---- $t FAILED (exit $rc); last lines of $log:" >&2
+    grep -vE '^"|# Uses:' "$log" | tail -40 >&2
+    for a in "$work/artifacts/$t-"*; do
+      [ -e "$a" ] && echo "reproduce: $build_dir/bin/${t}_fuzz $a" >&2
+    done
+  fi
+done
+
+echo "fuzz summary (${seconds}s per target; build $((built - start))s, total $(($(date +%s) - start))s):"
+printf '  %s\n' "${summary[@]}"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzzing found failures in: ${failed[*]}" >&2
+  exit 1
+fi

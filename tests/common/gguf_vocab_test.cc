@@ -1,0 +1,127 @@
+// ReadGgufVocab on well-formed and hostile tokenizer metadata: every malformed array or id is an
+// InvalidArgument error naming the key and the limit, found before any array is materialized.
+#include "common/gguf_vocab.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/gguf_writer.h"
+#include "common/synthetic_vocab.h"
+#include "gtest/gtest.h"
+
+namespace pagoda::common {
+namespace {
+
+// A llama tokenizer of the 300-piece synthetic vocabulary; `types` false leaves token_type out.
+GgufWriter VocabWriter(bool types = true) {
+  auto v = BuildSyntheticVocab(300, 1);
+  EXPECT_TRUE(v.ok()) << v.status();
+  GgufWriter w;
+  w.AddString("tokenizer.ggml.model", "llama");
+  w.AddStringArray("tokenizer.ggml.tokens", v->tokens);
+  w.AddFloat32Array("tokenizer.ggml.scores", v->scores);
+  if (types) w.AddInt32Array("tokenizer.ggml.token_type", v->token_types);
+  return w;
+}
+
+absl::StatusOr<Vocab> Read(const std::string& image) {
+  auto file = GgufFile::FromBytes(image);
+  if (!file.ok()) return file.status();
+  return ReadGgufVocab(**file);
+}
+
+void ExpectInvalid(const GgufWriter& w, const std::string& needle) {
+  absl::StatusOr<Vocab> v = Read(w.Serialize());
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find(needle), std::string::npos) << v.status();
+}
+
+TEST(GgufVocab, ReadsWellFormedVocabularies) {
+  absl::StatusOr<Vocab> v = Read(VocabWriter().Serialize());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->pieces.size(), 300u);
+  EXPECT_EQ(v->types[1], TokenType::kControl);
+  EXPECT_EQ(v->types[3], TokenType::kByte);
+  EXPECT_EQ(v->bos_id, 1);
+  // Without token types, <0xHH> pieces are bytes and the rest normal.
+  v = Read(VocabWriter(/*types=*/false).Serialize());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->types[3], TokenType::kByte);
+  EXPECT_EQ(v->types[1], TokenType::kNormal);
+  GgufWriter w = VocabWriter();
+  w.AddInt32("tokenizer.ggml.unknown_token_id", -1);
+  w.AddUint32("tokenizer.ggml.eos_token_id", 5);
+  v = Read(w.Serialize());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->unk_id, -1);
+  EXPECT_EQ(v->eos_id, 5);
+  EXPECT_TRUE(LoadGgufTokenizer(**GgufFile::FromBytes(VocabWriter().Serialize())).ok());
+}
+
+TEST(GgufVocab, RejectsArraysThatDisagreeWithTheTokens) {
+  // A short token_type array used to be padded with "normal" silently, and a scores array of
+  // the wrong type replaced by zeros.
+  GgufWriter w = VocabWriter();
+  const int32_t types[] = {2, 3, 3};
+  w.AddInt32Array("tokenizer.ggml.token_type", types);
+  ExpectInvalid(w,
+                "tokenizer.ggml.token_type must be an array with one entry per token "
+                "(300 tokens), found 3 entries");
+  w = VocabWriter();
+  w.AddUint8("tokenizer.ggml.scores", 1);
+  ExpectInvalid(w, "tokenizer.ggml.scores must be an array with one entry per token");
+  w = VocabWriter();
+  w.AddStringArray("tokenizer.ggml.scores", std::vector<std::string>(300));
+  ExpectInvalid(w, "tokenizer.ggml.scores must be an array of floats");
+  w = VocabWriter();
+  w.AddFloat32Array("tokenizer.ggml.tokens", std::vector<float>(300));
+  ExpectInvalid(w, "tokenizer.ggml.tokens must be an array of strings");
+}
+
+TEST(GgufVocab, RejectsSpecialIdsOutsideInt32) {
+  // 2^32 + 1 used to wrap silently to id 1, and -1 to fall back to the default.
+  GgufWriter w = VocabWriter();
+  w.AddUint64("tokenizer.ggml.bos_token_id", (uint64_t{1} << 32) + 1);
+  ExpectInvalid(w, "tokenizer.ggml.bos_token_id must be an integer in [0, 2147483647]");
+  w = VocabWriter();
+  w.AddInt32("tokenizer.ggml.eos_token_id", -1);
+  ExpectInvalid(w, "tokenizer.ggml.eos_token_id must be an integer");
+  w = VocabWriter();
+  w.AddString("tokenizer.ggml.unknown_token_id", "0");
+  ExpectInvalid(w, "or -1 for none");
+}
+
+TEST(GgufVocab, RejectsHugeVocabulariesBeforeMaterializingThem) {
+  // A hostile file of 8-byte empty strings: 32 MiB on disk would have become 4M std::strings
+  // (128 MiB) plus the tokenizer's tables, each a multiple of the file.
+  const uint64_t n = kMaxGgufVocabSize + 1;
+  std::string image = "GGUF";
+  auto put = [&image](auto v) { image.append(reinterpret_cast<const char*>(&v), sizeof(v)); };
+  put(uint32_t{3});
+  put(uint64_t{0});  // tensors
+  put(uint64_t{2});  // metadata
+  const std::string model_key = "tokenizer.ggml.model", tokens_key = "tokenizer.ggml.tokens";
+  put(uint64_t{model_key.size()});
+  image += model_key;
+  put(uint32_t{8});  // string
+  put(uint64_t{5});
+  image += "llama";
+  put(uint64_t{tokens_key.size()});
+  image += tokens_key;
+  put(uint32_t{9});  // array
+  put(uint32_t{8});  // of strings
+  put(n);
+  image.append(n * 8, '\0');  // n empty strings
+  absl::StatusOr<Vocab> v = Read(image);
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(v.status().message().find("tokenizer.ggml.tokens has 4194305 entries; the limit is "
+                                      "4194304"),
+            std::string::npos)
+      << v.status();
+}
+
+}  // namespace
+}  // namespace pagoda::common

@@ -1,0 +1,51 @@
+// Shared pieces of the libFuzzer targets: fixed tokenizers and the failure path.
+//
+// Contract:
+//  * A fuzz target reports a broken invariant through FuzzFail(), which prints what was wrong
+//    and aborts, so libFuzzer saves the input as a crash artifact.
+//  * The tokenizers are built once (first use) and live for the whole process; the synthetic one
+//    is deterministic and always present, the trained one only where the test model is found
+//    ($PAGODA_TEST_MODELS, default ../shared/models relative to the source tree).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "common/tokenizer.h"
+
+namespace pagoda::fuzz {
+
+// Prints "<target>: invariant broken: <what>" to stderr and aborts.
+[[noreturn]] void FuzzFail(std::string_view what);
+
+// A SyntheticVocab tokenizer of kSyntheticFuzzVocab pieces (seed 7).
+inline constexpr int kSyntheticFuzzVocab = 512;
+const common::Tokenizer& SyntheticTokenizer();
+
+// The tokenizer of stories260K-f32.gguf, or nullptr when the test model is absent.
+const common::Tokenizer* TestModelTokenizer();
+
+// The fuzzer's input as a string_view.
+inline std::string_view AsText(const uint8_t* data, size_t size) {
+  return std::string_view(reinterpret_cast<const char*>(data), size);
+}
+
+// What Decode(Encode(text)) gives back: `text` with every "▁" (U+2581) read as a space.
+std::string SpaceMarkersAsSpaces(std::string_view text);
+
+// Streams `ids` (any values) through a StreamingDetokenizer: every piece it returns is
+// well-formed UTF-8, at most kMaxUtf8IncompleteLength bytes are held, and the whole equals
+// SanitizeUtf8 of the concatenated TokenBytes.
+void CheckStreaming(const common::Tokenizer& tokenizer, std::span<const int32_t> ids);
+
+// Checks Encode/Decode invariants of `tokenizer` on `text` (any bytes): BOS first, every id in
+// the vocabulary and never a control, unknown or unused token, Decode(ids) ==
+// SpaceMarkersAsSpaces(text) (where "▁" is a mergeable piece, see tokenizer.h), and streaming the
+// ids through a StreamingDetokenizer yields well-formed UTF-8 equal to SanitizeUtf8 of the
+// concatenated token bytes.
+void CheckRoundTrip(const common::Tokenizer& tokenizer, std::string_view text);
+
+}  // namespace pagoda::fuzz
