@@ -40,11 +40,14 @@ absl::StatusOr<int> OptionalInt(const GgufFile& file, const std::string& key, in
 absl::StatusOr<float> OptionalFloat(const GgufFile& file, const std::string& key, float fallback) {
   if (!file.HasKey(key)) return fallback;
   auto v = file.GetFloat(key);
-  if (!v || !std::isfinite(*v) || *v <= 0) {
+  // Checked after narrowing: an f64 of 1e300 is finite but becomes inf as a float, and 1e-300
+  // becomes 0.
+  const float f = v ? static_cast<float>(*v) : 0.0f;
+  if (!v || !std::isfinite(f) || f <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("model metadata '", key, "' must be a positive finite float"));
   }
-  return static_cast<float>(*v);
+  return f;
 }
 
 absl::StatusOr<int> ReadVocabSize(const GgufFile& file, int dim) {

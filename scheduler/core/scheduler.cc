@@ -47,6 +47,9 @@ namespace {
 
 int32_t CeilDiv(int32_t a, int32_t b) { return (a + b - 1) / b; }
 
+// Generated tokens a sequence's token vector has room for from the start.
+constexpr int32_t kMaxReservedNewTokens = 16384;
+
 }  // namespace
 
 struct Scheduler::Budget {
@@ -126,8 +129,9 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   s->request = std::move(request);
   // Room for every token it may generate, so decoding never reallocates (a realloc of a 4k
   // context per sequence in one step showed up as a 2 ms planning p99 at 1,024 sequences).
-  const int32_t max_tokens = s->request.max_tokens;
-  s->tokens.reserve(max_tokens > 0 ? prompt + max_tokens : context);
+  // Capped: a GGUF may declare a context of 2^31 tokens.
+  const int32_t max_tokens = s->request.max_tokens > 0 ? s->request.max_tokens : context - prompt;
+  s->tokens.reserve(prompt + std::min(max_tokens, kMaxReservedNewTokens));
   s->tokens.assign(s->request.prompt.begin(), s->request.prompt.end());
   s->num_prompt = prompt;
   s->arrival = now;

@@ -88,6 +88,11 @@ TEST(ModelConfig, RejectsBadShapes) {
   w = MinimalLlama();
   w.AddUint32("llama.rope.dimension_count", 4);
   ExpectError(w, "partial rotary");
+  for (double bad : {1e300, 1e-300, -1.0}) {
+    w = MinimalLlama();
+    w.AddFloat64("llama.rope.freq_base", bad);  // finite as f64, not as a positive float
+    ExpectError(w, "'llama.rope.freq_base' must be a positive finite float");
+  }
   GgufWriter empty;
   empty.AddString("general.architecture", "llama");
   ExpectError(empty, "lacks required key 'llama.context_length'");
