@@ -25,6 +25,9 @@ num_requests="${NUM_REQUESTS:-128}"
 input_len="${INPUT_LEN:-64}"
 output_len="${OUTPUT_LEN:-32}"
 
+# shellcheck source=bench/lib/cluster.sh
+source "$root/bench/lib/cluster.sh"
+
 "$root/scripts/build.sh" pagoda-scheduler pagoda-worker pagoda-make-model pagoda-bench
 
 model="${MODEL:-}"
@@ -44,34 +47,10 @@ fi
 cores="$(nproc)"
 threads="${WORKER_THREADS:-$(( cores > 1 ? cores - 1 : 1 ))}"
 
-# Overlap (two plans in flight per worker) is off by default here: the engine can send two
-# concurrently planned iterations in the opposite order, the scheduler then rejects the
-# worker's results and the run stalls. SCHEDULER_FLAGS="" measures with overlap.
-scheduler_flags="${SCHEDULER_FLAGS---max-plans-in-flight 1}"
-
-run_dir="$(mktemp -d)"
-sched_pid=""
-worker_pid=""
-cleanup() {
-  if [ -n "$worker_pid" ]; then kill -TERM "$worker_pid" 2>/dev/null || true; fi
-  if [ -n "$sched_pid" ]; then kill -TERM "$sched_pid" 2>/dev/null || true; fi
-  wait 2>/dev/null || true
-  rm -rf "$run_dir"
-}
-trap cleanup EXIT
-
-# shellcheck disable=SC2086  # a list of flags
-"$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$run_dir/port" --model "$model" \
-  --log-level warning $scheduler_flags 2>"$run_dir/scheduler.log" &
-sched_pid=$!
-for _ in $(seq 100); do [ -s "$run_dir/port" ] && break; sleep 0.1; done
-if [ ! -s "$run_dir/port" ]; then
-  echo "serving.sh: the scheduler did not start:" >&2; cat "$run_dir/scheduler.log" >&2; exit 1
-fi
-addr="127.0.0.1:$(cat "$run_dir/port")"
-"$bin/pagoda-worker" --scheduler "$addr" --model "$model" --backend cpu --threads "$threads" \
-  --log-level warning 2>"$run_dir/worker.log" &
-worker_pid=$!
+# Extra scheduler flags, e.g. SCHEDULER_FLAGS="--max-plans-in-flight 1" (overlap off).
+read -r -a scheduler_flags <<<"${SCHEDULER_FLAGS:-}"
+trap stop_cluster EXIT
+start_cluster "$model" "$threads" "${scheduler_flags[@]}"
 
 mkdir -p "$out_dir"
 plot_flags=()
@@ -80,7 +59,7 @@ if command -v gnuplot >/dev/null 2>&1; then
 else
   echo "serving.sh: gnuplot not found: no plot (apt-get install gnuplot-nox)" >&2
 fi
-echo "serving.sh: $model on $addr (scheduler flags: ${scheduler_flags:-none}), one CPU worker" \
+echo "serving.sh: $model on $addr (scheduler flags: ${SCHEDULER_FLAGS:-none}), one CPU worker" \
   "with $threads thread(s) of $cores cores; concurrency $levels, $num_requests requests per run" >&2
 
 # pagoda-bench waits for the worker to attach; its --baselines adds the sequential run (the
@@ -92,7 +71,7 @@ if ! "$bin/pagoda-bench" --server "$addr" --wait-for-server-s 60 \
   --output-dist uniform --range-ratio 0.75 --warmup-requests 4 --timeout-s 300 \
   --json "$out_dir/serving.json" "${plot_flags[@]}" ${BENCH_FLAGS:-}; then
   echo "serving.sh: pagoda-bench failed; server logs:" >&2
-  cat "$run_dir/scheduler.log" "$run_dir/worker.log" >&2
+  print_cluster_logs
   exit 1
 fi
 echo "serving.sh: results in $out_dir/serving.json${plot_flags[*]:+ and $out_dir/serving.png}" >&2
