@@ -4,10 +4,20 @@
 #include <string>
 
 #include "absl/flags/parse.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 
 namespace pagoda::common {
 
 std::vector<char*> ParseFlags(int argc, char** argv) {
+  // absl's --help lists only flags defined in a file named after the program (pagoda-cli.cc);
+  // ours live in main.cc and friends. List every flag that is not absl's own.
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return !absl::StrContains(file, "absl/");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
   // Rewrite in place: "--a-b[=v]" → "--a_b[=v]". Only the name part changes; values keep
   // their dashes. "--" ends flag parsing.
   for (int i = 1; i < argc; ++i) {

@@ -19,7 +19,6 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
@@ -417,12 +416,6 @@ int main(int argc, char** argv) {
       "[--sweep-concurrency 1,4,16,64] [--baselines] [--num-requests N | --duration-s S] "
       "[--json FILE] [--plot FILE.png]; see README.md, \"Benchmarking\"");
   // absl's --help lists flags of files named after the program; ours live in main.cc.
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "tools/bench/");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
   std::vector<char*> args = pagoda::common::ParseFlags(argc, argv);
   if (args.size() > 1) {
     return Fail(absl::InvalidArgumentError(
