@@ -4,13 +4,20 @@
 //                    [--max-prefill-chunk N] [--max-queued-requests N]
 //                    [--max-queued-prompt-tokens N] [--aging-interval-s S]
 //                    [--max-preemptions-in-row N] [--max-plans-in-flight N] [--log-level info]
+//                    [--metrics-listen HOST:PORT] [--drain-timeout S]
+//
+// SIGTERM or SIGINT drains: readiness turns NOT_SERVING, new requests get UNAVAILABLE, the
+// admitted ones finish within --drain-timeout (the rest end with UNAVAILABLE), then the server
+// stops and the process exits 0. A second signal cuts the drain short.
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
 #include "common/flags.h"
+#include "common/link_token.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "scheduler/service/server.h"
@@ -31,9 +38,22 @@ ABSL_FLAG(int32_t, max_preemptions_in_row, 3,
           "times a sequence may be preempted without generating a token before it is spared");
 ABSL_FLAG(int32_t, max_plans_in_flight, 2,
           "plans per worker in flight: 2 overlaps planning with execution, 1 turns overlap off");
-ABSL_FLAG(double, shutdown_grace_s, 5, "seconds in-flight calls get after SIGTERM/SIGINT");
+ABSL_FLAG(double, drain_timeout, 30,
+          "seconds the queued and running requests get to finish after SIGTERM/SIGINT; what is "
+          "left then ends with UNAVAILABLE");
+ABSL_FLAG(std::string, link_token_file, "",
+          "file holding the token workers must present to attach (empty: no authentication)");
+ABSL_FLAG(double, worker_timeout, 10,
+          "seconds a worker link may stay silent (no result, no heartbeat) before it is cut and "
+          "its sequences re-queued on the other workers; 0 = never");
+ABSL_FLAG(double, shutdown_grace_s, 5,
+          "seconds the calls of requests cut at the drain timeout get to return");
 ABSL_FLAG(std::string, port_file, "",
           "after binding, write the port here (for --listen HOST:0 in scripts and tests)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics); empty = off");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "after binding, write the metrics port here (for --metrics-listen HOST:0)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 
 namespace {
@@ -41,6 +61,35 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "pagoda-scheduler: %s\n", message.c_str());
   return 1;
+}
+
+// Writes then renames, so a reader never sees a partial file.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool written = std::fprintf(f, "%d\n", port) > 0;
+  return std::fclose(f) == 0 && written && std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Drains on a second thread so that this one can still take a second signal, which cuts the
+// drain short; then stops the server. Worker links end only here, after the drain.
+void DrainAndStop(pagoda::scheduler::SchedulerServer& server) {
+  const absl::Duration timeout = absl::Seconds(absl::GetFlag(FLAGS_drain_timeout));
+  const absl::Duration grace = absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s));
+  std::thread drain([&] {
+    server.Drain(timeout, grace);
+    pagoda::common::WakeSignalWaiter();
+  });
+  while (pagoda::common::WaitForTerminationSignal() != SIGUSR1) {
+    PAGODA_LOG(kInfo, "scheduler", "second signal: cutting the drain short");
+    server.CutDrainShort();
+  }
+  drain.join();
+  // Every Generate call has returned; what is left (worker links, health watches) never ends
+  // on its own, so there is nothing to wait for.
+  server.Shutdown(absl::ZeroDuration());
+  server.Wait();
 }
 
 }  // namespace
@@ -59,6 +108,13 @@ int main(int argc, char** argv) {
 
   pagoda::scheduler::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
+  if (const std::string path = absl::GetFlag(FLAGS_link_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = pagoda::common::ReadLinkTokenFile(path);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    options.link_token = *std::move(token);
+  }
+  if (absl::GetFlag(FLAGS_worker_timeout) < 0) return Fail("--worker-timeout must be >= 0");
+  options.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout));
   options.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   options.scheduler.max_running = absl::GetFlag(FLAGS_max_running);
   options.scheduler.max_prefill_chunk = absl::GetFlag(FLAGS_max_prefill_chunk);
@@ -78,25 +134,31 @@ int main(int argc, char** argv) {
   if (o.max_plans_in_flight < 1 || o.max_plans_in_flight > 2) {
     return Fail("--max-plans-in-flight must be 1 (no overlap) or 2");
   }
+  if (!(absl::GetFlag(FLAGS_drain_timeout) >= 0) || !(absl::GetFlag(FLAGS_shutdown_grace_s) >= 0)) {
+    return Fail("--drain-timeout and --shutdown-grace-s must be >= 0 seconds");
+  }
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  if (options.metrics_listen.empty() && !absl::GetFlag(FLAGS_metrics_port_file).empty()) {
+    return Fail("--metrics-port-file needs --metrics-listen");
+  }
 
   auto model = pagoda::scheduler::LoadServedModel(model_path);
   if (!model.ok()) return Fail(std::string(model.status().message()));
   pagoda::scheduler::SchedulerServer server(std::move(options), *std::move(model));
   if (absl::Status s = server.Start(); !s.ok()) return Fail(std::string(s.message()));
-  if (const std::string port_file = absl::GetFlag(FLAGS_port_file); !port_file.empty()) {
-    // Write then rename, so a reader never sees a partial file.
-    const std::string tmp = port_file + ".tmp";
-    std::FILE* f = std::fopen(tmp.c_str(), "w");
-    if (f == nullptr || std::fprintf(f, "%d\n", server.port()) < 0 || std::fclose(f) != 0 ||
-        std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      return Fail("cannot write --port-file " + port_file);
-    }
+  // The metrics port first: once --port-file exists, both are known.
+  if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
+      !file.empty() && !WritePortFile(file, server.metrics_port())) {
+    return Fail("cannot write --metrics-port-file " + file);
+  }
+  if (const std::string file = absl::GetFlag(FLAGS_port_file);
+      !file.empty() && !WritePortFile(file, server.port())) {
+    return Fail("cannot write --port-file " + file);
   }
 
   const int sig = pagoda::common::WaitForTerminationSignal();
-  PAGODA_LOG(kInfo, "scheduler", "signal %d: shutting down", sig);
-  server.Shutdown(absl::Seconds(absl::GetFlag(FLAGS_shutdown_grace_s)));
-  server.Wait();
+  PAGODA_LOG(kInfo, "scheduler", "signal %d: draining, then stopping", sig);
+  DrainAndStop(server);
   PAGODA_LOG(kInfo, "scheduler", "stopped");
   return 0;
 }

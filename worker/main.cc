@@ -2,10 +2,14 @@
 //
 //   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu [--kv-pages N]
 //                 [--page-size N] [--max-batch-tokens N] [--threads N] [--log-level info]
+//                 [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]
+//
+// SIGTERM or SIGINT stops it promptly: the scheduler re-queues what it was running.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -13,11 +17,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "common/link_token.h"
 #include "common/log.h"
 #include "common/signals.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
+#include "worker/runner/health.h"
 #include "worker/runner/link_client.h"
+#include "worker/runner/metrics.h"
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051", "scheduler address to attach to");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the same file as the scheduler's)");
@@ -29,6 +36,17 @@ ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
 ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default host:pid)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, link_token_file, "",
+          "file holding the scheduler's link token (when it requires one)");
+ABSL_FLAG(std::string, health_listen, "",
+          "HOST:PORT to serve grpc.health.v1 on (\"\" = attached, \"liveness\" = alive); "
+          "empty = off");
+ABSL_FLAG(std::string, health_port_file, "",
+          "after binding, write the health port here (for --health-listen HOST:0)");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HOST:PORT to serve Prometheus metrics on (GET /metrics); empty = off");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "after binding, write the metrics port here (for --metrics-listen HOST:0)");
 
 namespace {
 
@@ -41,6 +59,49 @@ std::string DefaultName() {
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   return absl::StrFormat("%s:%d", host, getpid());
+}
+
+// Writes then renames, so a reader never sees a partial file.
+bool WritePortFile(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool written = std::fprintf(f, "%d\n", port) > 0;
+  return std::fclose(f) == 0 && written && std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+// Serves health and metrics when their flags ask for it, and writes their port files. Runs
+// before the model loads: "liveness" answers while the weights load, readiness waits for the
+// link.
+absl::Status StartEndpoints(pagoda::worker::HealthServer& health,
+                            pagoda::worker::WorkerMetrics& metrics) {
+  struct Endpoint {
+    std::string listen, port_file, name;
+    std::function<absl::StatusOr<int>(const std::string&)> serve;
+  };
+  const Endpoint endpoints[] = {
+      {absl::GetFlag(FLAGS_health_listen), absl::GetFlag(FLAGS_health_port_file), "health",
+       [&](const std::string& a) { return health.Start(a); }},
+      {absl::GetFlag(FLAGS_metrics_listen), absl::GetFlag(FLAGS_metrics_port_file), "metrics",
+       [&](const std::string& a) { return metrics.Serve(a); }},
+  };
+  for (const Endpoint& e : endpoints) {
+    if (e.listen.empty()) {
+      if (!e.port_file.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--%s-port-file needs --%s-listen", e.name, e.name));
+      }
+      continue;
+    }
+    absl::StatusOr<int> port = e.serve(e.listen);
+    if (!port.ok()) return port.status();
+    PAGODA_LOG(kInfo, "worker", "%s on %s (port %d)", e.name, e.listen, *port);
+    if (!e.port_file.empty() && !WritePortFile(e.port_file, *port)) {
+      return absl::UnavailableError(
+          absl::StrFormat("cannot write --%s-port-file %s", e.name, e.port_file));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // Pages that fit in `mib` MiB: K and V, every layer, page_size tokens of kv_heads * head_dim.
@@ -78,6 +139,18 @@ int main(int argc, char** argv) {
         "--kv-pages >= 0");
   }
 
+  pw::HealthServer health;
+  pw::WorkerMetrics metrics;
+  // Installed before any gRPC call, and declared before everything that makes one.
+  pw::AttachWatcher attach_watcher([&](bool attached) {
+    health.SetReady(attached);
+    metrics.SetAttached(attached);
+  });
+  attach_watcher.Install();
+  if (absl::Status s = StartEndpoints(health, metrics); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+
   auto model = pw::LlamaModel::Load(model_path);
   if (!model.ok()) return Fail(absl::StrFormat("%s: %s", model_path, model.status().message()));
   pw::CpuBackendOptions backend_options;
@@ -93,14 +166,21 @@ int main(int argc, char** argv) {
   PAGODA_LOG(kInfo, "worker", "loaded %s: %d layers, dim %d; KV arena %d pages of %d tokens",
              model_path, (*model)->config().n_layers, (*model)->config().dim,
              backend_options.num_pages, page_size);
+  metrics.SetKvArenaBytes(static_cast<int64_t>((*backend)->kv_bytes()));
 
   pw::Runner runner(*std::move(backend));
+  runner.SetStepObserver([&](const pw::StepTiming& t) { metrics.ObserveStep(t); });
   pw::LinkClientOptions link;
   link.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   link.worker_name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
   link.model_fingerprint = (*model)->fingerprint();
   link.backend_name = "cpu";
   link.max_batch_tokens = max_batch_tokens;
+  if (const std::string path = absl::GetFlag(FLAGS_link_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = pagoda::common::ReadLinkTokenFile(path);
+    if (!token.ok()) return Fail(std::string(token.status().message()));
+    link.link_token = *std::move(token);
+  }
   pw::LinkClient client(link, &runner);
 
   absl::Status result;
@@ -110,6 +190,7 @@ int main(int argc, char** argv) {
   });
   const int sig = pagoda::common::WaitForTerminationSignal();
   if (sig != SIGUSR1) PAGODA_LOG(kInfo, "worker", "signal %d: shutting down", sig);
+  health.Shutdown();  // readiness goes first, so that no probe sees a half-stopped worker
   client.Stop();
   serving.join();
   if (!result.ok()) return Fail(std::string(result.message()));

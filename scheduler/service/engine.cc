@@ -1,11 +1,60 @@
 #include "scheduler/service/engine.h"
 
+#include <chrono>
+#include <deque>
+
 #include "common/log.h"
+#include "scheduler/service/metrics.h"
 
 namespace pagoda::scheduler {
+namespace {
 
-Engine::Engine(const SchedulerOptions& options, std::function<double()> clock)
-    : clock_(std::move(clock)), scheduler_(options) {}
+// Planning time is measured on the steady clock, not the injected one: it is a cost, not an
+// input to scheduling decisions.
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+// One worker's plans between the core and the stream. Push() runs under the engine lock, so the
+// queue holds plans in the order the core built them; Flush() runs outside it and writes them
+// in that order, one writer at a time (a slow stream delays only its own worker's plans).
+class Engine::Outbox {
+ public:
+  explicit Outbox(std::shared_ptr<WorkerChannel> channel) : channel_(std::move(channel)) {}
+
+  void Push(Plan plan) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(plan));
+  }
+
+  void Flush() {
+    absl::MutexLock writing(&send_mu_);
+    for (;;) {
+      Plan plan;
+      {
+        absl::MutexLock lock(&mu_);
+        if (queue_.empty()) return;
+        plan = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      // A failed send means a broken stream: the link handler sees it too and detaches the
+      // worker, which re-queues the plan's sequences.
+      channel_->SendPlan(plan);
+    }
+  }
+
+ private:
+  const std::shared_ptr<WorkerChannel> channel_;
+  absl::Mutex send_mu_;  // held while writing; taken before mu_
+  absl::Mutex mu_;
+  std::deque<Plan> queue_ ABSL_GUARDED_BY(mu_);
+};
+
+Engine::Engine(const SchedulerOptions& options, std::function<double()> clock,
+               SchedulerMetrics* metrics)
+    : clock_(std::move(clock)), metrics_(metrics), scheduler_(options) {}
 
 RequestId Engine::NextRequestId() {
   absl::MutexLock lock(&mu_);
@@ -16,10 +65,18 @@ absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestStream> s
   std::vector<Outgoing> outgoing;
   {
     absl::MutexLock lock(&mu_);
+    if (draining_) {
+      ++refused_while_draining_;
+      return absl::UnavailableError(
+          "the scheduler is shutting down (draining) and accepts no new requests; retry on "
+          "another replica or after it restarts");
+    }
     const RequestId id = request.id;
-    absl::Status status = scheduler_.AddRequest(std::move(request), clock_());
+    const double now = clock_();
+    Tracked tracked{std::move(stream), static_cast<int32_t>(request.prompt.size()), now};
+    absl::Status status = scheduler_.AddRequest(std::move(request), now);
     if (!status.ok()) return status;
-    streams_[id] = std::move(stream);
+    streams_[id] = std::move(tracked);
     outgoing = PlanAndRouteLocked();
   }
   Send(std::move(outgoing));
@@ -47,7 +104,7 @@ WorkerId Engine::AttachWorker(const std::string& name, const WorkerInfo& info,
     absl::MutexLock lock(&mu_);
     id = next_worker_id_++;
     on_attached(id);  // under the lock: no plan for `id` can be built before it
-    workers_[id] = AttachedWorker{name, info, std::move(channel)};
+    workers_[id] = AttachedWorker{name, info, std::make_shared<Outbox>(std::move(channel))};
     scheduler_.AddWorker(id, info);
     outgoing = PlanAndRouteLocked();
     callback = workers_changed_;
@@ -61,18 +118,23 @@ WorkerId Engine::AttachWorker(const std::string& name, const WorkerInfo& info,
 }
 
 void Engine::DetachWorker(WorkerId id) {
+  AttachedWorker detached;
   std::vector<Outgoing> outgoing;
   std::function<void(size_t)> callback;
   size_t count = 0;
   {
     absl::MutexLock lock(&mu_);
-    if (workers_.erase(id) == 0) return;
+    auto it = workers_.find(id);
+    if (it == workers_.end()) return;
+    detached = std::move(it->second);
+    workers_.erase(it);
     scheduler_.RemoveWorker(id);
     outgoing = PlanAndRouteLocked();
     callback = workers_changed_;
     count = workers_.size();
   }
-  PAGODA_LOG(kInfo, "scheduler", "worker %d detached; its sequences are re-queued", id);
+  PAGODA_LOG(kInfo, "scheduler", "worker %d detached: %s, %d pages; its sequences are re-queued",
+             id, detached.name, detached.info.num_pages);
   if (callback) callback(count);
   Send(std::move(outgoing));
 }
@@ -99,16 +161,38 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
 }
 
 void Engine::RouteEventsLocked() {
-  for (Event& e : scheduler_.TakeEvents()) {
+  std::vector<Event> events = scheduler_.TakeEvents();
+  const double now = events.empty() || metrics_ == nullptr ? 0 : clock_();
+  for (Event& e : events) {
     auto it = streams_.find(e.id);
     if (it == streams_.end()) continue;
+    Tracked& t = it->second;
     if (e.kind == Event::Kind::kToken) {
-      it->second->PushToken(e.token);
+      if (metrics_ != nullptr) ObserveToken(t, now);
+      t.stream->PushToken(e.token);
     } else {
-      it->second->PushFinished(std::move(e));
+      if (metrics_ != nullptr) ObserveFinished(t, e);
+      t.stream->PushFinished(std::move(e));
       streams_.erase(it);
     }
   }
+}
+
+void Engine::ObserveToken(Tracked& t, double now) {
+  if (t.last_token < 0) metrics_->OnFirstToken(now - t.arrival, t.prompt_tokens);
+  metrics_->OnToken(t.last_token < 0 ? -1 : now - t.last_token);
+  t.last_token = now;
+}
+
+void Engine::ObserveFinished(const Tracked& t, const Event& e) {
+  const RequestTimings& timings = e.timings;
+  // A first sample that ended the request (EOS, a stop id) produced no token event.
+  if (t.last_token < 0 && timings.first_token >= 0) {
+    metrics_->OnFirstToken(timings.first_token - timings.arrival, t.prompt_tokens);
+  }
+  metrics_->OnRequestFinished(
+      timings.finished - timings.arrival,
+      timings.first_scheduled >= 0 ? timings.first_scheduled - timings.arrival : -1);
 }
 
 std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
@@ -117,8 +201,13 @@ std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
   const double now = clock_();
   for (auto& [id, worker] : workers_) {
     // Up to max_plans_in_flight plans per worker (overlap): keep asking until it says no.
-    while (std::optional<Plan> plan = scheduler_.Schedule(id, now)) {
-      outgoing.push_back({worker.channel, std::move(*plan)});
+    for (;;) {
+      const double start = metrics_ != nullptr ? SteadySeconds() : 0;
+      std::optional<Plan> plan = scheduler_.Schedule(id, now);
+      if (!plan) break;
+      if (metrics_ != nullptr) metrics_->OnPlan(plan->num_tokens, SteadySeconds() - start);
+      worker.outbox->Push(std::move(*plan));
+      if (outgoing.empty() || outgoing.back() != worker.outbox) outgoing.push_back(worker.outbox);
     }
   }
   // Scheduling may have finished requests (deadlines): route those events too.
@@ -127,9 +216,7 @@ std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
 }
 
 void Engine::Send(std::vector<Outgoing> outgoing) {
-  // A failed send means a broken stream: the link handler sees it too and detaches the worker,
-  // which re-queues the plan's sequences.
-  for (Outgoing& o : outgoing) o.channel->SendPlan(o.plan);
+  for (Outgoing& outbox : outgoing) outbox->Flush();
 }
 
 EngineStatus Engine::Status() {
@@ -154,6 +241,24 @@ EngineStatus Engine::Status() {
 void Engine::SetWorkersChangedCallback(std::function<void(size_t)> callback) {
   absl::MutexLock lock(&mu_);
   workers_changed_ = std::move(callback);
+}
+
+size_t Engine::StartDrain() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+  return streams_.size();
+}
+
+bool Engine::WaitIdle(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  // streams_ holds exactly the submitted requests the core has not finished.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
+  return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
+}
+
+int64_t Engine::refused_while_draining() {
+  absl::MutexLock lock(&mu_);
+  return refused_while_draining_;
 }
 
 }  // namespace pagoda::scheduler

@@ -6,7 +6,16 @@
 //
 // Flow: Submit() queues a request and kicks idle workers; a worker's result comes back through
 // OnWorkerResult(), which applies it, routes tokens to RequestStreams and sends that worker its
-// next plan. At most one plan per worker is in flight, so plans reach a worker in order.
+// next plan. With overlap a worker has up to two plans in flight, and two threads (a handler's
+// Submit, a link's OnWorkerResult) may build them: each worker's Outbox takes its plans in the
+// order the core built them (under the lock) and writes them in that order (outside it).
+//
+// Metrics (optional, injected): the engine times each Scheduler::Schedule call and reports
+// plans, tokens and finished requests to SchedulerMetrics as it routes the core's events; the
+// core itself knows nothing of them.
+//
+// Drain: after StartDrain() Submit refuses with UNAVAILABLE; what was submitted before runs on,
+// and WaitIdle() tells when it is all done. Workers stay attached throughout.
 #pragma once
 
 #include <functional>
@@ -17,6 +26,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/service/request_stream.h"
 
@@ -45,12 +55,17 @@ struct EngineStatus {
   std::vector<WorkerStatus> workers;
 };
 
+class SchedulerMetrics;
+
 class Engine {
  public:
   // `clock` returns seconds on a monotonic scale (injected so tests can drive time).
-  Engine(const SchedulerOptions& options, std::function<double()> clock);
+  // `metrics` may be null; otherwise it must outlive the engine.
+  Engine(const SchedulerOptions& options, std::function<double()> clock,
+         SchedulerMetrics* metrics = nullptr);
 
-  // Queues a request whose updates go to `stream`. Errors are the core's validation errors.
+  // Queues a request whose updates go to `stream`. Errors are the core's validation errors,
+  // and UNAVAILABLE once draining.
   absl::Status Submit(NewRequest request, std::shared_ptr<RequestStream> stream);
   // Ends a request (client cancel, stop string, deadline) and frees its pages.
   void Finish(RequestId id, FinishReason reason, const std::string& why);
@@ -71,30 +86,49 @@ class Engine {
   // Called (outside the lock) whenever the number of attached workers changes.
   void SetWorkersChangedCallback(std::function<void(size_t)> callback);
 
+  // From now on Submit refuses new requests. Returns how many were queued or running.
+  size_t StartDrain();
+  // Waits until no request is queued or running, or until `deadline`; true when idle.
+  bool WaitIdle(absl::Time deadline);
+  // Requests refused since StartDrain().
+  int64_t refused_while_draining();
+
  private:
-  struct Outgoing {
-    std::shared_ptr<WorkerChannel> channel;
-    Plan plan;
-  };
+  class Outbox;
+  // Outboxes that received plans under the lock, to flush after it.
+  using Outgoing = std::shared_ptr<Outbox>;
   struct AttachedWorker {
     std::string name;
     WorkerInfo info;
-    std::shared_ptr<WorkerChannel> channel;
+    std::shared_ptr<Outbox> outbox;
+  };
+  // A submitted request, until the core finishes it.
+  struct Tracked {
+    std::shared_ptr<RequestStream> stream;
+    int32_t prompt_tokens = 0;
+    double arrival = 0;
+    double last_token = -1;  // when its previous token was routed; < 0 before the first
   };
 
   // Collects plans for every idle worker and routes core events; call with mu_ held.
   std::vector<Outgoing> PlanAndRouteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RouteEventsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reports a routed event to metrics_ (non-null); `now` is the engine's clock.
+  void ObserveToken(Tracked& t, double now);
+  void ObserveFinished(const Tracked& t, const Event& e);
   void Send(std::vector<Outgoing> outgoing);
 
   const std::function<double()> clock_;
+  SchedulerMetrics* const metrics_;
   absl::Mutex mu_;
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<RequestId, std::shared_ptr<RequestStream>> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<RequestId, Tracked> streams_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WorkerId, AttachedWorker> workers_ ABSL_GUARDED_BY(mu_);
   WorkerId next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
   RequestId next_request_id_ ABSL_GUARDED_BY(mu_) = 1;
   std::function<void(size_t)> workers_changed_ ABSL_GUARDED_BY(mu_);
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t refused_while_draining_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pagoda::scheduler

@@ -6,6 +6,7 @@
 #include "common/detokenizer.h"
 #include "common/log.h"
 #include "common/utf8.h"
+#include "scheduler/service/metrics.h"
 #include "scheduler/service/stop_matcher.h"
 
 namespace pagoda::scheduler {
@@ -114,10 +115,25 @@ void FillFinished(const Event& e, v1::Finished* out) {
   }
 }
 
+// The stream's status for the core's final event.
+grpc::Status FinalStatus(const Event& e) {
+  switch (e.reason) {
+    case FinishReason::kError:
+      return grpc::Status(grpc::StatusCode::INTERNAL, e.message);
+    case FinishReason::kCancelled:
+      return grpc::Status(grpc::StatusCode::CANCELLED, e.message);
+    case FinishReason::kDeadline:
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, e.message);
+    default:
+      return grpc::Status::OK;
+  }
+}
+
 }  // namespace
 
-GenerationService::GenerationService(Engine* engine, const ServedModel* model)
-    : engine_(engine), model_(model) {}
+GenerationService::GenerationService(Engine* engine, const ServedModel* model,
+                                     SchedulerMetrics* metrics)
+    : engine_(engine), model_(model), metrics_(metrics) {}
 
 absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest& request) const {
   const common::Tokenizer& tok = model_->tokenizer;
@@ -178,35 +194,66 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
 grpc::Status GenerationService::Generate(grpc::ServerContext* context,
                                          const v1::GenerateRequest* request,
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  absl::StatusOr<NewRequest> r = Validate(*request);
-  if (!r.ok()) return ToGrpc(r.status());
+  {
+    absl::MutexLock lock(&mu_);
+    ++active_calls_;
+  }
+  const double start = engine_->Now();
+  Outcome out;
+  Run(context, *request, writer, &out);
+  Report(out, request->request_id(), engine_->Now() - start);
+  absl::MutexLock lock(&mu_);
+  --active_calls_;
+  return out.status;
+}
+
+void GenerationService::Run(grpc::ServerContext* context, const v1::GenerateRequest& proto,
+                            grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
+  absl::StatusOr<NewRequest> r = Validate(proto);
+  if (!r.ok()) {
+    out->status = ToGrpc(r.status());
+    return;
+  }
   r->id = engine_->NextRequestId();
+  out->id = r->id;
+  out->prompt_tokens = static_cast<int32_t>(r->prompt.size());
   const auto deadline = context->deadline();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     const std::chrono::duration<double> left = deadline - std::chrono::system_clock::now();
     r->deadline = engine_->Now() + left.count();
   }
   auto stream = std::make_shared<RequestStream>();
-  if (absl::Status s = engine_->Submit(*r, stream); !s.ok()) return ToGrpc(s);
-  return Stream(context, *r, *request, std::move(stream), writer);
+  if (absl::Status s = engine_->Submit(*r, stream); !s.ok()) {
+    out->status = ToGrpc(s);
+    return;
+  }
+  Stream(context, *r, proto, std::move(stream), writer, out);
 }
 
-grpc::Status GenerationService::Stream(grpc::ServerContext* context, const NewRequest& request,
-                                       const v1::GenerateRequest& proto,
-                                       std::shared_ptr<RequestStream> stream,
-                                       grpc::ServerWriter<v1::GenerateResponse>* writer) {
+void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& request,
+                               const v1::GenerateRequest& proto,
+                               std::shared_ptr<RequestStream> stream,
+                               grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
   common::StreamingDetokenizer detok(model_->tokenizer);
   StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
   std::string matched_stop;  // set once a stop string matched; later tokens are dropped
-  int32_t sent_tokens = 0;
   for (;;) {
     RequestStream::Update update = stream->Wait(kPollInterval);
     if (context->IsCancelled()) {
       const bool expired = context->deadline() <= std::chrono::system_clock::now();
       engine_->Finish(request.id, expired ? FinishReason::kDeadline : FinishReason::kCancelled,
                       expired ? "deadline exceeded" : "cancelled by the client");
-      return expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
-                     : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      out->status = expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
+                            : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
+      return;
+    }
+    if (!update.finished) {
+      // A drain that ran out of time; a request whose end already arrived still gets it.
+      if (std::optional<std::string> why = AbortMessage()) {
+        engine_->Finish(request.id, FinishReason::kCancelled, *why);
+        out->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, *why);
+        return;
+      }
     }
     v1::GenerateResponse response;
     response.set_request_id(proto.request_id());
@@ -214,7 +261,7 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* context, const NewRe
     for (int32_t t : update.tokens) {
       if (!matched_stop.empty()) break;
       response.add_token_ids(t);
-      ++sent_tokens;
+      ++out->sent_tokens;
       StopMatcher::Result m = stops.Push(detok.Push(t));
       text += m.text;
       if (m.matched) {
@@ -231,7 +278,7 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* context, const NewRe
         // The match wins even when the core finished for another reason in the same
         // iteration; tokens past the match were never sent.
         final->reason = FinishReason::kStopString;
-        final->completion_tokens = sent_tokens;
+        final->completion_tokens = out->sent_tokens;
       }
       FillFinished(*final, response.mutable_finished());
       response.mutable_finished()->set_matched_stop(matched_stop);
@@ -240,31 +287,68 @@ grpc::Status GenerationService::Stream(grpc::ServerContext* context, const NewRe
     response.set_text(std::move(text));
     if (!writer->Write(response)) {
       engine_->Finish(request.id, FinishReason::kCancelled, "the client went away");
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      out->status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+      return;
     }
-    if (final) return FinalStatus(request, proto.request_id(), *final);
+    if (final) {
+      out->status = FinalStatus(*final);
+      out->finished = std::move(final);
+      return;
+    }
   }
 }
 
-grpc::Status GenerationService::FinalStatus(const NewRequest& request, const std::string& client_id,
-                                            const Event& e) {
-  const RequestTimings& t = e.timings;
-  PAGODA_LOG(kInfo, "request",
-             "id=%d client_id=%s prompt=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
-             "ttft=%.3fs e2e=%.3fs",
-             request.id, client_id, e.prompt_tokens, e.completion_tokens, e.preemptions,
-             FinishReasonName(e.reason), t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
-             t.first_token >= 0 ? t.first_token - t.arrival : 0, t.finished - t.arrival);
-  switch (e.reason) {
-    case FinishReason::kError:
-      return grpc::Status(grpc::StatusCode::INTERNAL, e.message);
-    case FinishReason::kCancelled:
-      return grpc::Status(grpc::StatusCode::CANCELLED, e.message);
-    case FinishReason::kDeadline:
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, e.message);
-    default:
-      return grpc::Status::OK;
+void GenerationService::Report(const Outcome& out, const std::string& client_id,
+                               double handler_seconds) {
+  const grpc::StatusCode code = out.status.error_code();
+  if (metrics_ != nullptr) {
+    if (out.status.ok()) {
+      metrics_->OnRequestSucceeded(out.finished->reason);
+    } else {
+      metrics_->OnRequestFailed(static_cast<absl::StatusCode>(code));
+    }
   }
+  std::string line = absl::StrFormat("id=%s client_id=%s status=%s",
+                                     out.id ? absl::StrCat(*out.id) : std::string("-"), client_id,
+                                     absl::StatusCodeToString(static_cast<absl::StatusCode>(code)));
+  if (out.finished) {
+    const Event& e = *out.finished;
+    const RequestTimings& t = e.timings;
+    absl::StrAppendFormat(
+        &line,
+        " prompt=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
+        "ttft=%.3fs e2e=%.3fs",
+        e.prompt_tokens, e.completion_tokens, e.preemptions, FinishReasonName(e.reason),
+        t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
+        t.first_token >= 0 ? t.first_token - t.arrival : 0, t.finished - t.arrival);
+  } else {
+    absl::StrAppendFormat(&line, " prompt=%d completion=%d e2e=%.3fs", out.prompt_tokens,
+                          out.sent_tokens, handler_seconds);
+  }
+  if (!out.status.ok()) absl::StrAppendFormat(&line, " error=\"%s\"", out.status.error_message());
+  const bool server_fault = code == grpc::StatusCode::INTERNAL || code == grpc::StatusCode::UNKNOWN;
+  common::Logf(server_fault ? common::LogLevel::kWarning : common::LogLevel::kInfo, "request", "%s",
+               line);
+}
+
+void GenerationService::AbortAll(const std::string& message) {
+  {
+    absl::MutexLock lock(&mu_);
+    abort_message_ = message;
+  }
+  aborting_.store(true);
+}
+
+std::optional<std::string> GenerationService::AbortMessage() {
+  if (!aborting_.load()) return std::nullopt;
+  absl::MutexLock lock(&mu_);
+  return abort_message_;
+}
+
+bool GenerationService::WaitNoActiveCalls(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_calls_ == 0; };
+  return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
 }
 
 grpc::Status GenerationService::Tokenize(grpc::ServerContext* context,

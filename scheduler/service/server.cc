@@ -4,31 +4,88 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "scheduler/link/link_service.h"
 #include "scheduler/service/engine.h"
 #include "scheduler/service/generation_service.h"
+#include "scheduler/service/metrics.h"
 
 namespace pagoda::scheduler {
+namespace {
+
+constexpr char kGenerationService[] = "pagoda.v1.Generation";
+constexpr char kLivenessService[] = "liveness";
+// How often a drain looks for a CutDrainShort() while it waits for requests.
+constexpr absl::Duration kDrainPoll = absl::Milliseconds(50);
+
+EngineGauges ToGauges(const EngineStatus& s) {
+  EngineGauges g;
+  g.running = s.running;
+  g.waiting = s.waiting;
+  g.preempted = s.preempted;
+  g.preemptions_total = s.preemptions_total;
+  for (const WorkerStatus& w : s.workers) {
+    g.workers.push_back({w.name, w.info.num_pages, w.info.num_pages - w.free_pages});
+  }
+  return g;
+}
+
+}  // namespace
 
 struct SchedulerServer::Impl {
   Impl(ServerOptions opts, ServedModel served)
       : options(std::move(opts)),
         model(std::move(served)),
-        engine(options.scheduler,
-               [start = absl::Now()] { return absl::ToDoubleSeconds(absl::Now() - start); }),
-        generation(&engine, &model),
-        link(&engine, LinkOptions{model.fingerprint}) {}
+        engine(
+            options.scheduler,
+            [start = absl::Now()] { return absl::ToDoubleSeconds(absl::Now() - start); }, &metrics),
+        generation(&engine, &model, &metrics),
+        link(&engine, LinkOptions{.model_fingerprint = model.fingerprint,
+                                  .link_token = options.link_token,
+                                  .worker_timeout = options.worker_timeout}) {}
+  // A scrape must not reach the engine while it is being destroyed.
+  ~Impl() { metrics.SetSnapshotSource(nullptr); }
+
+  // Readiness follows both the attached workers and the drain; the two change on different
+  // threads, so they are combined under one lock.
+  void SetWorkers(size_t count) {
+    absl::MutexLock lock(&health_mu);
+    workers = count;
+    PublishReadinessLocked();
+  }
+  void SetDraining() {
+    absl::MutexLock lock(&health_mu);
+    draining = true;
+    PublishReadinessLocked();
+  }
+  void PublishReadinessLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(health_mu) {
+    // Named services only: the bool-only overload would overwrite "liveness" too.
+    const bool ready = workers > 0 && !draining;
+    grpc::HealthCheckServiceInterface* health = server->GetHealthCheckService();
+    health->SetServingStatus("", ready);
+    health->SetServingStatus(kGenerationService, ready);
+  }
 
   ServerOptions options;
   ServedModel model;
+  SchedulerMetrics metrics;  // before the engine and the service, which report to it
+  // Readiness inputs; declared before the server, whose last link handlers may update them.
+  absl::Mutex health_mu;
+  size_t workers ABSL_GUARDED_BY(health_mu) = 0;
+  bool draining ABSL_GUARDED_BY(health_mu) = false;
+  std::atomic<bool> cut_drain{false};
   Engine engine;
   GenerationService generation;
   LinkService link;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  int metrics_port = 0;
 };
 
 namespace {
@@ -51,6 +108,13 @@ SchedulerServer::~SchedulerServer() {
 }
 
 absl::Status SchedulerServer::Start() {
+  if (!impl_->options.metrics_listen.empty()) {
+    absl::StatusOr<int> port = impl_->metrics.Serve(impl_->options.metrics_listen);
+    if (!port.ok()) return port.status();
+    impl_->metrics_port = *port;
+    impl_->metrics.SetSnapshotSource(
+        [impl = impl_.get()] { return ToGauges(impl->engine.Status()); });
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -65,20 +129,55 @@ absl::Status SchedulerServer::Start() {
         absl::StrFormat("cannot listen on %s: the address is invalid or the port is in use",
                         impl_->options.listen));
   }
-  grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService();
-  auto set_health = [health](size_t workers) {
-    const bool serving = workers > 0;
-    health->SetServingStatus(serving);
-    health->SetServingStatus("pagoda.v1.Generation", serving);
-  };
-  set_health(0);
-  impl_->engine.SetWorkersChangedCallback(set_health);
+  impl_->server->GetHealthCheckService()->SetServingStatus(kLivenessService, true);
+  impl_->SetWorkers(0);
+  impl_->engine.SetWorkersChangedCallback([impl = impl_.get()](size_t n) { impl->SetWorkers(n); });
   PAGODA_LOG(kInfo, "scheduler", "serving %s (%s, fingerprint %s) on port %d", impl_->model.path,
              impl_->model.config.architecture, impl_->model.fingerprint, impl_->port);
+  if (impl_->metrics_port != 0) {
+    PAGODA_LOG(kInfo, "scheduler", "metrics on %s (port %d), path /metrics",
+               impl_->options.metrics_listen, impl_->metrics_port);
+  }
   return absl::OkStatus();
 }
 
 int SchedulerServer::port() const { return impl_->port; }
+
+int SchedulerServer::metrics_port() const { return impl_->metrics_port; }
+
+DrainReport SchedulerServer::Drain(absl::Duration timeout, absl::Duration grace) {
+  const absl::Time start = absl::Now();
+  DrainReport report;
+  impl_->SetDraining();
+  report.admitted = impl_->engine.StartDrain();
+  PAGODA_LOG(kInfo, "scheduler",
+             "drain started: %d requests queued or running get up to %s to finish; new requests "
+             "are refused; workers stay attached",
+             report.admitted, absl::FormatDuration(timeout));
+  const absl::Time deadline = start + timeout;
+  bool idle = false;
+  while (!idle && absl::Now() < deadline && !impl_->cut_drain.load()) {
+    idle = impl_->engine.WaitIdle(std::min(deadline, absl::Now() + kDrainPoll));
+  }
+  if (!idle) {
+    const EngineStatus s = impl_->engine.Status();
+    report.cut = std::min(s.running + s.waiting, report.admitted);
+    impl_->generation.AbortAll(absl::StrFormat(
+        "the server shut down before the request finished (drain timeout of %s reached)",
+        absl::FormatDuration(timeout)));
+  }
+  report.calls_done = impl_->generation.WaitNoActiveCalls(absl::Now() + grace);
+  report.refused = impl_->engine.refused_while_draining();
+  PAGODA_LOG(kInfo, "scheduler",
+             "drain finished in %.2fs: %d of %d requests completed, %d cut short with "
+             "UNAVAILABLE, %d new requests refused%s",
+             absl::ToDoubleSeconds(absl::Now() - start), report.admitted - report.cut,
+             report.admitted, report.cut, report.refused,
+             report.calls_done ? "" : "; some calls did not return in time");
+  return report;
+}
+
+void SchedulerServer::CutDrainShort() { impl_->cut_drain.store(true); }
 
 void SchedulerServer::Shutdown(absl::Duration grace) {
   if (!impl_->server) return;

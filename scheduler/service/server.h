@@ -1,7 +1,16 @@
 // SchedulerServer: one gRPC server carrying the public API (pagoda.v1.Generation), the worker
-// link (pagoda.worker.v1.WorkerLink), grpc.health.v1.Health and server reflection.
+// link (pagoda.worker.v1.WorkerLink), grpc.health.v1.Health and server reflection, plus the
+// Prometheus endpoint (/metrics over HTTP, its own port) when ServerOptions::metrics_listen is
+// set.
 //
-// Health is NOT_SERVING until a worker is attached. Start() fails with a clear status when the
+// Health, by service name:
+//  * "" and "pagoda.v1.Generation" (readiness): SERVING while a worker is attached and no drain
+//    has started, NOT_SERVING otherwise;
+//  * "liveness": SERVING from Start() until Shutdown(), workers or not, so that an orchestrator
+//    does not restart a scheduler that merely waits for its first worker.
+//
+// Stopping: Drain() first (refuse new requests, finish the admitted ones, cut what is left
+// after the timeout), then Shutdown() and Wait(). Start() fails with a clear status when an
 // address cannot be bound (gRPC's SO_REUSEPORT is turned off so a port in use is an error).
 #pragma once
 
@@ -17,7 +26,18 @@ namespace pagoda::scheduler {
 
 struct ServerOptions {
   std::string listen = "127.0.0.1:50051";
+  std::string metrics_listen;  // HOST:PORT for /metrics; empty = no metrics endpoint
+  std::string link_token;      // workers must present it; empty = no authentication
+  absl::Duration worker_timeout = absl::ZeroDuration();  // silent links are cut; zero = never
   SchedulerOptions scheduler;  // context_length and eos_id are filled from the model
+};
+
+// What a drain did, for the log and the caller.
+struct DrainReport {
+  size_t admitted = 0;     // requests queued or running when the drain started
+  size_t cut = 0;          // of those, still unfinished at the timeout: ended with UNAVAILABLE
+  int64_t refused = 0;     // new requests refused with UNAVAILABLE during the drain
+  bool calls_done = true;  // every Generate call returned before the grace ran out
 };
 
 class SchedulerServer {
@@ -26,8 +46,17 @@ class SchedulerServer {
   ~SchedulerServer();
 
   absl::Status Start();
-  int port() const;  // the bound port (useful with port 0)
-  // Stops accepting calls; in-flight calls are cancelled after `grace`.
+  int port() const;          // the bound port (useful with port 0)
+  int metrics_port() const;  // the bound metrics port; 0 without metrics_listen
+
+  // Turns readiness NOT_SERVING and refuses new Generate calls with UNAVAILABLE, while workers
+  // stay attached and the admitted requests run on. After `timeout`, or CutDrainShort(), the
+  // requests still unfinished end with UNAVAILABLE; then waits up to `grace` for their calls
+  // to return. Call once, before Shutdown().
+  DrainReport Drain(absl::Duration timeout, absl::Duration grace);
+  // Thread-safe: makes a Drain() in progress stop waiting for requests now.
+  void CutDrainShort();
+  // Stops accepting calls; in-flight calls (worker links included) are cancelled after `grace`.
   void Shutdown(absl::Duration grace);
   void Wait();
 

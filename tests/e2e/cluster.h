@@ -1,7 +1,11 @@
 // Cluster: one pagoda-scheduler and N pagoda-worker processes on loopback, for e2e tests.
 //
 // The scheduler listens on port 0 and reports its port through --port-file; Start() returns
-// once every worker is attached (or fails with the processes' logs in the error).
+// once every worker is attached (or fails with the processes' logs in the error). With
+// `metrics` (and `worker_health`) the processes serve those endpoints on loopback port 0 too,
+// and report the ports through --metrics-port-file (--health-port-file).
+//
+// Also here: small clients for the e2e tests (grpc.health.v1 Check, HTTP GET).
 #pragma once
 
 #include <memory>
@@ -19,6 +23,8 @@ struct ClusterOptions {
   std::vector<std::string> scheduler_flags;
   std::vector<std::string> worker_flags;
   int workers = 1;
+  bool metrics = false;        // --metrics-listen 127.0.0.1:0 on the scheduler and workers
+  bool worker_health = false;  // --health-listen 127.0.0.1:0 on the workers
 };
 
 // What one Generate call returned.
@@ -32,6 +38,20 @@ struct Generation {
 
 // A fresh directory under the test's temp dir.
 std::string MakeTempDir(const std::string& name);
+
+// grpc.health.v1.Health/Check of `service` at `address`: 1 SERVING, 2 NOT_SERVING, 0 UNKNOWN,
+// -1 when the call failed (unreachable, unknown service).
+int CheckHealth(const std::string& address, const std::string& service);
+
+// GET http://`host_port``path` (HTTP/1.0, loopback tests only). Returns the status code and
+// fills `body`; -1 when the connection failed.
+int HttpGet(const std::string& host_port, const std::string& path, std::string* body);
+
+// A TCP port on 127.0.0.1 that was free a moment ago (for servers that cannot report theirs).
+int FreeLoopbackPort();
+
+// The first line of `path` as a port, polled until `process` exits or ~10 s pass; 0 if none.
+int ReadPortFile(const std::string& path, ChildProcess& process);
 
 // Writes a random-weight GGUF with pagoda-make-model; `shape` are its flags (--layers 2 ...).
 // Returns false with the tool's log in `error`.
@@ -47,6 +67,11 @@ class Cluster {
   pagoda::v1::Generation::Stub& stub() { return *stub_; }
   ChildProcess& scheduler() { return *scheduler_; }
   ChildProcess& worker(int i) { return *workers_[i]; }
+  int num_workers() const { return static_cast<int>(workers_.size()); }
+  // Ports of the optional endpoints; 0 when not enabled.
+  int scheduler_metrics_port() const { return scheduler_metrics_port_; }
+  int worker_metrics_port(int i) const { return worker_metrics_ports_[i]; }
+  int worker_health_port(int i) const { return worker_health_ports_[i]; }
   std::string Logs() const;
 
   // One Generate call, read to the end; `timeout` becomes the gRPC deadline.
@@ -58,8 +83,13 @@ class Cluster {
 
  private:
   Cluster() = default;
+  // Reads the workers' endpoint port files; false (with `error`) when one is missing.
+  bool ReadWorkerPorts(const ClusterOptions& options, std::string* error);
 
   std::string dir_;
+  int scheduler_metrics_port_ = 0;
+  std::vector<int> worker_metrics_ports_;
+  std::vector<int> worker_health_ports_;
   std::string address_;
   std::unique_ptr<ChildProcess> scheduler_;
   std::vector<std::unique_ptr<ChildProcess>> workers_;

@@ -1,11 +1,13 @@
-// grpc.health.v1: NOT_SERVING until a worker attaches, SERVING after, NOT_SERVING once it
-// leaves. The health proto is not shipped with Debian's grpc++, so the test speaks its two
-// tiny messages by hand through a generic stub.
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
+// grpc.health.v1 on both binaries.
+//
+// Scheduler: readiness ("" and pagoda.v1.Generation) is NOT_SERVING until a worker attaches,
+// SERVING after, NOT_SERVING once it leaves; "liveness" is SERVING throughout.
+// Worker (--health-listen): readiness ("") follows its link to the scheduler, through a
+// scheduler restart; "liveness" stays SERVING while the process runs.
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
 #include "tests/testing/test_models.h"
@@ -13,42 +15,17 @@
 namespace pagoda::testing {
 namespace {
 
-// HealthCheckResponse.status: 1 SERVING, 2 NOT_SERVING; -1 when the call failed.
-int CheckHealth(const std::string& address, const std::string& service) {
-  auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
-  grpc::GenericStub stub(channel);
-  // HealthCheckRequest { string service = 1; }
-  std::string request;
-  if (!service.empty()) {
-    request.push_back(0x0a);
-    request.push_back(static_cast<char>(service.size()));
-    request += service;
+constexpr int kServing = 1;
+constexpr int kNotServing = 2;
+
+// Polls until `service` at `address` reports `want` (or ~10 s pass); returns the last answer.
+int AwaitHealth(const std::string& address, const std::string& service, int want) {
+  int status = CheckHealth(address, service);
+  for (int i = 0; i < 500 && status != want; ++i) {
+    absl::SleepFor(absl::Milliseconds(20));
+    status = CheckHealth(address, service);
   }
-  grpc::Slice slice(request);
-  grpc::ByteBuffer send(&slice, 1);
-  grpc::ByteBuffer recv;
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &send, &recv,
-                 [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = s;
-                   done = true;
-                   cv.notify_one();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
-  if (!status.ok()) return -1;
-  std::vector<grpc::Slice> slices;
-  recv.Dump(&slices);
-  std::string bytes;
-  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  // HealthCheckResponse { ServingStatus status = 1; } -> 0x08 <varint>, empty when 0.
-  return bytes.size() == 2 && bytes[0] == 0x08 ? bytes[1] : 0;
+  return status;
 }
 
 TEST(HealthTest, ServingOnlyWithAWorker) {
@@ -60,27 +37,59 @@ TEST(HealthTest, ServingOnlyWithAWorker) {
   std::string error;
   auto cluster = Cluster::Start(options, &error);
   ASSERT_NE(cluster, nullptr) << error;
-  EXPECT_EQ(CheckHealth(cluster->address(), ""), 2);
-  EXPECT_EQ(CheckHealth(cluster->address(), "pagoda.v1.Generation"), 2);
+  EXPECT_EQ(CheckHealth(cluster->address(), ""), kNotServing);
+  EXPECT_EQ(CheckHealth(cluster->address(), "pagoda.v1.Generation"), kNotServing);
+  EXPECT_EQ(CheckHealth(cluster->address(), "liveness"), kServing) << "alive without workers";
   const std::string dir = MakeTempDir("health");
   ChildProcess worker({BinDir() + "/pagoda-worker", "--scheduler", cluster->address(), "--model",
                        *model, "--backend", "cpu"},
                       dir + "/worker.log");
   ASSERT_TRUE(worker.Start());
-  int status = 0;
-  for (int i = 0; i < 500 && status != 1; ++i) {
-    status = CheckHealth(cluster->address(), "pagoda.v1.Generation");
-    if (status != 1) absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(status, 1) << worker.Log();
-  EXPECT_EQ(CheckHealth(cluster->address(), ""), 1);
+  EXPECT_EQ(AwaitHealth(cluster->address(), "pagoda.v1.Generation", kServing), kServing)
+      << worker.Log();
+  EXPECT_EQ(CheckHealth(cluster->address(), ""), kServing);
+  EXPECT_EQ(CheckHealth(cluster->address(), "liveness"), kServing);
   worker.Signal(SIGTERM);
   EXPECT_EQ(worker.Wait(absl::Seconds(10)), 0) << worker.Log();
-  for (int i = 0; i < 500 && status != 2; ++i) {
-    status = CheckHealth(cluster->address(), "");
-    if (status != 2) absl::SleepFor(absl::Milliseconds(20));
-  }
-  EXPECT_EQ(status, 2);
+  EXPECT_EQ(AwaitHealth(cluster->address(), "", kNotServing), kNotServing);
+  EXPECT_EQ(CheckHealth(cluster->address(), "pagoda.v1.Generation"), kNotServing);
+  EXPECT_EQ(CheckHealth(cluster->address(), "liveness"), kServing) << "alive without workers";
+}
+
+TEST(HealthTest, WorkerReadinessFollowsItsLinkThroughASchedulerRestart) {
+  auto model = TestModelFile("stories260K-f32.gguf");
+  if (!model) GTEST_SKIP() << "stories260K-f32.gguf not found: set PAGODA_TEST_MODELS";
+  ClusterOptions options;
+  options.model = *model;
+  options.worker_health = true;
+  std::string error;
+  auto cluster = Cluster::Start(options, &error);
+  ASSERT_NE(cluster, nullptr) << error;
+  const std::string worker = absl::StrCat("127.0.0.1:", cluster->worker_health_port(0));
+  EXPECT_EQ(AwaitHealth(worker, "", kServing), kServing) << cluster->Logs();
+  EXPECT_EQ(CheckHealth(worker, "liveness"), kServing);
+
+  // The scheduler goes away: the worker is not ready, but alive (it must not be restarted).
+  cluster->scheduler().Signal(SIGTERM);
+  ASSERT_EQ(cluster->scheduler().Wait(absl::Seconds(10)), 0) << cluster->Logs();
+  EXPECT_EQ(AwaitHealth(worker, "", kNotServing), kNotServing) << cluster->Logs();
+  EXPECT_EQ(CheckHealth(worker, "liveness"), kServing);
+
+  // A scheduler on the same address: the worker re-attaches and is ready again.
+  const std::string dir = MakeTempDir("health-restart");
+  ChildProcess scheduler(
+      {BinDir() + "/pagoda-scheduler", "--listen", cluster->address(), "--model", *model},
+      dir + "/scheduler.log");
+  ASSERT_TRUE(scheduler.Start());
+  EXPECT_EQ(AwaitHealth(worker, "", kServing), kServing) << scheduler.Log() << cluster->Logs();
+  EXPECT_EQ(AwaitHealth(cluster->address(), "", kServing), kServing) << scheduler.Log();
+  EXPECT_EQ(CheckHealth(worker, "liveness"), kServing);
+
+  // The worker stops promptly on SIGTERM, with exit code 0.
+  cluster->worker(0).Signal(SIGTERM);
+  EXPECT_EQ(cluster->worker(0).Wait(absl::Seconds(5)), 0) << cluster->Logs();
+  scheduler.Signal(SIGTERM);
+  EXPECT_EQ(scheduler.Wait(absl::Seconds(10)), 0) << scheduler.Log();
 }
 
 }  // namespace

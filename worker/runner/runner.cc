@@ -17,6 +17,18 @@ SamplingParams FromProto(const wv1::SamplingParams& p) {
   return out;
 }
 
+// `start`: Execute began; `t0`..`t1`: the forward pass; `t1`..`t2`: sampling.
+StepTiming Timing(const std::vector<SeqInput>& batch, absl::Time start, absl::Time t0,
+                  absl::Time t1, absl::Time t2, bool ok) {
+  StepTiming timing;
+  for (const SeqInput& in : batch) timing.tokens += static_cast<int32_t>(in.tokens.size());
+  timing.step_seconds = absl::ToDoubleSeconds(t2 - start);
+  timing.forward_seconds = absl::ToDoubleSeconds(t1 - t0);
+  timing.sampling_seconds = absl::ToDoubleSeconds(t2 - t1);
+  timing.ok = ok;
+  return timing;
+}
+
 }  // namespace
 
 Runner::Runner(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
@@ -66,6 +78,7 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
 }
 
 wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
+  const absl::Time start = absl::Now();
   wv1::IterationResult result;
   result.set_iteration(plan.iteration());
   std::vector<SeqInput> batch;
@@ -76,6 +89,7 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   const absl::Time t1 = absl::Now();
   if (!status.ok()) {
     result.set_error(std::string(status.message()));
+    if (observer_) observer_(Timing(batch, start, t0, t1, t1, /*ok=*/false));
     return result;
   }
   const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
@@ -89,8 +103,10 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
     seqs_.at(step.seq_id()).last_sampled = out->token_id();
     ++row;
   }
+  const absl::Time t2 = absl::Now();
   result.set_forward_seconds(absl::ToDoubleSeconds(t1 - t0));
-  result.set_sample_seconds(absl::ToDoubleSeconds(absl::Now() - t1));
+  result.set_sample_seconds(absl::ToDoubleSeconds(t2 - t1));
+  if (observer_) observer_(Timing(batch, start, t0, t1, t2, /*ok=*/true));
   return result;
 }
 

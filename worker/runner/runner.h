@@ -7,6 +7,7 @@
 // with `error` set, never a crash.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,9 +19,23 @@
 
 namespace pagoda::worker {
 
+// What one Execute() took (for metrics; the runner itself keeps no statistics).
+struct StepTiming {
+  double step_seconds = 0;  // all of Execute: plan bookkeeping, forward pass, sampling
+  double forward_seconds = 0;
+  double sampling_seconds = 0;
+  int32_t tokens = 0;  // input tokens in the batch
+  bool ok = true;      // false when the plan could not be executed (the result has `error`)
+};
+
 class Runner {
  public:
   explicit Runner(std::unique_ptr<Backend> backend);
+
+  // Called at the end of every Execute(), on the thread that called it. Set before the first.
+  void SetStepObserver(std::function<void(const StepTiming&)> observer) {
+    observer_ = std::move(observer);
+  }
 
   pagoda::worker::v1::IterationResult Execute(const pagoda::worker::v1::IterationPlan& plan);
   // Forgets every sequence (after the link to the scheduler was re-established).
@@ -44,6 +59,7 @@ class Runner {
   std::unique_ptr<Backend> backend_;
   absl::flat_hash_map<uint64_t, SeqState> seqs_;
   std::vector<float> logits_;  // [samplers, vocab], reused across plans
+  std::function<void(const StepTiming&)> observer_;
 };
 
 }  // namespace pagoda::worker

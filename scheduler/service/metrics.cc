@@ -1,0 +1,223 @@
+#include "scheduler/service/metrics.h"
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+
+#include "absl/strings/str_format.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+using prometheus::Histogram;
+
+// Bucket boundaries, vLLM's where it has one so dashboards carry over; extended downwards
+// where a CPU worker or the planner is much faster than vLLM's GPU range starts.
+const Histogram::BucketBoundaries kTtftBuckets = {
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1,  0.25, 0.5,   0.75,
+    1.0,   2.5,   5.0,  7.5,  10.0, 20.0, 40.0, 80.0, 160., 640.0, 2560.0};
+const Histogram::BucketBoundaries kItlBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075,
+                                                 0.1,   0.15,   0.2,   0.3,  0.4,   0.5,  0.75,
+                                                 1.0,   2.5,    5.0,   7.5,  10.0,  20.0, 40.0};
+const Histogram::BucketBoundaries kRequestBuckets = {
+    0.01, 0.05, 0.1,  0.3,  0.5,  0.8,  1.0,  1.5,   2.0,   2.5,   5.0,   10.0,
+    15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120., 240.0, 480.0, 960.0, 1920., 7680.0};
+const Histogram::BucketBoundaries kIterationTokenBuckets = {
+    1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+// Planning is meant to cost tens of microseconds (ARCHITECTURE.md §5).
+const Histogram::BucketBoundaries kPlanningBuckets = {
+    5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1};
+
+prometheus::Gauge& AddGauge(prometheus::Registry& r, const std::string& name,
+                            const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Counter& AddCounter(prometheus::Registry& r, const std::string& name,
+                                const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+Histogram& AddHistogram(prometheus::Registry& r, const std::string& name, const std::string& help,
+                        const Histogram::BucketBoundaries& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+}
+
+}  // namespace
+
+// What the HTTP endpoint collects: the state gauges are refreshed first, then the registry.
+class SchedulerMetrics::ScrapeView : public prometheus::Collectable {
+ public:
+  explicit ScrapeView(const SchedulerMetrics* metrics) : metrics_(metrics) {}
+  std::vector<prometheus::MetricFamily> Collect() const override {
+    metrics_->Refresh();
+    return metrics_->registry_->Collect();
+  }
+
+ private:
+  const SchedulerMetrics* metrics_;
+};
+
+SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  running_ = &AddGauge(r, "pagoda_num_requests_running",
+                       "Requests running on a worker (holding KV pages), all workers together.");
+  waiting_ = &AddGauge(r, "pagoda_num_requests_waiting",
+                       "Requests queued for admission, preempted ones included.");
+  preempted_ = &AddGauge(r, "pagoda_num_requests_preempted",
+                         "Requests waiting again after a preemption (part of the waiting ones).");
+  workers_ = &AddGauge(r, "pagoda_num_workers", "Workers attached to the scheduler.");
+  kv_usage_ = &AddGauge(r, "pagoda_kv_cache_usage_ratio",
+                        "KV pages in use over KV pages attached, all workers together (0 to 1).");
+  preemptions_ = &AddCounter(r, "pagoda_preemptions_total",
+                             "Sequences preempted (pages freed, recomputed on resume).");
+  kv_used_family_ = &prometheus::BuildGauge()
+                         .Name("pagoda_kv_cache_pages_used")
+                         .Help("KV pages held by sequences, per worker.")
+                         .Register(r);
+  kv_total_family_ = &prometheus::BuildGauge()
+                          .Name("pagoda_kv_cache_pages_capacity")
+                          .Help("KV pages in the worker's arena, per worker.")
+                          .Register(r);
+  prompt_tokens_ = &AddCounter(r, "pagoda_prompt_tokens_total",
+                               "Prompt tokens of requests that reached their first token.");
+  generation_tokens_ =
+      &AddCounter(r, "pagoda_generation_tokens_total", "Tokens generated (sampled and emitted).");
+  success_family_ = &prometheus::BuildCounter()
+                         .Name("pagoda_request_success_total")
+                         .Help("Generate calls that ended OK, by finish reason.")
+                         .Register(r);
+  failure_family_ = &prometheus::BuildCounter()
+                         .Name("pagoda_request_failure_total")
+                         .Help("Generate calls that ended with an error status, by gRPC code.")
+                         .Register(r);
+  ttft_ = &AddHistogram(r, "pagoda_time_to_first_token_seconds",
+                        "Arrival to first generated token.", kTtftBuckets);
+  itl_ = &AddHistogram(r, "pagoda_inter_token_latency_seconds",
+                       "Time between two consecutive tokens of one request.", kItlBuckets);
+  e2e_ = &AddHistogram(r, "pagoda_e2e_request_latency_seconds",
+                       "Arrival to the end of the request, whatever the reason.", kRequestBuckets);
+  queue_ = &AddHistogram(r, "pagoda_request_queue_time_seconds",
+                         "Arrival to first scheduling on a worker.", kRequestBuckets);
+  iteration_tokens_ =
+      &AddHistogram(r, "pagoda_iteration_tokens",
+                    "Input tokens per plan (one iteration of one worker).", kIterationTokenBuckets);
+  planning_ = &AddHistogram(r, "pagoda_iteration_planning_seconds",
+                            "Time the scheduler core took to build one plan.", kPlanningBuckets);
+  scrape_view_ = std::make_shared<ScrapeView>(this);
+}
+
+SchedulerMetrics::~SchedulerMetrics() = default;
+
+void SchedulerMetrics::OnPlan(int32_t num_tokens, double planning_seconds) {
+  iteration_tokens_->Observe(num_tokens);
+  planning_->Observe(planning_seconds);
+}
+
+void SchedulerMetrics::OnFirstToken(double time_to_first_token_seconds, int32_t prompt_tokens) {
+  ttft_->Observe(time_to_first_token_seconds);
+  prompt_tokens_->Increment(prompt_tokens);
+}
+
+void SchedulerMetrics::OnToken(double inter_token_seconds) {
+  generation_tokens_->Increment();
+  if (inter_token_seconds >= 0) itl_->Observe(inter_token_seconds);
+}
+
+void SchedulerMetrics::OnRequestFinished(double e2e_seconds, double queue_seconds) {
+  e2e_->Observe(e2e_seconds);
+  if (queue_seconds >= 0) queue_->Observe(queue_seconds);
+}
+
+void SchedulerMetrics::OnRequestSucceeded(FinishReason reason) {
+  success_family_->Add({{"finish_reason", FinishReasonName(reason)}}).Increment();
+}
+
+void SchedulerMetrics::OnRequestFailed(absl::StatusCode code) {
+  // absl and gRPC share code numbers and names (INVALID_ARGUMENT, UNAVAILABLE, ...).
+  failure_family_->Add({{"code", absl::StatusCodeToString(code)}}).Increment();
+}
+
+void SchedulerMetrics::SetSnapshotSource(std::function<EngineGauges()> source) {
+  absl::MutexLock lock(&refresh_mu_);
+  source_ = std::move(source);
+}
+
+void SchedulerMetrics::Refresh() const {
+  absl::MutexLock lock(&refresh_mu_);
+  if (!source_) return;
+  const EngineGauges g = source_();
+  running_->Set(static_cast<double>(g.running));
+  waiting_->Set(static_cast<double>(g.waiting));
+  preempted_->Set(static_cast<double>(g.preempted));
+  workers_->Set(static_cast<double>(g.workers.size()));
+  // The core keeps the running total; the counter follows it.
+  if (g.preemptions_total > preemptions_seen_) {
+    preemptions_->Increment(static_cast<double>(g.preemptions_total - preemptions_seen_));
+    preemptions_seen_ = g.preemptions_total;
+  }
+  RefreshWorkers(g.workers);
+}
+
+void SchedulerMetrics::RefreshWorkers(const std::vector<EngineGauges::Worker>& workers) const {
+  // Workers are shown by name; two workers given the same name are summed.
+  absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> pages;  // name -> used, total
+  int64_t used = 0;
+  int64_t total = 0;
+  for (const EngineGauges::Worker& w : workers) {
+    auto& [u, t] = pages[w.name];
+    u += w.pages_used;
+    t += w.pages_total;
+    used += w.pages_used;
+    total += w.pages_total;
+  }
+  kv_usage_->Set(total > 0 ? static_cast<double>(used) / static_cast<double>(total) : 0.0);
+  // A worker that left takes its series with it.
+  for (auto it = worker_gauges_.begin(); it != worker_gauges_.end();) {
+    if (pages.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    kv_used_family_->Remove(it->second.used);
+    kv_total_family_->Remove(it->second.total);
+    worker_gauges_.erase(it++);
+  }
+  for (const auto& [name, p] : pages) {
+    WorkerGauges& g = worker_gauges_[name];
+    if (g.used == nullptr) {
+      g.used = &kv_used_family_->Add({{"worker", name}});
+      g.total = &kv_total_family_->Add({{"worker", name}});
+    }
+    g.used->Set(static_cast<double>(p.first));
+    g.total->Set(static_cast<double>(p.second));
+  }
+}
+
+absl::StatusOr<int> SchedulerMetrics::Serve(const std::string& address) {
+  if (exposer_) return absl::FailedPreconditionError("the metrics endpoint is already served");
+  try {
+    // prometheus-cpp reports a failed bind by throwing; nothing else here throws.
+    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot serve metrics on %s (%s): the address is invalid or the port is in use", address,
+        e.what()));
+  }
+  exposer_->RegisterCollectable(scrape_view_, "/metrics");
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  if (ports.empty()) return absl::InternalError("the metrics server reports no listening port");
+  return ports.front();
+}
+
+std::string SchedulerMetrics::Render() const {
+  return prometheus::TextSerializer().Serialize(scrape_view_->Collect());
+}
+
+}  // namespace pagoda::scheduler

@@ -1,0 +1,128 @@
+// End-to-end: several workers, a worker dying or hanging mid-run, and the link token.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <fstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "tests/e2e/trained_model.h"
+
+namespace pagoda::testing {
+namespace {
+
+namespace v1 = pagoda::v1;
+
+std::vector<v1::GenerateRequest> MixedGreedyRequests(const nlohmann::json& cases, int n,
+                                                     uint32_t length) {
+  std::vector<v1::GenerateRequest> out;
+  for (int i = 0; i < n; ++i) {
+    v1::GenerateRequest r =
+        TextRequest(cases[i % cases.size()]["prompt"].get<std::string>(), length + 3 * (i % 8));
+    r.set_ignore_eos(true);
+    out.push_back(r);
+  }
+  return out;
+}
+
+std::vector<Generation> RunConcurrently(Cluster& cluster,
+                                        const std::vector<v1::GenerateRequest>& requests) {
+  std::vector<Generation> out(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { out[i] = cluster.Generate(requests[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+void ExpectSameOutputs(const std::vector<Generation>& got, const std::vector<Generation>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i));
+    ASSERT_TRUE(want[i].status.ok()) << want[i].status.error_message();
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    // Equal token lists mean no token was sent twice or skipped across the recovery.
+    EXPECT_EQ(got[i].tokens, want[i].tokens);
+    EXPECT_EQ(got[i].text, want[i].text);
+  }
+}
+
+// One of three workers is killed (SIGKILL) in the middle of 64 concurrent greedy requests:
+// its sequences are recomputed on the others, every stream completes with exactly the tokens
+// of a fault-free run, and every remaining pool ends free.
+TEST_F(TrainedModelTest, KilledWorkerLosesNoRequest) {
+  StartCluster({"--max-batch-tokens", "256"}, {"--page-size", "8", "--threads", "1"},
+               /*workers=*/3);
+  const auto requests = MixedGreedyRequests(LoadGolden(*golden_)["cases"], 64, 200);
+  const std::vector<Generation> fault_free = RunConcurrently(*cluster_, requests);
+
+  std::vector<Generation> faulty;
+  std::thread load([&] { faulty = RunConcurrently(*cluster_, requests); });
+  // Kill once the run is under way: some tokens streamed, most not.
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (cluster_->Status().requests_running() < 8 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  cluster_->worker(1).Signal(SIGKILL);
+  load.join();
+  ExpectSameOutputs(faulty, fault_free);
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
+  EXPECT_EQ(cluster_->Status().workers_size(), 2);
+}
+
+// A worker that stops answering (SIGSTOP: its stream stays open) is cut after
+// --worker-timeout, and its requests finish on the other worker.
+TEST_F(TrainedModelTest, HungWorkerIsCutAfterTheTimeout) {
+  StartCluster({"--worker-timeout", "1"}, {"--threads", "1"}, /*workers=*/2);
+  const auto requests = MixedGreedyRequests(LoadGolden(*golden_)["cases"], 16, 400);
+  const std::vector<Generation> fault_free = RunConcurrently(*cluster_, requests);
+  std::vector<Generation> faulty;
+  std::thread load([&] { faulty = RunConcurrently(*cluster_, requests); });
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (cluster_->Status().requests_running() < 4 && absl::Now() < until) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  cluster_->worker(0).Signal(SIGSTOP);
+  load.join();
+  cluster_->worker(0).Signal(SIGCONT);
+  ExpectSameOutputs(faulty, fault_free);
+  EXPECT_NE(cluster_->scheduler().Log().find("--worker-timeout"), std::string::npos)
+      << cluster_->Logs();
+  // Not checked yet: that the resumed worker reconnects. It sometimes stays stuck on its old
+  // stream after SIGCONT (to investigate); the scheduler serves on without it.
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
+}
+
+// With --link-token-file, only workers with the same token attach; others are refused with
+// UNAUTHENTICATED, exit 1 saying so, and the scheduler logs the refusal.
+TEST_F(TrainedModelTest, LinkTokenIsRequired) {
+  const std::string dir = MakeTempDir("token");
+  std::ofstream(dir + "/token") << "correct horse battery staple\n";
+  std::ofstream(dir + "/wrong") << "incorrect\n";
+  StartCluster({"--link-token-file", dir + "/token"}, {"--link-token-file", dir + "/token"});
+  Generation g = cluster_->Generate(TextRequest("Once upon a time", 8));
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+
+  for (const std::vector<std::string>& extra :
+       {std::vector<std::string>{"--link-token-file", dir + "/wrong"},
+        std::vector<std::string>{}}) {
+    std::vector<std::string> args = {BinDir() + "/pagoda-worker",
+                                     "--scheduler",
+                                     cluster_->address(),
+                                     "--model",
+                                     *model_,
+                                     "--backend",
+                                     "cpu"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ChildProcess intruder(args, dir + "/intruder.log");
+    ASSERT_TRUE(intruder.Start());
+    EXPECT_EQ(intruder.Wait(absl::Seconds(20)), 1) << intruder.Log();
+    EXPECT_NE(intruder.Log().find("link token"), std::string::npos) << intruder.Log();
+  }
+  EXPECT_EQ(cluster_->Status().workers_size(), 1);
+  EXPECT_NE(cluster_->scheduler().Log().find("refused a worker link"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace pagoda::testing

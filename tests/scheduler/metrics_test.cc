@@ -1,0 +1,159 @@
+// SchedulerMetrics on its own (names, labels, scrape-time gauges) and fed by a real Engine
+// driven by a scripted worker, without a network: counts must match the traffic exactly.
+#include "scheduler/service/metrics.h"
+
+#include <gtest/gtest.h>
+
+#include <deque>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "scheduler/service/engine.h"
+
+namespace pagoda::scheduler {
+namespace {
+
+// The value of the series written exactly as `series` (name{labels}); NaN when absent.
+double Value(const std::string& text, const std::string& series) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(series + " ", 0) != 0) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line.substr(series.size() + 1), &v)) return v;
+  }
+  return std::nan("");
+}
+
+TEST(SchedulerMetricsTest, EveryMetricHasHelpAndType) {
+  SchedulerMetrics metrics;
+  const std::string text = metrics.Render();
+  for (const char* name :
+       {"pagoda_num_requests_running", "pagoda_num_requests_waiting",
+        "pagoda_num_requests_preempted", "pagoda_kv_cache_usage_ratio", "pagoda_num_workers"}) {
+    EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " gauge")) << name;
+  }
+  for (const char* name : {"pagoda_prompt_tokens_total", "pagoda_generation_tokens_total",
+                           "pagoda_preemptions_total"}) {
+    EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " counter")) << name;
+  }
+  for (const char* name :
+       {"pagoda_time_to_first_token_seconds", "pagoda_inter_token_latency_seconds",
+        "pagoda_e2e_request_latency_seconds", "pagoda_request_queue_time_seconds",
+        "pagoda_iteration_tokens", "pagoda_iteration_planning_seconds"}) {
+    EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " histogram")) << name;
+    EXPECT_TRUE(absl::StrContains(text, std::string("# HELP ") + name + " ")) << name;
+  }
+}
+
+TEST(SchedulerMetricsTest, OutcomesAreCountedByFinishReasonAndCodeName) {
+  SchedulerMetrics metrics;
+  metrics.OnRequestSucceeded(FinishReason::kLength);
+  metrics.OnRequestSucceeded(FinishReason::kLength);
+  metrics.OnRequestSucceeded(FinishReason::kStopString);
+  metrics.OnRequestFailed(absl::StatusCode::kUnavailable);
+  metrics.OnRequestFailed(absl::StatusCode::kResourceExhausted);
+  const std::string text = metrics.Render();
+  EXPECT_EQ(Value(text, R"(pagoda_request_success_total{finish_reason="length"})"), 2);
+  EXPECT_EQ(Value(text, R"(pagoda_request_success_total{finish_reason="stop_string"})"), 1);
+  EXPECT_EQ(Value(text, R"(pagoda_request_failure_total{code="UNAVAILABLE"})"), 1);
+  EXPECT_EQ(Value(text, R"(pagoda_request_failure_total{code="RESOURCE_EXHAUSTED"})"), 1);
+}
+
+TEST(SchedulerMetricsTest, StateGaugesAreCopiedAtScrapeTimeAndLeftWorkersDisappear) {
+  SchedulerMetrics metrics;
+  EngineGauges g;
+  g.running = 3;
+  g.waiting = 5;
+  g.preempted = 2;
+  g.preemptions_total = 7;
+  g.workers = {{"w0", 100, 25}, {"w1", 300, 75}};
+  metrics.SetSnapshotSource([&] { return g; });
+  std::string text = metrics.Render();
+  EXPECT_EQ(Value(text, "pagoda_num_requests_running"), 3);
+  EXPECT_EQ(Value(text, "pagoda_num_requests_waiting"), 5);
+  EXPECT_EQ(Value(text, "pagoda_num_requests_preempted"), 2);
+  EXPECT_EQ(Value(text, "pagoda_preemptions_total"), 7);
+  EXPECT_EQ(Value(text, "pagoda_num_workers"), 2);
+  EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_used{worker="w1"})"), 75);
+  EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_capacity{worker="w0"})"), 100);
+  EXPECT_DOUBLE_EQ(Value(text, "pagoda_kv_cache_usage_ratio"), 100.0 / 400.0);
+
+  // A cancellation and a worker leaving: the next scrape shows the engine's new state.
+  g.running = 0;
+  g.waiting = 4;
+  g.preemptions_total = 9;
+  g.workers = {{"w1", 300, 0}};
+  text = metrics.Render();
+  EXPECT_EQ(Value(text, "pagoda_num_requests_running"), 0);
+  EXPECT_EQ(Value(text, "pagoda_num_requests_waiting"), 4);
+  EXPECT_EQ(Value(text, "pagoda_preemptions_total"), 9);
+  EXPECT_TRUE(std::isnan(Value(text, R"(pagoda_kv_cache_pages_used{worker="w0"})")));
+  EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_used{worker="w1"})"), 0);
+  EXPECT_EQ(Value(text, "pagoda_kv_cache_usage_ratio"), 0);
+}
+
+// Captures the engine's plans; the test answers them in order.
+class ScriptedChannel : public WorkerChannel {
+ public:
+  bool SendPlan(const Plan& plan) override {
+    plans.push_back(plan);
+    return true;
+  }
+  std::deque<Plan> plans;
+};
+
+TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
+  SchedulerOptions options;
+  options.context_length = 256;
+  options.eos_id = 2;
+  SchedulerMetrics metrics;
+  double now = 0;
+  Engine engine(
+      options, [&] { return now; }, &metrics);
+  auto channel = std::make_shared<ScriptedChannel>();
+  const WorkerId worker = engine.AttachWorker(
+      "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 1024}, channel, [](WorkerId) {});
+  constexpr int kMaxTokens = 4;
+  NewRequest r;
+  r.id = engine.NextRequestId();
+  r.prompt = {10, 11, 12, 13, 14};
+  r.max_tokens = kMaxTokens;
+  ASSERT_TRUE(engine.Submit(r, std::make_shared<RequestStream>()).ok());
+  NewRequest cancelled = r;
+  cancelled.id = engine.NextRequestId();
+  auto cancelled_stream = std::make_shared<RequestStream>();
+  int plans = 0;
+  int planned_tokens = 0;
+  while (!channel->plans.empty()) {
+    const Plan plan = channel->plans.front();
+    channel->plans.pop_front();
+    ++plans;
+    planned_tokens += plan.num_tokens;
+    std::vector<SampledToken> sampled;
+    for (const PlanStep& s : plan.steps) {
+      if (s.sample) sampled.push_back({s.seq_id, 100});
+    }
+    now += 0.5;
+    engine.OnWorkerResult(worker, plan.iteration, sampled, "");
+  }
+  // A second request, cancelled while it waits for a worker that is gone.
+  engine.DetachWorker(worker);
+  ASSERT_TRUE(engine.Submit(cancelled, cancelled_stream).ok());
+  engine.Finish(cancelled.id, FinishReason::kCancelled, "cancelled by the client");
+
+  const std::string text = metrics.Render();
+  EXPECT_EQ(Value(text, "pagoda_generation_tokens_total"), kMaxTokens);
+  EXPECT_EQ(Value(text, "pagoda_prompt_tokens_total"), 5) << "only requests that got a token";
+  EXPECT_EQ(Value(text, "pagoda_time_to_first_token_seconds_count"), 1);
+  EXPECT_EQ(Value(text, "pagoda_inter_token_latency_seconds_count"), kMaxTokens - 1);
+  EXPECT_EQ(Value(text, "pagoda_inter_token_latency_seconds_sum"), 0.5 * (kMaxTokens - 1));
+  EXPECT_EQ(Value(text, "pagoda_e2e_request_latency_seconds_count"), 2) << "cancelled included";
+  EXPECT_EQ(Value(text, "pagoda_request_queue_time_seconds_count"), 1) << "only if scheduled";
+  EXPECT_EQ(Value(text, "pagoda_iteration_tokens_count"), plans);
+  EXPECT_EQ(Value(text, "pagoda_iteration_tokens_sum"), planned_tokens);
+  EXPECT_EQ(Value(text, "pagoda_iteration_planning_seconds_count"), plans);
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler

@@ -1,0 +1,111 @@
+#include "worker/runner/metrics.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/exposer.h>
+#include <prometheus/family.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include <exception>
+
+#include "absl/strings/str_format.h"
+
+namespace pagoda::worker {
+namespace {
+
+using prometheus::Histogram;
+
+// From a small model on a CPU (sub-millisecond) to a long prefill on a big one.
+const Histogram::BucketBoundaries kStepBuckets = {1e-4,  2.5e-4, 5e-4,  1e-3, 2.5e-3, 5e-3, 0.01,
+                                                  0.025, 0.05,   0.075, 0.1,  0.15,   0.2,  0.3,
+                                                  0.5,   0.75,   1.0,   2.5,  5.0,    10.0, 30.0};
+const Histogram::BucketBoundaries kSamplingBuckets = {
+    1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0};
+const Histogram::BucketBoundaries kTokenBuckets = {1,   2,   4,    8,    16,   32,   64,   128,
+                                                   256, 512, 1024, 2048, 4096, 8192, 16384};
+
+Histogram& AddHistogram(prometheus::Registry& r, const std::string& name, const std::string& help,
+                        const Histogram::BucketBoundaries& buckets) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, buckets);
+}
+
+prometheus::Gauge& AddGauge(prometheus::Registry& r, const std::string& name,
+                            const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
+}
+
+}  // namespace
+
+WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  step_ = &AddHistogram(r, "pagoda_worker_step_seconds",
+                        "One plan's execution on this worker: bookkeeping, forward pass, sampling.",
+                        kStepBuckets);
+  forward_ = &AddHistogram(r, "pagoda_worker_forward_seconds",
+                           "The model forward pass of one plan.", kStepBuckets);
+  sampling_ = &AddHistogram(r, "pagoda_worker_sampling_seconds",
+                            "Sampling the next tokens of one plan.", kSamplingBuckets);
+  tokens_ =
+      &AddHistogram(r, "pagoda_worker_step_tokens", "Input tokens of one plan.", kTokenBuckets);
+  failures_ = &prometheus::BuildCounter()
+                   .Name("pagoda_worker_step_failures_total")
+                   .Help("Plans this worker could not execute (answered with an error).")
+                   .Register(r)
+                   .Add({});
+  kv_arena_bytes_ =
+      &AddGauge(r, "pagoda_worker_kv_arena_bytes", "Size of this worker's KV page arena.");
+  attached_ = &AddGauge(r, "pagoda_worker_attached",
+                        "1 while this worker is attached to the scheduler, 0 otherwise.");
+}
+
+WorkerMetrics::~WorkerMetrics() = default;
+
+void WorkerMetrics::ObserveStep(const StepTiming& timing) {
+  if (!timing.ok) {
+    failures_->Increment();
+    return;
+  }
+  step_->Observe(timing.step_seconds);
+  forward_->Observe(timing.forward_seconds);
+  sampling_->Observe(timing.sampling_seconds);
+  tokens_->Observe(timing.tokens);
+}
+
+void WorkerMetrics::SetKvArenaBytes(int64_t bytes) {
+  kv_arena_bytes_->Set(static_cast<double>(bytes));
+}
+
+void WorkerMetrics::SetAttached(bool attached) { attached_->Set(attached ? 1 : 0); }
+
+void WorkerMetrics::SetDeviceMemoryUsedBytes(int64_t bytes) {
+  absl::MutexLock lock(&device_mu_);
+  if (device_memory_ == nullptr) {
+    device_memory_ = &AddGauge(*registry_, "pagoda_worker_device_memory_used_bytes",
+                               "Accelerator memory in use by this worker.");
+  }
+  device_memory_->Set(static_cast<double>(bytes));
+}
+
+absl::StatusOr<int> WorkerMetrics::Serve(const std::string& address) {
+  if (exposer_) return absl::FailedPreconditionError("the metrics endpoint is already served");
+  try {
+    // prometheus-cpp reports a failed bind by throwing; nothing else here throws.
+    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot serve metrics on %s (%s): the address is invalid or the port is in use", address,
+        e.what()));
+  }
+  exposer_->RegisterCollectable(registry_, "/metrics");
+  const std::vector<int> ports = exposer_->GetListeningPorts();
+  if (ports.empty()) return absl::InternalError("the metrics server reports no listening port");
+  return ports.front();
+}
+
+std::string WorkerMetrics::Render() const {
+  return prometheus::TextSerializer().Serialize(registry_->Collect());
+}
+
+}  // namespace pagoda::worker
