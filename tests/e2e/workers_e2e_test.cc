@@ -36,6 +36,16 @@ std::vector<Generation> RunConcurrently(Cluster& cluster,
   return out;
 }
 
+// Polls until `n` workers are attached.
+bool WaitForWorkers(Cluster& cluster, int n, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (cluster.Status().workers_size() == n) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
 void ExpectSameOutputs(const std::vector<Generation>& got, const std::vector<Generation>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -89,8 +99,8 @@ TEST_F(TrainedModelTest, HungWorkerIsCutAfterTheTimeout) {
   ExpectSameOutputs(faulty, fault_free);
   EXPECT_NE(cluster_->scheduler().Log().find("--worker-timeout"), std::string::npos)
       << cluster_->Logs();
-  // Not checked yet: that the resumed worker reconnects. It sometimes stays stuck on its old
-  // stream after SIGCONT (to investigate); the scheduler serves on without it.
+  // The resumed worker reconnects on a fresh link.
+  EXPECT_TRUE(WaitForWorkers(*cluster_, 2, absl::Seconds(10))) << cluster_->Logs();
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
 }
 

@@ -104,6 +104,11 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
     }
     stop_heartbeats.Notify();
     if (heartbeats.joinable()) heartbeats.join();
+    // The link is over (the scheduler cut it, or a write failed). Cancel our end before
+    // Finish: after the process was paused (SIGSTOP), Finish was seen waiting forever for a
+    // status the scheduler had already sent, and the worker never reconnected. A refusal
+    // comes before Accepted, so its status is still read in full below.
+    context.TryCancel();
   }
   stream->WritesDone();
   grpc::Status status = stream->Finish();
