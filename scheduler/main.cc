@@ -86,9 +86,10 @@ void DrainAndStop(pagoda::scheduler::SchedulerServer& server) {
     server.CutDrainShort();
   }
   drain.join();
-  // Every Generate call has returned; what is left (worker links, health watches) never ends
-  // on its own, so there is nothing to wait for.
-  server.Shutdown(absl::ZeroDuration());
+  // Every Generate handler has returned, but a handler's final status is sent just after it
+  // returns: give those a moment. What else is open (worker links, health watches) never ends
+  // on its own and is cancelled when this short grace runs out.
+  server.Shutdown(absl::Seconds(1));
   server.Wait();
 }
 
