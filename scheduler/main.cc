@@ -19,6 +19,7 @@
 #include "common/flags.h"
 #include "common/link_token.h"
 #include "common/log.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "scheduler/service/server.h"
 
@@ -61,15 +62,6 @@ namespace {
 int Fail(const std::string& message) {
   std::fprintf(stderr, "pagoda-scheduler: %s\n", message.c_str());
   return 1;
-}
-
-// Writes then renames, so a reader never sees a partial file.
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return false;
-  const bool written = std::fprintf(f, "%d\n", port) > 0;
-  return std::fclose(f) == 0 && written && std::rename(tmp.c_str(), path.c_str()) == 0;
 }
 
 // Drains on a second thread so that this one can still take a second signal, which cuts the
@@ -149,11 +141,11 @@ int main(int argc, char** argv) {
   if (absl::Status s = server.Start(); !s.ok()) return Fail(std::string(s.message()));
   // The metrics port first: once --port-file exists, both are known.
   if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
-      !file.empty() && !WritePortFile(file, server.metrics_port())) {
+      !file.empty() && !pagoda::common::WritePortFile(file, server.metrics_port())) {
     return Fail("cannot write --metrics-port-file " + file);
   }
   if (const std::string file = absl::GetFlag(FLAGS_port_file);
-      !file.empty() && !WritePortFile(file, server.port())) {
+      !file.empty() && !pagoda::common::WritePortFile(file, server.port())) {
     return Fail("cannot write --port-file " + file);
   }
 

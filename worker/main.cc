@@ -19,6 +19,7 @@
 #include "common/flags.h"
 #include "common/link_token.h"
 #include "common/log.h"
+#include "common/port_file.h"
 #include "common/signals.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
@@ -61,15 +62,6 @@ std::string DefaultName() {
   return absl::StrFormat("%s:%d", host, getpid());
 }
 
-// Writes then renames, so a reader never sees a partial file.
-bool WritePortFile(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return false;
-  const bool written = std::fprintf(f, "%d\n", port) > 0;
-  return std::fclose(f) == 0 && written && std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
 // Serves health and metrics when their flags ask for it, and writes their port files. Runs
 // before the model loads: "liveness" answers while the weights load, readiness waits for the
 // link.
@@ -96,7 +88,7 @@ absl::Status StartEndpoints(pagoda::worker::HealthServer& health,
     absl::StatusOr<int> port = e.serve(e.listen);
     if (!port.ok()) return port.status();
     PAGODA_LOG(kInfo, "worker", "%s on %s (port %d)", e.name, e.listen, *port);
-    if (!e.port_file.empty() && !WritePortFile(e.port_file, *port)) {
+    if (!e.port_file.empty() && !pagoda::common::WritePortFile(e.port_file, *port)) {
       return absl::UnavailableError(
           absl::StrFormat("cannot write --%s-port-file %s", e.name, e.port_file));
     }

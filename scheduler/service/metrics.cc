@@ -12,6 +12,7 @@
 #include <exception>
 
 #include "absl/strings/str_format.h"
+#include "common/metrics_exposer.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -201,19 +202,7 @@ void SchedulerMetrics::RefreshWorkers(const std::vector<EngineGauges::Worker>& w
 }
 
 absl::StatusOr<int> SchedulerMetrics::Serve(const std::string& address) {
-  if (exposer_) return absl::FailedPreconditionError("the metrics endpoint is already served");
-  try {
-    // prometheus-cpp reports a failed bind by throwing; nothing else here throws.
-    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot serve metrics on %s (%s): the address is invalid or the port is in use", address,
-        e.what()));
-  }
-  exposer_->RegisterCollectable(scrape_view_, "/metrics");
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::InternalError("the metrics server reports no listening port");
-  return ports.front();
+  return common::StartMetricsExposer(address, scrape_view_, &exposer_);
 }
 
 std::string SchedulerMetrics::Render() const {

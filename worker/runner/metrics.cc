@@ -11,6 +11,7 @@
 #include <exception>
 
 #include "absl/strings/str_format.h"
+#include "common/metrics_exposer.h"
 
 namespace pagoda::worker {
 namespace {
@@ -89,19 +90,7 @@ void WorkerMetrics::SetDeviceMemoryUsedBytes(int64_t bytes) {
 }
 
 absl::StatusOr<int> WorkerMetrics::Serve(const std::string& address) {
-  if (exposer_) return absl::FailedPreconditionError("the metrics endpoint is already served");
-  try {
-    // prometheus-cpp reports a failed bind by throwing; nothing else here throws.
-    exposer_ = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrFormat(
-        "cannot serve metrics on %s (%s): the address is invalid or the port is in use", address,
-        e.what()));
-  }
-  exposer_->RegisterCollectable(registry_, "/metrics");
-  const std::vector<int> ports = exposer_->GetListeningPorts();
-  if (ports.empty()) return absl::InternalError("the metrics server reports no listening port");
-  return ports.front();
+  return common::StartMetricsExposer(address, registry_, &exposer_);
 }
 
 std::string WorkerMetrics::Render() const {
