@@ -1,10 +1,10 @@
 // pagoda-fuzz-seeds DIR [--no-model]: writes the generated seed inputs of the fuzz targets
 // into DIR/gguf_reader/ and DIR/validation/ (deterministic; existing files are replaced).
 //
-// The small seeds (each under 1 KB) are also committed under tests/fuzz/corpus/; regenerate
-// them with `build-fuzz/bin/pagoda-fuzz-seeds tests/fuzz/corpus --no-model`. The random-weight
-// model (~14 KB, a complete llama GGUF with its tokenizer) is only generated: scripts/fuzz.sh
-// runs this into its working corpus each time.
+// GGUF seeds are never committed (GGUF files stay out of git): scripts/fuzz.sh runs this into
+// its working corpus each time, the random-weight model (~14 KB, a complete llama GGUF with
+// its tokenizer) included. The validation seeds are also committed under tests/fuzz/corpus/;
+// regenerate them with `build-fuzz/bin/pagoda-fuzz-seeds tests/fuzz/corpus --no-model`.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
