@@ -5,6 +5,7 @@
 //                    [--max-queued-prompt-tokens N] [--aging-interval-s S]
 //                    [--max-preemptions-in-row N] [--max-plans-in-flight N] [--log-level info]
 //                    [--metrics-listen HOST:PORT] [--drain-timeout S]
+//                    [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--max-request-bytes N]
 //
 // SIGTERM or SIGINT drains: readiness turns NOT_SERVING, new requests get UNAVAILABLE, the
 // admitted ones finish within --drain-timeout (the rest end with UNAVAILABLE), then the server
@@ -21,6 +22,7 @@
 #include "common/log.h"
 #include "common/port_file.h"
 #include "common/signals.h"
+#include "common/tls.h"
 #include "scheduler/service/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
@@ -56,6 +58,16 @@ ABSL_FLAG(std::string, metrics_listen, "",
 ABSL_FLAG(std::string, metrics_port_file, "",
           "after binding, write the metrics port here (for --metrics-listen HOST:0)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain: with --tls-key, the API and the worker link are served over "
+          "TLS (empty = plaintext)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s): clients and workers must present a certificate signed by it "
+          "(mutual TLS); needs --tls-cert and --tls-key");
+ABSL_FLAG(int64_t, max_request_bytes, int64_t{4} << 20,
+          "largest Generate/Tokenize request in bytes; larger ones get INVALID_ARGUMENT naming "
+          "this limit");
 
 namespace {
 
@@ -106,6 +118,18 @@ int main(int argc, char** argv) {
     if (!token.ok()) return Fail(std::string(token.status().message()));
     options.link_token = *std::move(token);
   }
+  {
+    absl::StatusOr<pagoda::common::TlsConfig> tls = pagoda::common::LoadTlsConfig(
+        {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
+        pagoda::common::TlsSide::kServer);
+    if (!tls.ok()) return Fail(std::string(tls.status().message()));
+    options.tls = *std::move(tls);
+  }
+  const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
+  if (max_request_bytes < 1024 || max_request_bytes > (int64_t{1} << 30)) {
+    return Fail("--max-request-bytes must be in [1024, 1073741824]");
+  }
+  options.max_request_bytes = static_cast<size_t>(max_request_bytes);
   if (absl::GetFlag(FLAGS_worker_timeout) < 0) return Fail("--worker-timeout must be >= 0");
   options.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout));
   options.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

@@ -9,6 +9,7 @@ packages=(
   nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev prometheus
   gnuplot-nox
+  openssl
 )
 
 missing=()

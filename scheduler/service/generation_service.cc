@@ -1,5 +1,8 @@
 #include "scheduler/service/generation_service.h"
 
+#include <grpcpp/support/method_handler.h>
+
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -7,6 +10,7 @@
 #include "common/log.h"
 #include "common/utf8.h"
 #include "scheduler/service/metrics.h"
+#include "scheduler/service/request_decoder.h"
 #include "scheduler/service/stop_matcher.h"
 
 namespace pagoda::scheduler {
@@ -14,11 +18,44 @@ namespace {
 
 namespace v1 = pagoda::v1;
 
-constexpr absl::Duration kPollInterval = absl::Milliseconds(20);
+// How often the watcher looks for cancelled calls.
+constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
+// A handler's longest sleep without news: a safety net, since the watcher wakes it.
+constexpr absl::Duration kIdleWait = absl::Seconds(1);
 constexpr size_t kMaxClientIdBytes = 256;
 constexpr float kMaxTemperature = 100.0f;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
+// pagoda.v1.Generation's methods, as in generation.proto.
+constexpr char kGenerateMethod[] = "/pagoda.v1.Generation/Generate";
+constexpr char kTokenizeMethod[] = "/pagoda.v1.Generation/Tokenize";
+constexpr char kGetModelInfoMethod[] = "/pagoda.v1.Generation/GetModelInfo";
+constexpr char kGetServerStatusMethod[] = "/pagoda.v1.Generation/GetServerStatus";
+
+// A unary method handler of GenerationService.
+template <class Request, class Response>
+grpc::internal::RpcServiceMethod* UnaryMethod(
+    const char* name, GenerationService* service,
+    grpc::Status (GenerationService::*method)(grpc::ServerContext*, const Request*, Response*)) {
+  return new grpc::internal::RpcServiceMethod(
+      name, grpc::internal::RpcMethod::NORMAL_RPC,
+      new grpc::internal::RpcMethodHandler<GenerationService, Request, Response, Request, Response>(
+          [method](GenerationService* s, grpc::ServerContext* context, const Request* request,
+                   Response* response) { return (s->*method)(context, request, response); },
+          service));
+}
+
+// The bytes of a received message; gRPC may hold them in several slices.
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (!buffer.Dump(&slices).ok()) return bytes;
+  bytes.reserve(buffer.Length());
+  for (const grpc::Slice& s : slices) {
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return bytes;
+}
 
 grpc::Status ToGrpc(const absl::Status& status) {
   // absl and gRPC share the canonical code numbering.
@@ -132,8 +169,47 @@ grpc::Status FinalStatus(const Event& e) {
 }  // namespace
 
 GenerationService::GenerationService(Engine* engine, const ServedModel* model,
-                                     SchedulerMetrics* metrics)
-    : engine_(engine), model_(model), metrics_(metrics) {}
+                                     SchedulerMetrics* metrics, GenerationLimits limits)
+    : engine_(engine), model_(model), metrics_(metrics), limits_(limits) {
+  for (int32_t id = 0; id < model_->tokenizer.vocab_size(); ++id) {
+    max_token_bytes_ = std::max(max_token_bytes_, model_->tokenizer.TokenBytes(id).size());
+  }
+  // Registered as the generated code would, except that Generate and Tokenize take their
+  // requests as bytes.
+  AddMethod(new grpc::internal::RpcServiceMethod(
+      kGenerateMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
+      new grpc::internal::ServerStreamingHandler<GenerationService, grpc::ByteBuffer,
+                                                 v1::GenerateResponse>(
+          [](GenerationService* service, grpc::ServerContext* context,
+             const grpc::ByteBuffer* request, grpc::ServerWriter<v1::GenerateResponse>* writer) {
+            return service->GenerateBytes(context, request, writer);
+          },
+          this)));
+  AddMethod(UnaryMethod(kTokenizeMethod, this, &GenerationService::TokenizeBytes));
+  AddMethod(UnaryMethod(kGetModelInfoMethod, this, &GenerationService::GetModelInfo));
+  AddMethod(UnaryMethod(kGetServerStatusMethod, this, &GenerationService::GetServerStatus));
+  watcher_ = std::thread([this] { WatchCancellations(); });
+}
+
+GenerationService::~GenerationService() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  watcher_.join();
+}
+
+void GenerationService::WatchCancellations() {
+  absl::MutexLock lock(&mu_);
+  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), kCancelPoll)) {
+    // IsCancelled() is thread-safe: on a sync call it polls the call's own completion queue
+    // without blocking (gRPC allows several pluckers, the handler's Write being another).
+    for (const auto& [context, stream] : streaming_) {
+      if (context->IsCancelled()) stream->Wake();
+    }
+  }
+}
 
 absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest& request) const {
   const common::Tokenizer& tok = model_->tokenizer;
@@ -142,9 +218,24 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   NewRequest r;
   if (request.prompt_case() == v1::GenerateRequest::kText) {
     if (!common::IsValidUtf8(request.text())) return Invalid("prompt text is not valid UTF-8");
+    // Each token stands for at most max_token_bytes_ bytes of text, so a longer text cannot
+    // fit the context whatever its tokenization: refused without spending time on it.
+    const size_t max_text = static_cast<size_t>(context) * max_token_bytes_;
+    if (request.text().size() > max_text) {
+      return Invalid(absl::StrFormat(
+          "the prompt text has %d bytes; the model context of %d tokens holds at most %d bytes "
+          "of text (%d bytes per token at most)",
+          request.text().size(), context, max_text, max_token_bytes_));
+    }
     if (!request.text().empty()) r.prompt = tok.Encode(request.text(), /*add_bos=*/true);
   } else if (request.prompt_case() == v1::GenerateRequest::kTokenIds) {
     const auto& ids = request.token_ids().ids();
+    if (ids.size() >= context) {
+      return Invalid(
+          absl::StrFormat("the prompt has %d tokens; the model context is %d tokens, leaving no "
+                          "room to generate",
+                          ids.size(), context));
+    }
     for (int i = 0; i < ids.size(); ++i) {
       if (ids[i] < 0 || ids[i] >= vocab) {
         return Invalid(
@@ -194,14 +285,34 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
 grpc::Status GenerationService::Generate(grpc::ServerContext* context,
                                          const v1::GenerateRequest* request,
                                          grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  return Serve(context, *request, absl::OkStatus(), writer);
+}
+
+grpc::Status GenerationService::GenerateBytes(grpc::ServerContext* context,
+                                              const grpc::ByteBuffer* request,
+                                              grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  v1::GenerateRequest decoded;
+  absl::Status status = CheckRequestSize(request->Length(), limits_.max_request_bytes);
+  if (status.ok()) status = DecodeRequest(Flatten(*request), limits_.max_request_bytes, &decoded);
+  return Serve(context, decoded, status, writer);
+}
+
+grpc::Status GenerationService::Serve(grpc::ServerContext* context,
+                                      const v1::GenerateRequest& request,
+                                      const absl::Status& decoded,
+                                      grpc::ServerWriter<v1::GenerateResponse>* writer) {
   {
     absl::MutexLock lock(&mu_);
     ++active_calls_;
   }
   const double start = engine_->Now();
   Outcome out;
-  Run(context, *request, writer, &out);
-  Report(out, request->request_id(), engine_->Now() - start);
+  if (decoded.ok()) {
+    Run(context, request, writer, &out);
+  } else {
+    out.status = ToGrpc(decoded);
+  }
+  Report(out, request.request_id(), engine_->Now() - start);
   absl::MutexLock lock(&mu_);
   --active_calls_;
   return out.status;
@@ -234,11 +345,25 @@ void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& r
                                const v1::GenerateRequest& proto,
                                std::shared_ptr<RequestStream> stream,
                                grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
+  // Watched for cancellation from here until the handler returns.
+  {
+    absl::MutexLock lock(&mu_);
+    streaming_[context] = stream;
+    if (aborting_.load()) stream->Wake();  // AbortAll ran before this call was watched
+  }
+  struct Unwatch {
+    GenerationService* service;
+    grpc::ServerContext* context;
+    ~Unwatch() {
+      absl::MutexLock lock(&service->mu_);
+      service->streaming_.erase(context);
+    }
+  } unwatch{this, context};
   common::StreamingDetokenizer detok(model_->tokenizer);
   StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
   std::string matched_stop;  // set once a stop string matched; later tokens are dropped
   for (;;) {
-    RequestStream::Update update = stream->Wait(kPollInterval);
+    RequestStream::Update update = stream->Wait(kIdleWait);
     if (context->IsCancelled()) {
       const bool expired = context->deadline() <= std::chrono::system_clock::now();
       engine_->Finish(request.id, expired ? FinishReason::kDeadline : FinishReason::kCancelled,
@@ -332,11 +457,10 @@ void GenerationService::Report(const Outcome& out, const std::string& client_id,
 }
 
 void GenerationService::AbortAll(const std::string& message) {
-  {
-    absl::MutexLock lock(&mu_);
-    abort_message_ = message;
-  }
+  absl::MutexLock lock(&mu_);
+  abort_message_ = message;
   aborting_.store(true);
+  for (const auto& [context, stream] : streaming_) stream->Wake();
 }
 
 std::optional<std::string> GenerationService::AbortMessage() {
@@ -349,6 +473,16 @@ bool GenerationService::WaitNoActiveCalls(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_calls_ == 0; };
   return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
+}
+
+grpc::Status GenerationService::TokenizeBytes(grpc::ServerContext* context,
+                                              const grpc::ByteBuffer* request,
+                                              v1::TokenizeResponse* response) {
+  v1::TokenizeRequest decoded;
+  absl::Status status = CheckRequestSize(request->Length(), limits_.max_request_bytes);
+  if (status.ok()) status = DecodeRequest(Flatten(*request), limits_.max_request_bytes, &decoded);
+  if (!status.ok()) return ToGrpc(status);
+  return Tokenize(context, &decoded, response);
 }
 
 grpc::Status GenerationService::Tokenize(grpc::ServerContext* context,

@@ -12,12 +12,18 @@ void RequestStream::PushFinished(Event event) {
   pending_.finished = std::move(event);
 }
 
+void RequestStream::Wake() {
+  absl::MutexLock lock(&mu_);
+  woken_ = true;
+}
+
 RequestStream::Update RequestStream::Wait(absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   auto has_news = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return !pending_.tokens.empty() || pending_.finished.has_value();
+    return woken_ || !pending_.tokens.empty() || pending_.finished.has_value();
   };
   mu_.AwaitWithTimeout(absl::Condition(&has_news), timeout);
+  woken_ = false;
   Update out = std::move(pending_);
   pending_ = Update{};
   return out;

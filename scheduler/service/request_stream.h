@@ -1,7 +1,9 @@
 // RequestStream: the mailbox between the engine and one Generate handler.
 //
 // The engine pushes tokens and, last, the finish event; the handler thread waits for them.
-// Thread-safe; shared by std::shared_ptr so either side may go away first.
+// Wake() ends a wait with nothing new, so that the handler looks at its call again (the client
+// cancelled, the server is aborting). Thread-safe; shared by std::shared_ptr so either side may
+// go away first.
 #pragma once
 
 #include <optional>
@@ -22,12 +24,15 @@ class RequestStream {
 
   void PushToken(int32_t token);
   void PushFinished(Event event);
-  // Waits up to `timeout` for news; returns what arrived since the last call (maybe nothing).
+  void Wake();
+  // Waits up to `timeout` for news or a Wake(); returns what arrived since the last call (maybe
+  // nothing).
   Update Wait(absl::Duration timeout);
 
  private:
   absl::Mutex mu_;
   Update pending_ ABSL_GUARDED_BY(mu_);
+  bool woken_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace pagoda::scheduler

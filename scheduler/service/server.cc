@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <climits>
 
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -23,6 +24,15 @@ constexpr char kGenerationService[] = "pagoda.v1.Generation";
 constexpr char kLivenessService[] = "liveness";
 // How often a drain looks for a CutDrainShort() while it waits for requests.
 constexpr absl::Duration kDrainPoll = absl::Milliseconds(50);
+// gRPC's default receive limit: worker results never came near it, so it stays the floor.
+constexpr size_t kMinTransportLimit = size_t{4} << 20;
+
+// gRPC's receive limit for a service limit of `max_request_bytes`: requests between the two
+// reach the service, which refuses them with INVALID_ARGUMENT naming the limit.
+int TransportLimit(size_t max_request_bytes) {
+  const size_t limit = std::max(kMinTransportLimit, 2 * max_request_bytes);
+  return static_cast<int>(std::min<size_t>(limit, INT_MAX));
+}
 
 EngineGauges ToGauges(const EngineStatus& s) {
   EngineGauges g;
@@ -45,7 +55,8 @@ struct SchedulerServer::Impl {
         engine(
             options.scheduler,
             [start = absl::Now()] { return absl::ToDoubleSeconds(absl::Now() - start); }, &metrics),
-        generation(&engine, &model, &metrics),
+        generation(&engine, &model, &metrics,
+                   GenerationLimits{.max_request_bytes = options.max_request_bytes}),
         link(&engine, LinkOptions{.model_fingerprint = model.fingerprint,
                                   .link_token = options.link_token,
                                   .worker_timeout = options.worker_timeout}) {}
@@ -119,21 +130,27 @@ absl::Status SchedulerServer::Start() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.AddListeningPort(impl_->options.listen, grpc::InsecureServerCredentials(), &impl_->port);
+  builder.SetMaxReceiveMessageSize(TransportLimit(impl_->options.max_request_bytes));
+  builder.AddListeningPort(impl_->options.listen, common::MakeServerCredentials(impl_->options.tls),
+                           &impl_->port);
   builder.RegisterService(&impl_->generation);
   builder.RegisterService(&impl_->link);
   impl_->server = builder.BuildAndStart();
   if (impl_->server == nullptr || impl_->port == 0) {
     impl_->server.reset();
-    return absl::UnavailableError(
-        absl::StrFormat("cannot listen on %s: the address is invalid or the port is in use",
-                        impl_->options.listen));
+    return absl::UnavailableError(absl::StrFormat(
+        "cannot listen on %s: the address is invalid or the port is in use%s",
+        impl_->options.listen,
+        impl_->options.tls.enabled
+            ? ", or the TLS key does not match the certificate (gRPC's log above says which)"
+            : ""));
   }
   impl_->server->GetHealthCheckService()->SetServingStatus(kLivenessService, true);
   impl_->SetWorkers(0);
   impl_->engine.SetWorkersChangedCallback([impl = impl_.get()](size_t n) { impl->SetWorkers(n); });
-  PAGODA_LOG(kInfo, "scheduler", "serving %s (%s, fingerprint %s) on port %d", impl_->model.path,
-             impl_->model.config.architecture, impl_->model.fingerprint, impl_->port);
+  PAGODA_LOG(kInfo, "scheduler", "serving %s (%s, fingerprint %s) on port %d (%s)",
+             impl_->model.path, impl_->model.config.architecture, impl_->model.fingerprint,
+             impl_->port, common::DescribeTls(impl_->options.tls, common::TlsSide::kServer));
   if (impl_->metrics_port != 0) {
     PAGODA_LOG(kInfo, "scheduler", "metrics on %s (port %d), path /metrics",
                impl_->options.metrics_listen, impl_->metrics_port);

@@ -9,6 +9,15 @@
 //  * "liveness": SERVING from Start() until Shutdown(), workers or not, so that an orchestrator
 //    does not restart a scheduler that merely waits for its first worker.
 //
+// Security: ServerOptions::tls serves the one port (API, link, health, reflection) over TLS,
+// mutual when it carries a client CA: workers and API clients then need a certificate signed
+// by it. The metrics endpoint stays plain HTTP.
+//
+// Request size: Generate and Tokenize requests above max_request_bytes get INVALID_ARGUMENT
+// from the service (naming the limit); gRPC's own receive limit is set above that (twice it,
+// and at least 4 MiB, gRPC's default), and only messages beyond it get gRPC's
+// RESOURCE_EXHAUSTED.
+//
 // Stopping: Drain() first (refuse new requests, finish the admitted ones, cut what is left
 // after the timeout), then Shutdown() and Wait(). Start() fails with a clear status when an
 // address cannot be bound (gRPC's SO_REUSEPORT is turned off so a port in use is an error).
@@ -19,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/tls.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/service/served_model.h"
 
@@ -29,6 +39,8 @@ struct ServerOptions {
   std::string metrics_listen;  // HOST:PORT for /metrics; empty = no metrics endpoint
   std::string link_token;      // workers must present it; empty = no authentication
   absl::Duration worker_timeout = absl::ZeroDuration();  // silent links are cut; zero = never
+  common::TlsConfig tls;                                 // disabled = plaintext
+  size_t max_request_bytes = size_t{4} << 20;            // largest Generate/Tokenize request
   SchedulerOptions scheduler;  // context_length and eos_id are filled from the model
 };
 

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <mutex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -131,6 +132,20 @@ int HttpGet(const std::string& host_port, const std::string& path, std::string* 
   return code;
 }
 
+int64_t ResidentKiB(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    // "VmRSS:\t   12345 kB"
+    if (!absl::StartsWith(line, "VmRSS:")) continue;
+    int64_t kib = -1;
+    const std::vector<absl::string_view> parts =
+        absl::StrSplit(line.substr(6), ' ', absl::SkipWhitespace());
+    if (!parts.empty() && absl::SimpleAtoi(parts[0], &kib)) return kib;
+  }
+  return -1;
+}
+
 int FreeLoopbackPort() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
@@ -196,8 +211,8 @@ std::unique_ptr<Cluster> Cluster::Start(const ClusterOptions& options, std::stri
         std::make_unique<ChildProcess>(wargs, absl::StrCat(c->dir_, "/worker", i, ".log")));
     c->workers_.back()->Start();
   }
-  c->stub_ = pagoda::v1::Generation::NewStub(
-      grpc::CreateChannel(c->address_, grpc::InsecureChannelCredentials()));
+  c->stub_ = pagoda::v1::Generation::NewStub(grpc::CreateChannel(
+      c->address_, options.credentials ? options.credentials : grpc::InsecureChannelCredentials()));
   for (int i = 0; i < 1500; ++i) {
     if (static_cast<int>(c->Status().workers_size()) == options.workers) {
       return c->ReadWorkerPorts(options, error) ? std::move(c) : nullptr;

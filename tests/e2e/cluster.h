@@ -5,8 +5,14 @@
 // `metrics` (and `worker_health`) the processes serve those endpoints on loopback port 0 too,
 // and report the ports through --metrics-port-file (--health-port-file).
 //
-// Also here: small clients for the e2e tests (grpc.health.v1 Check, HTTP GET).
+// With `credentials` the cluster's own client (stub(), Status()) connects with them: for a
+// scheduler started with --tls-* flags (passed in scheduler_flags and worker_flags).
+//
+// Also here: small clients for the e2e tests (grpc.health.v1 Check, HTTP GET), and the
+// resident memory of a process.
 #pragma once
+
+#include <grpcpp/security/credentials.h>
 
 #include <memory>
 #include <string>
@@ -25,6 +31,8 @@ struct ClusterOptions {
   int workers = 1;
   bool metrics = false;        // --metrics-listen 127.0.0.1:0 on the scheduler and workers
   bool worker_health = false;  // --health-listen 127.0.0.1:0 on the workers
+  // The cluster's own channel credentials; null = plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 // What one Generate call returned.
@@ -46,6 +54,9 @@ int CheckHealth(const std::string& address, const std::string& service);
 // GET http://`host_port``path` (HTTP/1.0, loopback tests only). Returns the status code and
 // fills `body`; -1 when the connection failed.
 int HttpGet(const std::string& host_port, const std::string& path, std::string* body);
+
+// VmRSS of process `pid` in KiB (/proc/PID/status); -1 when it cannot be read.
+int64_t ResidentKiB(pid_t pid);
 
 // A TCP port on 127.0.0.1 that was free a moment ago (for servers that cannot report theirs).
 int FreeLoopbackPort();

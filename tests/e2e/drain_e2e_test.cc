@@ -103,7 +103,7 @@ class DrainTest : public ::testing::Test {
 };
 
 TEST_F(DrainTest, AdmittedRequestsFinishNewOnesAreRefusedAndTheSchedulerExitsZero) {
-  StartCluster("60");
+  ASSERT_NO_FATAL_FAILURE(StartCluster("60"));
   constexpr uint32_t kTokens = 800;
   BackgroundStream a(*cluster_, LongRequest("Once upon a time", kTokens));
   BackgroundStream b(*cluster_, LongRequest("The quick brown fox", kTokens));
@@ -142,7 +142,7 @@ TEST_F(DrainTest, AdmittedRequestsFinishNewOnesAreRefusedAndTheSchedulerExitsZer
 }
 
 TEST_F(DrainTest, TimeoutCutsWhatIsLeftWithUnavailable) {
-  StartCluster("1");
+  ASSERT_NO_FATAL_FAILURE(StartCluster("1"));
   constexpr uint32_t kTokens = 2000;
   BackgroundStream stream(*cluster_, LongRequest("Once upon a time", kTokens));
   ASSERT_TRUE(stream.WaitStarted(absl::Seconds(30)));

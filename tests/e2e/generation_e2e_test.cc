@@ -17,7 +17,7 @@ namespace v1 = pagoda::v1;
 
 // (a) Greedy generations equal llama.cpp's, token for token, through every process.
 TEST_F(TrainedModelTest, GoldenGreedyGenerations) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   for (const auto& c : LoadGolden(*golden_)["cases"]) {
     SCOPED_TRACE(c["prompt"].get<std::string>());
     Generation g = cluster_->Generate(TextRequest(c["prompt"], c["max_tokens"]));
@@ -71,7 +71,7 @@ TEST_F(TrainedModelTest, ConcurrentEqualsSequential) {
 
 // (c) A cancelled stream frees its pages; the server keeps serving.
 TEST_F(TrainedModelTest, CancelledStreamFreesItsPages) {
-  StartCluster({}, {"--page-size", "8", "--kv-pages", "256"});
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}, {"--page-size", "8", "--kv-pages", "256"}));
   grpc::ClientContext ctx;
   v1::GenerateRequest request = TextRequest("Once upon a time", 400);
   request.set_ignore_eos(true);
@@ -93,7 +93,7 @@ TEST_F(TrainedModelTest, CancelledStreamFreesItsPages) {
 
 // Bad requests get INVALID_ARGUMENT with a message naming the limit; others are unharmed.
 TEST_F(TrainedModelTest, BadRequestsAreRejectedClearly) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   struct Case {
     std::string name;
     v1::GenerateRequest request;
@@ -126,7 +126,7 @@ TEST_F(TrainedModelTest, BadRequestsAreRejectedClearly) {
 
 // Token-id prompts, Tokenize and GetModelInfo agree with the golden file.
 TEST_F(TrainedModelTest, TokenizeAndModelInfo) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const auto first = LoadGolden(*golden_)["cases"][0];
   v1::TokenizeRequest tr;
   tr.set_text(first["prompt"]);
@@ -152,7 +152,7 @@ TEST_F(TrainedModelTest, TokenizeAndModelInfo) {
 
 // Both servers stop cleanly (exit 0) on SIGTERM and SIGINT.
 TEST_F(TrainedModelTest, ServersStopCleanlyOnSignals) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   cluster_->worker(0).Signal(SIGINT);
   EXPECT_EQ(cluster_->worker(0).Wait(absl::Seconds(10)), 0) << cluster_->Logs();
   cluster_->scheduler().Signal(SIGTERM);
@@ -161,7 +161,7 @@ TEST_F(TrainedModelTest, ServersStopCleanlyOnSignals) {
 
 // A second scheduler on a port in use, a missing or corrupt model: clear error, exit 1.
 TEST_F(TrainedModelTest, StartupErrorsExitNonZero) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string dir = MakeTempDir("startup");
   const std::string bin = BinDir();
   const std::string corrupt = dir + "/corrupt.gguf";
@@ -194,7 +194,7 @@ TEST_F(TrainedModelTest, StartupErrorsExitNonZero) {
 
 // A worker whose model differs from the scheduler's is refused and exits non-zero.
 TEST_F(TrainedModelTest, WorkerWithOtherModelIsRefused) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const std::string dir = MakeTempDir("refused");
   ChildProcess make({BinDir() + "/pagoda-make-model", "--output", dir + "/other.gguf", "--layers",
                      "1", "--dim", "32", "--heads", "2", "--kv-heads", "1", "--ffn-dim", "64",

@@ -167,7 +167,7 @@ class MetricsTest : public TrainedModelTest {
 TEST_F(MetricsTest, PromtoolAcceptsBothEndpoints) {
   const auto promtool = FindInPath("promtool");
   if (!promtool) GTEST_SKIP() << "promtool not found (Debian package prometheus)";
-  StartMetricsCluster(1);
+  ASSERT_NO_FATAL_FAILURE(StartMetricsCluster(1));
   // Traffic first, so that every histogram and labelled counter has a series.
   const Generation ok = cluster_->Generate(TextRequest("Once upon a time", 8));
   ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
@@ -183,7 +183,7 @@ TEST_F(MetricsTest, PrometheusScrapesSchedulerAndTwoWorkers) {
   const auto prometheus = FindInPath("prometheus");
   if (!prometheus) GTEST_SKIP() << "prometheus not found (Debian package prometheus)";
   // At most two sequences per worker: six concurrent requests must use both workers.
-  StartMetricsCluster(2, {"--max-running", "2"});
+  ASSERT_NO_FATAL_FAILURE(StartMetricsCluster(2, {"--max-running", "2"}));
   const std::string dir = MakeTempDir("prometheus");
   std::string error;
   auto prom = PrometheusServer::Start(

@@ -57,7 +57,7 @@ TEST_F(TrainedModelTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
 
 // A stop string ends the stream before the match, across token boundaries, and is not sent.
 TEST_F(TrainedModelTest, StopStringsEndTheStreamBeforeTheMatch) {
-  StartCluster();
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
   const auto golden = LoadGolden(*golden_)["cases"][0];
   const std::string expected = golden["expected_text"];
   for (const std::string stop : {"a big, red", "Lily.", "park"}) {
@@ -86,7 +86,7 @@ TEST_F(TrainedModelTest, StopStringsEndTheStreamBeforeTheMatch) {
 // Queue limits answer RESOURCE_EXHAUSTED at once, naming the limit and the depth; queued
 // requests whose deadline passes get DEADLINE_EXCEEDED. No worker: everything stays queued.
 TEST_F(TrainedModelTest, QueueLimitsAndDeadlinesOfQueuedRequests) {
-  StartCluster({"--max-queued-requests", "2"}, {}, /*workers=*/0);
+  ASSERT_NO_FATAL_FAILURE(StartCluster({"--max-queued-requests", "2"}, {}, /*workers=*/0));
   std::vector<Generation> queued(2);
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i) {

@@ -1,7 +1,8 @@
 // libFuzzer target: arbitrary bytes as a serialized pagoda.v1.GenerateRequest, through
-// GenerationService::Validate (the scheduler's request validation and tokenization).
-// Invariants:
-//  * bytes that do not parse as a GenerateRequest are skipped (gRPC rejects them earlier);
+// DecodeRequest (what the service does with a request's bytes) and GenerationService::Validate
+// (the scheduler's request validation and tokenization). Invariants:
+//  * DecodeRequest accepts the bytes or answers INVALID_ARGUMENT with a message (ill-formed
+//    UTF-8 in a named field, no valid message, over the size limit); never anything else;
 //  * Validate returns OK or INVALID_ARGUMENT with a message; never a crash;
 //  * an accepted request keeps every limit: a non-empty prompt of in-vocabulary ids (the text's
 //    tokenization with BOS, or the given ids), prompt < context and prompt + max_tokens <=
@@ -26,6 +27,7 @@
 #include "scheduler/core/scheduler.h"
 #include "scheduler/service/engine.h"
 #include "scheduler/service/generation_service.h"
+#include "scheduler/service/request_decoder.h"
 #include "scheduler/service/served_model.h"
 #include "tests/fuzz/fuzz_support.h"
 
@@ -36,6 +38,8 @@ namespace v1 = pagoda::v1;
 using scheduler::NewRequest;
 
 constexpr int32_t kContext = 256;
+// Small, so that the size check is reached too.
+constexpr size_t kMaxRequestBytes = 4096;
 
 // The synthetic model, its engine and service, built once.
 struct Fixture {
@@ -126,7 +130,15 @@ void CheckAccepted(Fixture& f, const v1::GenerateRequest& request, NewRequest r)
 void TestOneInput(const uint8_t* data, size_t size) {
   static Fixture* const fixture = new Fixture();
   v1::GenerateRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return;
+  const absl::Status decoded = scheduler::DecodeRequest(
+      std::string_view(reinterpret_cast<const char*>(data), size), kMaxRequestBytes, &request);
+  if (!decoded.ok()) {
+    if (decoded.code() != absl::StatusCode::kInvalidArgument || decoded.message().empty()) {
+      FuzzFail(absl::StrCat("DecodeRequest failed with ", decoded.ToString(),
+                            "; expected INVALID_ARGUMENT with a message"));
+    }
+    return;
+  }
   absl::StatusOr<NewRequest> r = fixture->service->Validate(request);
   if (r.ok()) {
     CheckAccepted(*fixture, request, *std::move(r));

@@ -83,6 +83,13 @@ TEST_F(ValidateTest, RejectsBadFieldsWithPreciseMessages) {
   r = v1::GenerateRequest();
   r.mutable_token_ids()->add_ids(-1);
   Check(r, "prompt token id -1 at index 0");
+  // Too long to fit the context: refused before tokenization (text) or before the id checks.
+  Check(Text(std::string(100000, 'a')),
+        "the prompt text has 100000 bytes; the model context of "
+        "512 tokens holds at most");
+  r = v1::GenerateRequest();
+  for (int i = 0; i < 512; ++i) r.mutable_token_ids()->add_ids(-1);
+  Check(r, "the prompt has 512 tokens; the model context is 512 tokens");
 }
 
 }  // namespace

@@ -25,6 +25,11 @@ std::optional<std::string> TestModelFile(const std::string& name) {
   return p.string();
 }
 
-std::string BinDir() { return std::string(PAGODA_BINARY_DIR) + "/bin"; }
+std::string BinDir() {
+  // $PAGODA_BIN_DIR: binaries moved off their build tree (bench/gpu.sh --prebuilt).
+  const char* env = std::getenv("PAGODA_BIN_DIR");
+  if (env != nullptr && *env != '\0') return env;
+  return std::string(PAGODA_BINARY_DIR) + "/bin";
+}
 
 }  // namespace pagoda::testing

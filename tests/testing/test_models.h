@@ -15,7 +15,7 @@ std::optional<std::string> TestModelsDir();
 // Path of a file in TestModelsDir(), or nullopt when the directory or the file is absent.
 std::optional<std::string> TestModelFile(const std::string& name);
 
-// Directory with the built binaries (build/bin).
+// Directory with the built binaries: $PAGODA_BIN_DIR, else build/bin.
 std::string BinDir();
 
 // Skips the current test with a message saying where the models were looked for.

@@ -4,7 +4,7 @@
 //       [--sweep-concurrency 1,4,16,64] [--baselines] [--num-requests N | --duration-s S]
 //       [--input-len N --input-dist fixed|uniform|sharegpt] [--output-len N --output-dist ...]
 //       [--prompts random|shared-prefix] [--temperature T] [--slo-ttft-ms MS] [--slo-tpot-ms MS]
-//       [--json FILE] [--plot FILE.png]
+//       [--json FILE] [--plot FILE.png] [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
 //
 // README.md ("Benchmarking") documents every flag and every number.
 #include <grpcpp/grpcpp.h>
@@ -28,6 +28,7 @@
 #include "absl/time/clock.h"
 #include "common/flags.h"
 #include "common/status_macros.h"
+#include "common/tls.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tools/bench/pacer.h"
 #include "tools/bench/plot.h"
@@ -80,6 +81,12 @@ ABSL_FLAG(std::string, json, "", "write every result (and each request's numbers
 ABSL_FLAG(std::string, plot, "",
           "draw FILE.png with gnuplot: metrics over concurrency for sweeps, over time otherwise");
 ABSL_FLAG(bool, progress, true, "progress bar on stderr");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) that verify the scheduler: connect over TLS (empty, with no "
+          "--tls-cert either: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain, for a scheduler that requires one");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 ABSL_FLAG(double, wait_for_server_s, 30,
           "wait up to this long for the scheduler to answer with a worker attached");
 
@@ -95,6 +102,7 @@ constexpr int kErrorsShown = 3;
 
 struct Options {
   std::string server;
+  pagoda::common::TlsConfig tls;
   bench::WorkloadOptions workload;
   bench::SamplingOptions sampling;
   bench::PacerOptions load;  // concurrency is per level
@@ -187,6 +195,10 @@ absl::Status CheckCombination(const Options& o) {
 absl::StatusOr<Options> OptionsFromFlags() {
   Options o;
   o.server = absl::GetFlag(FLAGS_server);
+  ASSIGN_OR_RETURN(o.tls, pagoda::common::LoadTlsConfig(
+                              {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                               absl::GetFlag(FLAGS_tls_ca)},
+                              pagoda::common::TlsSide::kClient));
   ASSIGN_OR_RETURN(o.workload, WorkloadFromFlags());
   ASSIGN_OR_RETURN(o.load, LoadFromFlags());
   o.sampling.temperature = static_cast<float>(absl::GetFlag(FLAGS_temperature));
@@ -378,7 +390,7 @@ int Fail(const absl::Status& status) {
 }
 
 int Main(const Options& o) {
-  auto channel = grpc::CreateChannel(o.server, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(o.server, pagoda::common::MakeChannelCredentials(o.tls));
   auto stub = v1::Generation::NewStub(channel);
   absl::StatusOr<v1::ModelInfo> info = WaitForServer(*stub, o.wait_for_server_s);
   if (!info.ok()) return Fail(info.status());

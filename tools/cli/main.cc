@@ -5,6 +5,9 @@
 //   pagoda-cli tokenize --server HOST:PORT --prompt TEXT
 //   pagoda-cli info     --server HOST:PORT
 //   pagoda-cli status   --server HOST:PORT
+//
+// Every command takes --tls-ca PEM (TLS, verifying the scheduler with that CA) and, for a
+// scheduler that requires client certificates, --tls-cert PEM --tls-key PEM.
 #include <grpcpp/grpcpp.h>
 
 #include <cctype>
@@ -19,6 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/tls.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 
 ABSL_FLAG(std::string, server, "127.0.0.1:50051", "scheduler address");
@@ -37,6 +41,12 @@ ABSL_FLAG(bool, ignore_eos, false, "keep generating past EOS");
 ABSL_FLAG(std::string, request_id, "", "client request id, echoed back");
 ABSL_FLAG(double, timeout_s, 0, "deadline in seconds (0 = none)");
 ABSL_FLAG(bool, json, false, "one JSON object per line instead of plain text");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) that verify the scheduler: connect over TLS (empty, with no "
+          "--tls-cert either: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain, for a scheduler that requires one");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 
 namespace {
 
@@ -211,12 +221,17 @@ int Status(v1::Generation::Stub& stub) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "usage: pagoda-cli generate|tokenize|info|status --server HOST:PORT [--prompt TEXT] "
-      "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--json]");
+      "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--json] "
+      "[--tls-ca PEM [--tls-cert PEM --tls-key PEM]]");
   std::vector<char*> args = pagoda::common::ParseFlags(argc, argv);
   if (args.size() != 2) return Usage("expected exactly one command");
   const std::string command = args[1];
-  auto channel =
-      grpc::CreateChannel(absl::GetFlag(FLAGS_server), grpc::InsecureChannelCredentials());
+  absl::StatusOr<pagoda::common::TlsConfig> tls = pagoda::common::LoadTlsConfig(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
+      pagoda::common::TlsSide::kClient);
+  if (!tls.ok()) return Usage(std::string(tls.status().message()));
+  auto channel = grpc::CreateChannel(absl::GetFlag(FLAGS_server),
+                                     pagoda::common::MakeChannelCredentials(*tls));
   auto stub = v1::Generation::NewStub(channel);
   if (command == "generate") return Generate(*stub);
   if (command == "tokenize") return Tokenize(*stub);

@@ -48,8 +48,9 @@ absl::Status LinkClient::Run() {
 }
 
 absl::Status LinkClient::AttachOnce(bool* attached) {
-  auto channel =
-      grpc::CreateChannel(options_.scheduler_address, grpc::InsecureChannelCredentials());
+  auto channel = grpc::CreateChannel(
+      options_.scheduler_address,
+      options_.credentials ? options_.credentials : grpc::InsecureChannelCredentials());
   auto stub = wv1::WorkerLink::NewStub(channel);
   grpc::ClientContext context;
   if (!options_.link_token.empty()) {
@@ -122,8 +123,13 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
         absl::StrFormat("the scheduler at %s refused this worker: %s", options_.scheduler_address,
                         status.error_message()));
   }
-  common::Logf(*attached ? common::LogLevel::kWarning : common::LogLevel::kDebug, "worker",
-               "link to %s ended (%s); retrying", options_.scheduler_address,
+  // A link that was up, or an error other than the previous try's (a scheduler not up yet, a
+  // TLS handshake that fails), is worth a warning; the same error again is routine (debug).
+  const bool news = *attached || status.error_message() != last_error_;
+  last_error_ = *attached ? "" : status.error_message();
+  common::Logf(news ? common::LogLevel::kWarning : common::LogLevel::kDebug, "worker",
+               "link to %s ended (%s: %s); retrying", options_.scheduler_address,
+               absl::StatusCodeToString(static_cast<absl::StatusCode>(status.error_code())),
                status.error_message());
   return absl::OkStatus();
 }

@@ -6,6 +6,10 @@
 // refusal (fingerprint mismatch, bad registration, wrong link token) is final: Run() returns
 // the error. When the scheduler asks for heartbeats (Accepted.heartbeat_interval_ms), a
 // thread of their own sends them, so a long step never looks like a dead worker.
+//
+// Security: the channel uses LinkClientOptions::credentials (TLS, with a client certificate
+// for a scheduler that requires one); a failed handshake looks like an unreachable scheduler
+// (retried), and is logged as a warning each time its error changes.
 #pragma once
 
 #include <memory>
@@ -16,8 +20,9 @@
 #include "worker/runner/runner.h"
 
 namespace grpc {
+class ChannelCredentials;
 class ClientContext;
-}
+}  // namespace grpc
 
 namespace pagoda::worker {
 
@@ -28,6 +33,8 @@ struct LinkClientOptions {
   std::string backend_name;
   int32_t max_batch_tokens = 2048;
   std::string link_token;  // sent as metadata when not empty
+  // The link channel's credentials (common::MakeChannelCredentials); null = plaintext.
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
 };
 
 class LinkClient {
@@ -45,6 +52,7 @@ class LinkClient {
 
   const LinkClientOptions options_;
   Runner* runner_;
+  std::string last_error_;  // of the last failed attach; only Run()'s thread touches it
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
