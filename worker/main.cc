@@ -1,8 +1,10 @@
 // pagoda-worker: holds the weights and the KV arena, executes the scheduler's plans.
 //
-//   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu [--kv-pages N]
+//   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda [--kv-pages N]
 //                 [--page-size N] [--max-batch-tokens N] [--threads N] [--log-level info]
+//                 [--dtype bf16|fp16] [--gpu-memory-fraction F] [--device N]
 //                 [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]
+//                 [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
 //
 // SIGTERM or SIGINT stops it promptly: the scheduler re-queues what it was running.
 #include <signal.h>
@@ -21,7 +23,8 @@
 #include "common/log.h"
 #include "common/port_file.h"
 #include "common/signals.h"
-#include "worker/backend/cpu/cpu_backend.h"
+#include "common/tls.h"
+#include "worker/backend/factory.h"
 #include "worker/model/llama_model.h"
 #include "worker/runner/health.h"
 #include "worker/runner/link_client.h"
@@ -29,9 +32,16 @@
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051", "scheduler address to attach to");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the same file as the scheduler's)");
-ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu");
-ABSL_FLAG(int32_t, kv_pages, 0, "KV pages in the arena; 0 = fill --kv-cache-mib");
-ABSL_FLAG(int32_t, kv_cache_mib, 256, "KV arena size in MiB when --kv-pages is 0");
+ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda");
+ABSL_FLAG(int32_t, kv_pages, 0,
+          "KV pages in the arena; 0 = fill --kv-cache-mib (cpu) or --gpu-memory-fraction (cuda)");
+ABSL_FLAG(int32_t, kv_cache_mib, 256, "cpu: KV arena size in MiB when --kv-pages is 0");
+ABSL_FLAG(std::string, dtype, "bf16", "cuda: weight, activation and KV type: bf16 or fp16");
+ABSL_FLAG(double, gpu_memory_fraction, 0.9,
+          "cuda: share of the GPU's memory to use; the KV arena gets what is left after the "
+          "weights and the workspace (when --kv-pages is 0)");
+ABSL_FLAG(int32_t, device, 0, "cuda: GPU index");
+ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only iterations");
 ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
@@ -39,6 +49,12 @@ ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default h
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(std::string, link_token_file, "",
           "file holding the scheduler's link token (when it requires one)");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA certificate(s) that verify the scheduler: attach over TLS (empty, with no "
+          "--tls-cert either: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate chain, for a scheduler that requires one (its --tls-ca)");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
 ABSL_FLAG(std::string, health_listen, "",
           "HOST:PORT to serve grpc.health.v1 on (\"\" = attached, \"liveness\" = alive); "
           "empty = off");
@@ -96,34 +112,28 @@ absl::Status StartEndpoints(pagoda::worker::HealthServer& health,
   return absl::OkStatus();
 }
 
-// Pages that fit in `mib` MiB: K and V, every layer, page_size tokens of kv_heads * head_dim.
-int32_t PagesForMemory(const pagoda::common::ModelConfig& c, int32_t page_size, int32_t mib) {
-  const int64_t page_bytes = int64_t{2} * c.n_layers * page_size * c.n_kv_heads * c.head_dim *
-                             static_cast<int64_t>(sizeof(float));
-  return static_cast<int32_t>(std::min<int64_t>((int64_t{mib} << 20) / page_bytes, 1 << 20));
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace pw = pagoda::worker;
   pagoda::common::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
-      "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu [--kv-pages N]");
+      "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda [--kv-pages N]");
   pagoda::common::ParseFlags(argc, argv);
   pagoda::common::LogLevel level;
   if (!pagoda::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
     return Fail("--log-level must be debug, info, warning or error");
   }
   pagoda::common::SetLogLevel(level);
-  if (absl::GetFlag(FLAGS_backend) != "cpu") {
-    return Fail(absl::StrFormat("unsupported --backend \"%s\"; supported: cpu",
-                                absl::GetFlag(FLAGS_backend)));
-  }
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return Fail("--model PATH is required");
   const int32_t page_size = absl::GetFlag(FLAGS_page_size);
   const int32_t max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  // Read before the model loads, so that a wrong path fails at once.
+  absl::StatusOr<pagoda::common::TlsConfig> tls = pagoda::common::LoadTlsConfig(
+      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
+      pagoda::common::TlsSide::kClient);
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
   if (page_size <= 0 || max_batch_tokens <= 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
       absl::GetFlag(FLAGS_kv_cache_mib) <= 0) {
     return Fail(
@@ -145,19 +155,22 @@ int main(int argc, char** argv) {
 
   auto model = pw::LlamaModel::Load(model_path);
   if (!model.ok()) return Fail(absl::StrFormat("%s: %s", model_path, model.status().message()));
-  pw::CpuBackendOptions backend_options;
+  pw::BackendOptions backend_options;
+  backend_options.backend = absl::GetFlag(FLAGS_backend);
   backend_options.page_size = page_size;
   backend_options.num_pages = absl::GetFlag(FLAGS_kv_pages);
-  if (backend_options.num_pages == 0) {
-    backend_options.num_pages =
-        PagesForMemory((*model)->config(), page_size, absl::GetFlag(FLAGS_kv_cache_mib));
-  }
-  backend_options.num_threads = absl::GetFlag(FLAGS_threads);
-  auto backend = pw::CpuBackend::Create(*model, backend_options);
+  backend_options.kv_cache_mib = absl::GetFlag(FLAGS_kv_cache_mib);
+  backend_options.max_batch_tokens = max_batch_tokens;
+  backend_options.threads = absl::GetFlag(FLAGS_threads);
+  backend_options.dtype = absl::GetFlag(FLAGS_dtype);
+  backend_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
+  backend_options.device = absl::GetFlag(FLAGS_device);
+  backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  auto backend = pw::CreateBackend(*model, backend_options);
   if (!backend.ok()) return Fail(std::string(backend.status().message()));
-  PAGODA_LOG(kInfo, "worker", "loaded %s: %d layers, dim %d; KV arena %d pages of %d tokens",
+  PAGODA_LOG(kInfo, "worker", "loaded %s: %d layers, dim %d; %s backend, KV arena %d pages of %d tokens",
              model_path, (*model)->config().n_layers, (*model)->config().dim,
-             backend_options.num_pages, page_size);
+             (*backend)->name(), (*backend)->num_pages(), page_size);
   metrics.SetKvArenaBytes(static_cast<int64_t>((*backend)->kv_bytes()));
 
   pw::Runner runner(*std::move(backend));
@@ -166,13 +179,16 @@ int main(int argc, char** argv) {
   link.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   link.worker_name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
   link.model_fingerprint = (*model)->fingerprint();
-  link.backend_name = "cpu";
+  link.backend_name = runner.backend().name();
   link.max_batch_tokens = max_batch_tokens;
   if (const std::string path = absl::GetFlag(FLAGS_link_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = pagoda::common::ReadLinkTokenFile(path);
     if (!token.ok()) return Fail(std::string(token.status().message()));
     link.link_token = *std::move(token);
   }
+  link.credentials = pagoda::common::MakeChannelCredentials(*tls);
+  PAGODA_LOG(kInfo, "worker", "attaching to %s over %s", link.scheduler_address,
+             pagoda::common::DescribeTls(*tls, pagoda::common::TlsSide::kClient));
   pw::LinkClient client(link, &runner);
 
   absl::Status result;

@@ -13,6 +13,8 @@
 //    context length, empty token lists) and returns InvalidArgument without touching the KV
 //    arena when anything is wrong.
 //  * A Backend is used by one thread at a time (the runner's); it may use threads internally.
+//  * ForwardSample() is Forward() followed by one sampled token per want_logits sequence; the
+//    default samples on the host with worker/sampling, a GPU backend samples on the device.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "common/model_config.h"
+#include "worker/sampling/sampler.h"
 
 namespace pagoda::worker {
 
@@ -32,6 +35,11 @@ struct SeqInput {                   // one sequence's work in a flat batch
   bool want_logits = false;         // produce logits for the last new token
 };
 
+struct SampleInput {    // how to pick the token of one want_logits sequence
+  SamplingParams params;
+  uint64_t index = 0;   // tokens generated so far for the sequence (the generator's counter)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -39,10 +47,24 @@ class Backend {
   // logits: resized to [count of want_logits seqs][vocab], rows in batch order.
   virtual absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) = 0;
 
+  // samples: one per want_logits sequence, in batch order; tokens: resized to match.
+  virtual absl::Status ForwardSample(std::span<const SeqInput> batch,
+                                     std::span<const SampleInput> samples,
+                                     std::vector<int32_t>* tokens);
+
   virtual int page_size() const = 0;
   virtual int num_pages() const = 0;
   virtual const common::ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
+  virtual size_t kv_bytes() const = 0;  // bytes of the KV arena
+
+ private:
+  std::vector<float> logits_;  // ForwardSample's scratch on the host path
 };
+
+// The checks every backend's Forward starts with (see the contract above): InvalidArgument
+// naming the entry and the limit, or OK.
+absl::Status ValidateBatch(std::span<const SeqInput> batch, const common::ModelConfig& config,
+                           int page_size, int num_pages);
 
 }  // namespace pagoda::worker

@@ -34,7 +34,7 @@ StepTiming Timing(const std::vector<SeqInput>& batch, absl::Time start, absl::Ti
 Runner::Runner(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
 
 absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInput>* batch,
-                             std::vector<SamplingParams>* samplers) {
+                             std::vector<SampleInput>* samples) {
   for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
   // First every state change, then the batch: spans into seqs_ must not see a rehash.
   for (const wv1::SequenceStep& step : plan.steps()) {
@@ -72,7 +72,7 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     in.pages = s.pages;
     in.want_logits = step.sample();
     batch->push_back(in);
-    if (step.sample()) samplers->push_back(s.sampling);
+    if (step.sample()) samples->push_back({s.sampling, step.sample_index()});
   }
   return absl::OkStatus();
 }
@@ -82,26 +82,24 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   wv1::IterationResult result;
   result.set_iteration(plan.iteration());
   std::vector<SeqInput> batch;
-  std::vector<SamplingParams> samplers;
-  absl::Status status = Prepare(plan, &batch, &samplers);
+  std::vector<SampleInput> samples;
+  absl::Status status = Prepare(plan, &batch, &samples);
   const absl::Time t0 = absl::Now();
-  if (status.ok() && !batch.empty()) status = backend_->Forward(batch, &logits_);
+  tokens_.clear();
+  if (status.ok() && !batch.empty()) status = backend_->ForwardSample(batch, samples, &tokens_);
   const absl::Time t1 = absl::Now();
   if (!status.ok()) {
     result.set_error(std::string(status.message()));
     if (observer_) observer_(Timing(batch, start, t0, t1, t1, /*ok=*/false));
     return result;
   }
-  const size_t vocab = static_cast<size_t>(backend_->config().vocab_size);
   size_t row = 0;
   for (const wv1::SequenceStep& step : plan.steps()) {
     if (!step.sample()) continue;
-    std::span<const float> logits(logits_.data() + row * vocab, vocab);
     auto* out = result.add_sampled();
     out->set_seq_id(step.seq_id());
-    out->set_token_id(Sample(logits, samplers[row], step.sample_index()));
+    out->set_token_id(tokens_[row++]);
     seqs_.at(step.seq_id()).last_sampled = out->token_id();
-    ++row;
   }
   const absl::Time t2 = absl::Now();
   result.set_forward_seconds(absl::ToDoubleSeconds(t1 - t0));

@@ -51,14 +51,14 @@ class Runner {
     int32_t last_sampled = -1;  // fed back by feed_last_sampled steps (overlap)
     int32_t fed_token = -1;     // storage the batch's token span points at
   };
-  // Applies frees and page deltas and builds the batch; `samplers` gets the sampling
-  // parameters of each sampling step, in plan order.
+  // Applies frees and page deltas and builds the batch; `samples` gets the sampling
+  // parameters and index of each sampling step, in plan order.
   absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan, std::vector<SeqInput>* batch,
-                       std::vector<SamplingParams>* samplers);
+                       std::vector<SampleInput>* samples);
 
   std::unique_ptr<Backend> backend_;
   absl::flat_hash_map<uint64_t, SeqState> seqs_;
-  std::vector<float> logits_;  // [samplers, vocab], reused across plans
+  std::vector<int32_t> tokens_;  // sampled tokens of the current plan, reused across plans
   std::function<void(const StepTiming&)> observer_;
 };
 

@@ -40,44 +40,6 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
       num_threads_(num_threads),
       arena_(std::move(arena)) {}
 
-absl::Status CpuBackend::Validate(std::span<const SeqInput> batch) const {
-  const common::ModelConfig& c = config();
-  const int64_t ps = options_.page_size;
-  for (size_t s = 0; s < batch.size(); ++s) {
-    const SeqInput& in = batch[s];
-    if (in.tokens.empty()) {
-      return absl::InvalidArgumentError(absl::StrFormat("batch entry %d has no tokens", s));
-    }
-    const int64_t end = int64_t{in.start_pos} + static_cast<int64_t>(in.tokens.size());
-    if (in.start_pos < 0 || end > c.context_length) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "batch entry %d covers positions [%d, %d), outside [0, context_length %d)", s,
-          in.start_pos, end, c.context_length));
-    }
-    for (size_t i = 0; i < in.tokens.size(); ++i) {
-      if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("batch entry %d token %d has id %d, outside [0, vocab_size %d)", s, i,
-                            in.tokens[i], c.vocab_size));
-      }
-    }
-    const int64_t pages_needed = (end + ps - 1) / ps;
-    if (static_cast<int64_t>(in.pages.size()) < pages_needed) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "batch entry %d needs %d pages of %d slots for positions [0, %d) but has %d", s,
-          pages_needed, ps, end, in.pages.size()));
-    }
-    for (size_t i = 0; i < in.pages.size(); ++i) {
-      if (in.pages[i] < 0 || in.pages[i] >= options_.num_pages) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("batch entry %d page %d has id %d, outside [0, num_pages %d)", s, i,
-                            in.pages[i], options_.num_pages));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {
   token_ids_.clear();
   positions_.clear();
@@ -162,7 +124,7 @@ void CpuBackend::ComputeLogits(std::vector<float>* logits) {
 
 absl::Status CpuBackend::Forward(std::span<const SeqInput> batch, std::vector<float>* logits) {
   if (logits == nullptr) return absl::InvalidArgumentError("Forward needs a logits vector");
-  RETURN_IF_ERROR(Validate(batch));
+  RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, options_.num_pages));
   Flatten(batch);
   logits->clear();
   if (num_tokens_ == 0) return absl::OkStatus();

@@ -40,13 +40,12 @@ class CpuBackend : public Backend {
   const common::ModelConfig& config() const override { return model_->config(); }
   std::string name() const override { return "cpu"; }
   int num_threads() const { return num_threads_; }
-  size_t kv_bytes() const { return arena_.bytes(); }
+  size_t kv_bytes() const override { return arena_.bytes(); }
 
  private:
   CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackendOptions& options,
              int num_threads, cpu::KvArena arena);
 
-  absl::Status Validate(std::span<const SeqInput> batch) const;
   void Flatten(std::span<const SeqInput> batch);  // fills the per-token arrays and RoPE tables
   void Embed();
   void RunLayer(int layer);

@@ -1,0 +1,216 @@
+// Decode attention on Llama-3-8B shapes (32 query heads, 8 KV heads, head_dim 128, page 16, bf16)
+// against the device-to-device copy bandwidth: every context position's K and V row of every
+// sequence is read once, so kv_GBps = KV bytes / kernel time (split + merge kernels, CUDA events).
+//
+// Benchmarks (counters parsed from --benchmark_format=json by later scripts):
+//   BM_DecodeAttention/batch:B/ctx:C/{paged,contiguous}: kv_GBps, copy_GBps, kv_over_copy
+//     (paged: a random permutation of pages; contiguous: contiguous_kv = true on the same cache)
+//   BM_DecodeAttentionPagedOverContiguous/batch:B/ctx:C: paged_over_contiguous = paged time /
+//     contiguous time, the two launched alternately in each iteration.
+// The KV (1 GiB per shape) is far larger than L2, so one buffer is reused across iterations.
+#include <benchmark/benchmark.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/gpu/copy_bandwidth.h"
+#include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/kernel_args.h"
+
+namespace pagoda::bench {
+namespace {
+
+namespace pc = pagoda::worker::cuda;
+
+constexpr int kHeads = 32;
+constexpr int kKvHeads = 8;
+constexpr int kHeadDim = 128;
+constexpr int kPageSize = 16;
+
+// Uniform values in [-1, 1) from a hash of the index: never zeros, never NaN.
+__global__ void FillRandomBf16(__nv_bfloat16* data, size_t n, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ seed ^ static_cast<uint32_t>(i >> 32);
+    x ^= x >> 16;
+    x *= 0x7feb352dU;
+    x ^= x >> 15;
+    x *= 0x846ca68bU;
+    x ^= x >> 16;
+    data[i] = __float2bfloat16(static_cast<float>(x >> 8) * (2.0f / 16777216.0f) - 1.0f);
+  }
+}
+
+template <typename T>
+T* DeviceAlloc(size_t count) {
+  void* p = nullptr;
+  PAGODA_BENCH_CUDA(cudaMalloc(&p, std::max<size_t>(count * sizeof(T), 16)));
+  return static_cast<T*>(p);
+}
+
+template <typename T>
+T* DeviceCopy(const std::vector<T>& v) {
+  T* p = DeviceAlloc<T>(v.size());
+  PAGODA_BENCH_CUDA(cudaMemcpy(p, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice));
+  return p;
+}
+
+// A decode batch of `batch` sequences at context `ctx` with random q and KV on the device.
+class DecodeSetup {
+ public:
+  DecodeSetup(int batch, int ctx) : batch_(batch), ctx_(ctx) {
+    const int pages_per_seq = (ctx + kPageSize - 1) / kPageSize;
+    const size_t num_pages = static_cast<size_t>(batch) * pages_per_seq;
+    const size_t cache_elems = num_pages * kPageSize * kKvHeads * kHeadDim;
+    const size_t q_elems = static_cast<size_t>(batch) * kHeads * kHeadDim;
+    std::vector<int32_t> pages(num_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), std::mt19937(1234));
+    std::vector<int32_t> token_start(batch), num_tokens(batch, 1), start_pos(batch, ctx - 1);
+    std::iota(token_start.begin(), token_start.end(), 0);
+    k_ = DeviceAlloc<__nv_bfloat16>(cache_elems);
+    v_ = DeviceAlloc<__nv_bfloat16>(cache_elems);
+    q_ = DeviceAlloc<__nv_bfloat16>(q_elems);
+    out_ = DeviceAlloc<__nv_bfloat16>(q_elems);
+    FillRandomBf16<<<1024, 256>>>(k_, cache_elems, 1);
+    FillRandomBf16<<<1024, 256>>>(v_, cache_elems, 2);
+    FillRandomBf16<<<1024, 256>>>(q_, q_elems, 3);
+    PAGODA_BENCH_CUDA(cudaGetLastError());
+    token_start_ = DeviceCopy(token_start);
+    num_tokens_ = DeviceCopy(num_tokens);
+    start_pos_ = DeviceCopy(start_pos);
+    page_table_ = DeviceCopy(pages);
+    max_partitions_ = pc::DecodePartitions(ctx);
+    workspace_ = DeviceAlloc<char>(
+        pc::DecodeAttentionWorkspaceBytes(batch, kHeads, kHeadDim, max_partitions_));
+    PAGODA_BENCH_CUDA(cudaEventCreate(&start_));
+    PAGODA_BENCH_CUDA(cudaEventCreate(&stop_));
+    PAGODA_BENCH_CUDA(cudaDeviceSynchronize());
+  }
+  ~DecodeSetup() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+    for (void* p : {static_cast<void*>(k_), static_cast<void*>(v_), static_cast<void*>(q_),
+                    static_cast<void*>(out_), static_cast<void*>(token_start_),
+                    static_cast<void*>(num_tokens_), static_cast<void*>(start_pos_),
+                    static_cast<void*>(page_table_), static_cast<void*>(workspace_)}) {
+      cudaFree(p);
+    }
+  }
+  DecodeSetup(const DecodeSetup&) = delete;
+  DecodeSetup& operator=(const DecodeSetup&) = delete;
+
+  // K and V bytes of every context position of every sequence.
+  double KvBytes() const { return 2.0 * batch_ * ctx_ * kKvHeads * kHeadDim * sizeof(uint16_t); }
+
+  void Launch(bool contiguous) {
+    pc::DecodeAttentionParams p;
+    p.batch = {
+        token_start_, num_tokens_, start_pos_, page_table_, (ctx_ + kPageSize - 1) / kPageSize,
+        batch_};
+    p.shape = {kHeads,          kKvHeads, kHeadDim, kPageSize, 1.0f / std::sqrt(float{kHeadDim}),
+               pc::DType::kBf16};
+    p.q = q_;
+    p.k_cache = k_;
+    p.v_cache = v_;
+    p.out = out_;
+    p.max_partitions = max_partitions_;
+    p.workspace = workspace_;
+    p.contiguous_kv = contiguous;
+    PAGODA_BENCH_CUDA(pc::LaunchDecodeAttention(p, nullptr));
+  }
+
+  // Seconds of one launch, by CUDA events.
+  double TimedLaunch(bool contiguous) {
+    PAGODA_BENCH_CUDA(cudaEventRecord(start_));
+    Launch(contiguous);
+    PAGODA_BENCH_CUDA(cudaEventRecord(stop_));
+    PAGODA_BENCH_CUDA(cudaEventSynchronize(stop_));
+    float ms = 0;
+    PAGODA_BENCH_CUDA(cudaEventElapsedTime(&ms, start_, stop_));
+    return ms * 1e-3;
+  }
+
+  // False when the output holds a NaN or an infinity (a broken kernel, not a slow one).
+  bool OutputFinite() const {
+    std::vector<__nv_bfloat16> out(static_cast<size_t>(batch_) * kHeads * kHeadDim);
+    PAGODA_BENCH_CUDA(cudaMemcpy(out.data(), out_, out.size() * 2, cudaMemcpyDeviceToHost));
+    return std::all_of(out.begin(), out.end(),
+                       [](__nv_bfloat16 v) { return std::isfinite(__bfloat162float(v)); });
+  }
+
+ private:
+  int batch_;
+  int ctx_;
+  int max_partitions_ = 1;
+  __nv_bfloat16 *k_ = nullptr, *v_ = nullptr, *q_ = nullptr, *out_ = nullptr;
+  int32_t *token_start_ = nullptr, *num_tokens_ = nullptr, *start_pos_ = nullptr;
+  int32_t* page_table_ = nullptr;
+  char* workspace_ = nullptr;
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+void BM_DecodeAttention(benchmark::State& state, int batch, int ctx, bool paged) {
+  const double copy = CopyBandwidth();
+  DecodeSetup setup(batch, ctx);
+  for (int i = 0; i < 3; ++i) setup.TimedLaunch(!paged);  // warm-up
+  double total = 0;
+  for (auto _ : state) {
+    const double t = setup.TimedLaunch(!paged);
+    state.SetIterationTime(t);
+    total += t;
+  }
+  if (!setup.OutputFinite()) state.SkipWithError("decode attention wrote NaN or infinity");
+  const double kv = setup.KvBytes() * static_cast<double>(state.iterations()) / total;
+  state.counters["kv_GBps"] = kv / 1e9;
+  state.counters["copy_GBps"] = copy / 1e9;
+  state.counters["kv_over_copy"] = kv / copy;
+}
+
+void BM_DecodeAttentionPagedOverContiguous(benchmark::State& state, int batch, int ctx) {
+  DecodeSetup setup(batch, ctx);
+  for (int i = 0; i < 3; ++i) {
+    setup.TimedLaunch(false);
+    setup.TimedLaunch(true);
+  }
+  double paged = 0, contiguous = 0;
+  for (auto _ : state) {
+    const double t = setup.TimedLaunch(false);
+    contiguous += setup.TimedLaunch(true);
+    state.SetIterationTime(t);
+    paged += t;
+  }
+  if (!setup.OutputFinite()) state.SkipWithError("decode attention wrote NaN or infinity");
+  const double n = static_cast<double>(state.iterations());
+  state.counters["paged_over_contiguous"] = paged / contiguous;
+  state.counters["paged_us"] = paged / n * 1e6;
+  state.counters["contiguous_us"] = contiguous / n * 1e6;
+}
+
+[[maybe_unused]] const bool kRegistered = [] {
+  for (const auto& [batch, ctx] : {std::pair{64, 4096}, std::pair{4, 32768}}) {
+    const std::string shape = "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx);
+    for (bool paged : {true, false}) {
+      const std::string name = "BM_DecodeAttention" + shape + (paged ? "/paged" : "/contiguous");
+      benchmark::RegisterBenchmark(name.c_str(), BM_DecodeAttention, batch, ctx, paged)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+    benchmark::RegisterBenchmark(("BM_DecodeAttentionPagedOverContiguous" + shape).c_str(),
+                                 BM_DecodeAttentionPagedOverContiguous, batch, ctx)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  return true;
+}();
+
+}  // namespace
+}  // namespace pagoda::bench

@@ -1,0 +1,466 @@
+// CUDA paged attention (decode and prefill) against the CPU backend's WriteKv + PagedAttention on
+// fresh random inputs rounded to the dtype first, so both sides see the same values.
+//
+// Traps: every cache slot that holds no position (tails of last pages, spare pages) is NaN, and
+// page-table entries past a sequence's pages point at an all-NaN page, so any read outside the
+// context turns the output NaN. Outputs (and the decode workspace) are poisoned with 0xff bytes
+// (NaN in bf16 and fp16) before every launch; padding entries point at a spare row that must stay
+// poisoned. Each case runs twice and must be bitwise reproducible.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/fp16.h"
+#include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/device.h"
+#include "worker/backend/cuda/kernel_args.h"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+constexpr uint16_t kPoison = 0xffff;  // NaN in bf16 and in fp16
+
+struct Shape {
+  int page_size;
+  int head_dim;
+  int n_heads;
+  int n_kv_heads;
+};
+
+struct SeqSpec {
+  int start_pos;
+  int num_tokens;  // 0: padding entry
+};
+
+uint16_t ToBits(float f, DType d) {
+  return d == DType::kBf16 ? common::FloatToBf16(f) : common::FloatToF16(f);
+}
+float FromBits(uint16_t b, DType d) {
+  return d == DType::kBf16 ? common::Bf16ToFloat(b) : common::F16ToFloat(b);
+}
+
+std::string Describe(DType d, const Shape& s) {
+  return std::string(DTypeName(d)) + " page " + std::to_string(s.page_size) + " head_dim " +
+         std::to_string(s.head_dim) + " heads " + std::to_string(s.n_heads) + "/" +
+         std::to_string(s.n_kv_heads);
+}
+
+// Owns one cudaMalloc'd buffer.
+class DeviceArray {
+ public:
+  explicit DeviceArray(size_t bytes) : bytes_(bytes) {
+    status_ = cudaMalloc(&ptr_, std::max<size_t>(bytes, 16));
+  }
+  ~DeviceArray() {
+    if (status_ == cudaSuccess) cudaFree(ptr_);
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  cudaError_t status() const { return status_; }
+  void* get() const { return ptr_; }
+  template <typename T>
+  cudaError_t Upload(const std::vector<T>& v) {
+    return cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  cudaError_t Poison() { return cudaMemset(ptr_, 0xff, bytes_); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+  cudaError_t status_;
+};
+
+// One batch: inputs as the GPU sees them (dtype bits) and the CPU reference output.
+struct Problem {
+  DType dtype;
+  Shape shape;
+  std::vector<SeqSpec> seqs;
+  int stride = 0;     // page_table_stride
+  int num_pages = 0;  // of the caches
+  int rows = 0;       // q/out rows: the real ones, then one spare row for padding entries
+  std::vector<int32_t> token_start, num_tokens, start_pos, page_table;  // page_table: GPU's
+  std::vector<uint16_t> q, k_cache, v_cache;
+  std::vector<float> ref;  // [rows][n_heads][head_dim]; the spare row is not compared
+  std::string what;
+};
+
+// contiguous: the KV of sequence s lives in pages s * stride, +1, ... (the CPU reference uses that
+// identity table) and the GPU page table is all trap entries.
+Problem Build(DType dtype, const Shape& shape, const std::vector<SeqSpec>& seqs, bool contiguous,
+              uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto rounded = [&] { return FromBits(ToBits(normal(rng), dtype), dtype); };
+  Problem pr;
+  pr.dtype = dtype;
+  pr.shape = shape;
+  pr.seqs = seqs;
+  pr.what = Describe(dtype, shape) + (contiguous ? " contiguous" : "");
+  const int n = static_cast<int>(seqs.size()), ps = shape.page_size;
+  const int kv_dim = shape.n_kv_heads * shape.head_dim;
+  std::vector<int> context(n), pages(n);
+  int max_pages = 0, used_pages = 0;
+  for (int s = 0; s < n; ++s) {
+    context[s] = seqs[s].num_tokens > 0 ? seqs[s].start_pos + seqs[s].num_tokens : 0;
+    pages[s] = (context[s] + ps - 1) / ps;
+    max_pages = std::max(max_pages, pages[s]);
+    used_pages += pages[s];
+  }
+  pr.stride = max_pages + 2;
+  std::vector<int32_t> cpu_table(static_cast<size_t>(n) * pr.stride);
+  if (contiguous) {
+    pr.num_pages = n * pr.stride + 1;
+    for (size_t i = 0; i < cpu_table.size(); ++i) cpu_table[i] = static_cast<int32_t>(i);
+    pr.page_table.assign(cpu_table.size(), pr.num_pages - 1);  // the trap page
+  } else {
+    pr.num_pages = used_pages + 3;
+    std::vector<int32_t> perm(pr.num_pages);
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    const int32_t trap = perm.back();
+    int next = 0;
+    for (int s = 0; s < n; ++s) {
+      for (int i = 0; i < pr.stride; ++i) {
+        cpu_table[static_cast<size_t>(s) * pr.stride + i] = i < pages[s] ? perm[next++] : trap;
+      }
+    }
+    pr.page_table = cpu_table;
+  }
+
+  // Caches: NaN wherever no position is written.
+  const size_t cache_size = static_cast<size_t>(pr.num_pages) * ps * kv_dim;
+  std::vector<float> k_cache(cache_size, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> v_cache(cache_size, std::numeric_limits<float>::quiet_NaN());
+  std::vector<float> k_rows, v_rows;
+  std::vector<int32_t> kv_pos;
+  std::vector<const int32_t*> kv_tables;
+  for (int s = 0; s < n; ++s) {
+    for (int pos = 0; pos < context[s]; ++pos) {
+      for (int i = 0; i < kv_dim; ++i) k_rows.push_back(rounded());
+      for (int i = 0; i < kv_dim; ++i) v_rows.push_back(rounded());
+      kv_pos.push_back(pos);
+      kv_tables.push_back(cpu_table.data() + static_cast<size_t>(s) * pr.stride);
+    }
+  }
+  cpu::WriteKv({k_rows.data(), v_rows.data(), kv_pos.data(), kv_tables.data(), k_cache.data(),
+                v_cache.data(), static_cast<int>(kv_pos.size()), kv_dim, ps});
+
+  // Rows: the real tokens in entry order, then the spare row every padding entry points at.
+  std::vector<int32_t> q_pos;
+  std::vector<const int32_t*> q_tables;
+  for (int s = 0; s < n; ++s) {
+    pr.start_pos.push_back(seqs[s].start_pos);
+    pr.num_tokens.push_back(seqs[s].num_tokens);
+    pr.token_start.push_back(static_cast<int32_t>(q_pos.size()));
+    for (int i = 0; i < seqs[s].num_tokens; ++i) {
+      q_pos.push_back(seqs[s].start_pos + i);
+      q_tables.push_back(cpu_table.data() + static_cast<size_t>(s) * pr.stride);
+    }
+  }
+  const int real_rows = static_cast<int>(q_pos.size());
+  pr.rows = real_rows + 1;
+  for (int s = 0; s < n; ++s) {
+    if (seqs[s].num_tokens == 0) pr.token_start[s] = real_rows;
+  }
+  const size_t row_elems = static_cast<size_t>(shape.n_heads) * shape.head_dim;
+  std::vector<float> q(pr.rows * row_elems);
+  for (float& v : q) v = rounded();
+  pr.ref.assign(q.size(), 0.0f);
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  cpu::PagedAttention({q.data(), k_cache.data(), v_cache.data(), q_pos.data(), q_tables.data(),
+                       pr.ref.data(), real_rows, shape.n_heads, shape.n_kv_heads, shape.head_dim,
+                       ps, 1.0f / std::sqrt(static_cast<float>(shape.head_dim))},
+                      threads);
+  for (float v : q) pr.q.push_back(ToBits(v, dtype));
+  for (float v : k_cache) pr.k_cache.push_back(ToBits(v, dtype));
+  for (float v : v_cache) pr.v_cache.push_back(ToBits(v, dtype));
+  return pr;
+}
+
+// Per-sequence relative L2 error below the dtype's tolerance, no NaN, spare row untouched.
+void Check(const Problem& pr, const std::vector<uint16_t>& got, const std::string& what) {
+  const double tol = pr.dtype == DType::kBf16 ? 1e-2 : 2e-3;
+  const size_t row_elems = static_cast<size_t>(pr.shape.n_heads) * pr.shape.head_dim;
+  for (size_t s = 0; s < pr.seqs.size(); ++s) {
+    if (pr.seqs[s].num_tokens == 0) continue;
+    double err = 0, norm = 0;
+    int nan = 0;
+    const size_t begin = pr.token_start[s] * row_elems;
+    const size_t end = begin + pr.seqs[s].num_tokens * row_elems;
+    for (size_t i = begin; i < end; ++i) {
+      const double g = FromBits(got[i], pr.dtype), r = pr.ref[i];
+      if (std::isnan(g)) ++nan;
+      err += (g - r) * (g - r);
+      norm += r * r;
+    }
+    const std::string where = what + ", seq " + std::to_string(s) + " (start_pos " +
+                              std::to_string(pr.seqs[s].start_pos) + ", tokens " +
+                              std::to_string(pr.seqs[s].num_tokens) + ")";
+    EXPECT_EQ(nan, 0) << where;
+    EXPECT_LT(std::sqrt(err / norm), tol) << where;
+  }
+  int touched = 0;
+  for (size_t i = (pr.rows - 1) * row_elems; i < pr.rows * row_elems; ++i)
+    touched += got[i] != kPoison;
+  EXPECT_EQ(touched, 0) << what << ": the padding row was written";
+}
+
+// The device copies of a problem's inputs and its poisoned output.
+struct DeviceProblem {
+  explicit DeviceProblem(const Problem& pr)
+      : q(pr.q.size() * 2),
+        k(pr.k_cache.size() * 2),
+        v(pr.v_cache.size() * 2),
+        out(pr.q.size() * 2),
+        token_start(pr.token_start.size() * 4),
+        num_tokens(pr.num_tokens.size() * 4),
+        start_pos(pr.start_pos.size() * 4),
+        page_table(pr.page_table.size() * 4) {}
+
+  void Upload(const Problem& pr) {
+    for (const DeviceArray* a :
+         {&q, &k, &v, &out, &token_start, &num_tokens, &start_pos, &page_table}) {
+      ASSERT_EQ(a->status(), cudaSuccess);
+    }
+    ASSERT_EQ(q.Upload(pr.q), cudaSuccess);
+    ASSERT_EQ(k.Upload(pr.k_cache), cudaSuccess);
+    ASSERT_EQ(v.Upload(pr.v_cache), cudaSuccess);
+    ASSERT_EQ(token_start.Upload(pr.token_start), cudaSuccess);
+    ASSERT_EQ(num_tokens.Upload(pr.num_tokens), cudaSuccess);
+    ASSERT_EQ(start_pos.Upload(pr.start_pos), cudaSuccess);
+    ASSERT_EQ(page_table.Upload(pr.page_table), cudaSuccess);
+  }
+
+  AttentionBatch BatchOf(const Problem& pr) const {
+    return {static_cast<const int32_t*>(token_start.get()),
+            static_cast<const int32_t*>(num_tokens.get()),
+            static_cast<const int32_t*>(start_pos.get()),
+            static_cast<const int32_t*>(page_table.get()),
+            pr.stride,
+            static_cast<int>(pr.seqs.size())};
+  }
+  AttentionShape ShapeOf(const Problem& pr) const {
+    return {pr.shape.n_heads,
+            pr.shape.n_kv_heads,
+            pr.shape.head_dim,
+            pr.shape.page_size,
+            1.0f / std::sqrt(static_cast<float>(pr.shape.head_dim)),
+            pr.dtype};
+  }
+
+  DeviceArray q, k, v, out, token_start, num_tokens, start_pos, page_table;
+};
+
+// Poisons, launches `launch`, downloads; twice, expecting bitwise equal outputs.
+template <typename Launch>
+void RunTwice(const Problem& pr, DeviceProblem& dev, DeviceArray* workspace, Launch launch,
+              const std::string& what) {
+  std::vector<uint16_t> first;
+  for (int run = 0; run < 2; ++run) {
+    ASSERT_EQ(dev.out.Poison(), cudaSuccess);
+    if (workspace != nullptr) {
+      ASSERT_EQ(workspace->Poison(), cudaSuccess);
+    }
+    ASSERT_EQ(launch(), cudaSuccess) << what;
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+    std::vector<uint16_t> got(pr.q.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), dev.out.get(), got.size() * 2, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    if (run == 0) {
+      Check(pr, got, what);
+      first = std::move(got);
+    } else {
+      EXPECT_TRUE(got == first) << what << ": a second launch gave different bits";
+    }
+  }
+}
+
+// max_partitions 0: DecodePartitions(longest context). with_workspace false passes none.
+void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = true,
+               bool contiguous = false) {
+  int longest = 0;
+  for (const SeqSpec& s : pr.seqs) longest = std::max(longest, s.start_pos + 1);
+  if (max_partitions == 0) max_partitions = DecodePartitions(longest);
+  const std::string what =
+      "decode " + pr.what + ", max_partitions " + std::to_string(max_partitions);
+  DeviceProblem dev(pr);
+  ASSERT_NO_FATAL_FAILURE(dev.Upload(pr));
+  const size_t ws_bytes = DecodeAttentionWorkspaceBytes(
+      static_cast<int>(pr.seqs.size()), pr.shape.n_heads, pr.shape.head_dim, max_partitions);
+  DeviceArray workspace(ws_bytes);
+  ASSERT_EQ(workspace.status(), cudaSuccess);
+  DecodeAttentionParams p;
+  p.batch = dev.BatchOf(pr);
+  p.shape = dev.ShapeOf(pr);
+  p.q = dev.q.get();
+  p.k_cache = dev.k.get();
+  p.v_cache = dev.v.get();
+  p.out = dev.out.get();
+  p.max_partitions = max_partitions;
+  p.workspace = with_workspace ? workspace.get() : nullptr;
+  p.contiguous_kv = contiguous;
+  RunTwice(
+      pr, dev, with_workspace ? &workspace : nullptr,
+      [&] { return LaunchDecodeAttention(p, nullptr); }, what);
+}
+
+// max_chunk_tokens 0: the largest num_tokens.
+void RunPrefill(const Problem& pr, int max_chunk_tokens = 0) {
+  if (max_chunk_tokens == 0) {
+    for (const SeqSpec& s : pr.seqs) max_chunk_tokens = std::max(max_chunk_tokens, s.num_tokens);
+  }
+  const std::string what =
+      "prefill " + pr.what + ", max_chunk_tokens " + std::to_string(max_chunk_tokens);
+  DeviceProblem dev(pr);
+  ASSERT_NO_FATAL_FAILURE(dev.Upload(pr));
+  PrefillAttentionParams p;
+  p.batch = dev.BatchOf(pr);
+  p.shape = dev.ShapeOf(pr);
+  p.q = dev.q.get();
+  p.k_cache = dev.k.get();
+  p.v_cache = dev.v.get();
+  p.out = dev.out.get();
+  p.max_chunk_tokens = max_chunk_tokens;
+  RunTwice(
+      pr, dev, nullptr, [&] { return LaunchPrefillAttention(p, nullptr); }, what);
+}
+
+// Decode entries with the given contexts (0: a padding entry, with a nonzero start_pos).
+std::vector<SeqSpec> DecodeSeqs(const std::vector<int>& contexts) {
+  std::vector<SeqSpec> seqs;
+  for (int c : contexts) seqs.push_back(c == 0 ? SeqSpec{37, 0} : SeqSpec{c - 1, 1});
+  return seqs;
+}
+
+// Contexts around page and partition boundaries, ragged, with a padding entry.
+const std::vector<int> kRaggedContexts = {17, 1, 4096, 15, 0, 512, 16, 513, 1000, 511};
+
+constexpr DType kDTypes[] = {DType::kBf16, DType::kFp16};
+
+#define SKIP_WITHOUT_GPU() \
+  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run"
+
+TEST(AttentionGpuTest, DecodeFastPath) {
+  SKIP_WITHOUT_GPU();
+  // head_dim 128 with groups 1, 2, 4, 8; head_dim 64 with groups 1, 3 (padded to 4), 8.
+  const Shape shapes[] = {{16, 128, 8, 2}, {8, 128, 8, 8}, {16, 128, 4, 2}, {32, 128, 16, 2},
+                          {8, 64, 4, 4},   {16, 64, 6, 2}, {32, 64, 16, 2}};
+  uint32_t seed = 1;
+  for (DType dtype : kDTypes) {
+    for (const Shape& shape : shapes) {
+      ASSERT_NO_FATAL_FAILURE(
+          RunDecode(Build(dtype, shape, DecodeSeqs(kRaggedContexts), false, seed++)));
+    }
+  }
+}
+
+TEST(AttentionGpuTest, DecodeGenericPath) {
+  SKIP_WITHOUT_GPU();
+  // Odd head dims (8 is the trained test model's), 256, and groups above 8.
+  const Shape shapes[] = {{16, 8, 4, 2},   {8, 80, 8, 2},    {32, 256, 4, 4},
+                          {16, 96, 16, 4}, {16, 128, 16, 1}, {8, 64, 32, 2}};
+  uint32_t seed = 100;
+  for (DType dtype : kDTypes) {
+    for (const Shape& shape : shapes) {
+      ASSERT_NO_FATAL_FAILURE(
+          RunDecode(Build(dtype, shape, DecodeSeqs(kRaggedContexts), false, seed++)));
+    }
+  }
+}
+
+TEST(AttentionGpuTest, DecodeSinglePartitionNeedsNoWorkspace) {
+  SKIP_WITHOUT_GPU();
+  const std::vector<int> contexts = {1, 0, 100, 512, 33};
+  uint32_t seed = 200;
+  for (DType dtype : kDTypes) {
+    for (const Shape& shape : {Shape{16, 128, 32, 8}, Shape{16, 8, 4, 2}}) {
+      ASSERT_NO_FATAL_FAILURE(RunDecode(Build(dtype, shape, DecodeSeqs(contexts), false, seed++),
+                                        /*max_partitions=*/1, /*with_workspace=*/false));
+    }
+  }
+}
+
+TEST(AttentionGpuTest, DecodeGridLargerThanContexts) {
+  SKIP_WITHOUT_GPU();
+  // A CUDA graph's grid covers a power-of-two bucket of partitions, more than the batch needs.
+  uint32_t seed = 300;
+  for (const Shape& shape : {Shape{16, 128, 32, 8}, Shape{16, 80, 4, 2}}) {
+    ASSERT_NO_FATAL_FAILURE(
+        RunDecode(Build(DType::kBf16, shape, DecodeSeqs({1000, 0, 3000, 7}), false, seed++), 16));
+  }
+}
+
+TEST(AttentionGpuTest, DecodeContiguousKv) {
+  SKIP_WITHOUT_GPU();
+  uint32_t seed = 400;
+  for (DType dtype : kDTypes) {
+    for (const Shape& shape : {Shape{16, 128, 32, 8}, Shape{8, 64, 8, 1}, Shape{16, 8, 4, 2}}) {
+      ASSERT_NO_FATAL_FAILURE(
+          RunDecode(Build(dtype, shape, DecodeSeqs(kRaggedContexts), true, seed++), 0, true,
+                    /*contiguous=*/true));
+    }
+  }
+}
+
+// Chunks with and without a cached prefix, lengths 1..300, and a padding entry.
+const std::vector<SeqSpec> kPrefillSeqs = {{0, 1},     {0, 37}, {100, 64}, {50, 0},
+                                           {513, 300}, {5, 1},  {31, 33},  {0, 129}};
+
+TEST(AttentionGpuTest, PrefillChunks) {
+  SKIP_WITHOUT_GPU();
+  const Shape shapes[] = {{16, 128, 8, 2}, {8, 64, 8, 1},   {16, 8, 4, 2},
+                          {32, 80, 4, 4},  {16, 256, 8, 2}, {8, 96, 12, 4}};
+  uint32_t seed = 500;
+  for (DType dtype : kDTypes) {
+    for (const Shape& shape : shapes) {
+      ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shape, kPrefillSeqs, false, seed++)));
+    }
+  }
+}
+
+TEST(AttentionGpuTest, PrefillWideGridAndLargeGroup) {
+  SKIP_WITHOUT_GPU();
+  // A grid for more tokens than any chunk has; a group wider than one block's rows.
+  ASSERT_NO_FATAL_FAILURE(
+      RunPrefill(Build(DType::kBf16, {16, 128, 8, 2}, kPrefillSeqs, false, 600), 400));
+  ASSERT_NO_FATAL_FAILURE(RunPrefill(
+      Build(DType::kFp16, {16, 16, 64, 1}, {{0, 3}, {0, 0}, {40, 20}, {7, 1}}, false, 601)));
+}
+
+TEST(AttentionGpuTest, WorkspaceCoversThePartials) {
+  // Host-only: [seqs][heads][partitions] of head_dim floats plus a (max, sum) pair.
+  EXPECT_GE(DecodeAttentionWorkspaceBytes(64, 32, 128, 8), size_t{64} * 32 * 8 * (128 + 2) * 4);
+  EXPECT_GE(DecodeAttentionWorkspaceBytes(3, 5, 8, 1), size_t{3} * 5 * (8 + 2) * 4);
+}
+
+TEST(AttentionGpuTest, RejectsUnsupportedShapes) {
+  // Host-only: the launchers check the shape before touching the device.
+  DecodeAttentionParams d;
+  d.batch.num_seqs = 1;
+  d.contiguous_kv = true;                         // so that only the shape is wrong
+  d.shape = {8, 2, 257, 16, 1.0f, DType::kBf16};  // head_dim odd and > 256
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr), cudaErrorInvalidValue);
+  d.shape = {6, 4, 64, 16, 1.0f, DType::kBf16};  // n_kv_heads does not divide n_heads
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr), cudaErrorInvalidValue);
+  static const int32_t kNeverRead = 0;
+  PrefillAttentionParams p;
+  p.batch.num_seqs = 1;
+  p.batch.page_table = &kNeverRead;
+  p.max_chunk_tokens = 1;
+  p.shape = {8, 2, 258, 16, 1.0f, DType::kFp16};
+  EXPECT_EQ(LaunchPrefillAttention(p, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,337 @@
+// The CUDA backend against the CPU backend: logits of ragged batches (chunked prefills mixed
+// with decodes, shuffled pages, micro-batch splits), greedy tokens of the trained model against
+// llama.cpp's golden ids, CUDA-graph replays against eager steps, seeded sampling, and KV arena
+// sizing. Skips without a GPU.
+#include "worker/backend/cuda/cuda_backend.h"
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "nlohmann/json.hpp"
+#include "tests/testing/test_models.h"
+#include "tests/worker/model_fixtures.h"
+#include "worker/backend/cpu/cpu_backend.h"
+#include "worker/backend/cuda/device.h"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+#define SKIP_WITHOUT_GPU() \
+  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA backend test not run"
+
+std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model, int page_size,
+                                      int num_pages, DType dtype, bool graphs = true,
+                                      int max_batch_tokens = 2048) {
+  CudaBackendOptions o;
+  o.page_size = page_size;
+  o.num_pages = num_pages;
+  o.dtype = dtype;
+  o.cuda_graphs = graphs;
+  o.max_batch_tokens = max_batch_tokens;
+  auto b = CudaBackend::Create(std::move(model), o);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+std::unique_ptr<CpuBackend> MakeCpu(std::shared_ptr<const LlamaModel> model, int page_size,
+                                    int num_pages) {
+  auto b = CpuBackend::Create(std::move(model), {page_size, num_pages, 0});
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+double RelError(std::span<const float> got, std::span<const float> ref) {
+  double err = 0, norm = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (std::isnan(got[i])) return INFINITY;
+    err += double(got[i] - ref[i]) * (got[i] - ref[i]);
+    norm += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(err / std::max(norm, 1e-30));
+}
+
+// A sequence driven through ragged steps: its prompt, generated tokens and pages.
+struct Seq {
+  std::vector<int32_t> tokens;  // prompt, then one random token per decode
+  int done = 0;                 // positions already in the KV cache
+  std::vector<int32_t> pages;
+};
+
+// Runs `steps` ragged iterations over `seqs` on both backends and compares every logits row.
+void CompareRagged(CpuBackend& cpu, CudaBackend& gpu, std::mt19937_64& rng, int num_seqs,
+                   int max_prompt, int steps, double tolerance) {
+  const common::ModelConfig& c = cpu.config();
+  const int ps = cpu.page_size();
+  std::vector<int32_t> free_pages(static_cast<size_t>(cpu.num_pages()));
+  std::iota(free_pages.begin(), free_pages.end(), 0);
+  std::shuffle(free_pages.begin(), free_pages.end(), rng);
+  std::vector<Seq> seqs(static_cast<size_t>(num_seqs));
+  for (Seq& s : seqs) {
+    const int len = 1 + static_cast<int>(rng() % static_cast<uint64_t>(max_prompt));
+    for (int i = 0; i < len; ++i) s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+  }
+  std::vector<float> ref, got;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<SeqInput> batch;
+    for (Seq& s : seqs) {
+      if (s.done == static_cast<int>(s.tokens.size())) {  // decode: one more token
+        s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
+      }
+      const int left = static_cast<int>(s.tokens.size()) - s.done;
+      const int n = rng() % 3 == 0 ? left : 1 + static_cast<int>(rng() % left);  // chunked
+      while (static_cast<int>(s.pages.size()) * ps < s.done + n) {
+        ASSERT_FALSE(free_pages.empty());
+        s.pages.push_back(free_pages.back());
+        free_pages.pop_back();
+      }
+      SeqInput in;
+      in.tokens = std::span<const int32_t>(s.tokens).subspan(s.done, n);
+      in.start_pos = s.done;
+      in.pages = s.pages;
+      in.want_logits = s.done + n == static_cast<int>(s.tokens.size()) || rng() % 4 == 0;
+      batch.push_back(in);
+      s.done += n;
+    }
+    ASSERT_TRUE(cpu.Forward(batch, &ref).ok());
+    auto st = gpu.Forward(batch, &got);
+    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_EQ(got.size(), ref.size());
+    const size_t vocab = static_cast<size_t>(c.vocab_size);
+    for (size_t r = 0; r < ref.size() / vocab; ++r) {
+      const double e = RelError({got.data() + r * vocab, vocab}, {ref.data() + r * vocab, vocab});
+      EXPECT_LT(e, tolerance) << "step " << step << " row " << r;
+    }
+  }
+}
+
+struct Shape {
+  int dim, heads, kv_heads;
+};
+
+TEST(CudaBackendGpuTest, RaggedLogitsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(7);
+  // head_dim 32 (generic path), 64, 128 with GQA ratios 1, 4 and 8.
+  const Shape shapes[] = {{256, 8, 2}, {512, 8, 8}, {512, 4, 1}, {1024, 8, 1}};
+  for (const Shape& shape : shapes) {
+    for (DType dtype : {DType::kBf16, DType::kFp16}) {
+      for (int ps : {8, 16, 32}) {
+        common::RandomModelOptions o =
+            testing::SmallRandomOptions(shape.dim, shape.heads, shape.kv_heads, 2, rng());
+        o.context_length = 1024;
+        // Weights exactly representable in the dtype: only activation rounding differs.
+        o.dtype = dtype == DType::kBf16 ? common::GgmlType::BF16 : common::GgmlType::F16;
+        auto model = testing::RandomModel(o);
+        ASSERT_NE(model, nullptr);
+        const int pages = 6 * 1024 / ps;
+        auto cpu = MakeCpu(model, ps, pages);
+        auto gpu = MakeCuda(model, ps, pages, dtype);
+        ASSERT_NE(gpu, nullptr);
+        SCOPED_TRACE(::testing::Message() << "dim " << shape.dim << " heads " << shape.heads << "/"
+                                          << shape.kv_heads << " " << DTypeName(dtype)
+                                          << " page " << ps);
+        CompareRagged(*cpu, *gpu, rng, 5, 300, 8, dtype == DType::kBf16 ? 3e-2 : 6e-3);
+      }
+    }
+  }
+}
+
+TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(11);
+  common::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 3);
+  o.context_length = 1024;
+  o.dtype = common::GgmlType::F16;
+  auto model = testing::RandomModel(o);
+  auto cpu = MakeCpu(model, 16, 400);
+  auto gpu = MakeCuda(model, 16, 400, DType::kFp16, true, /*max_batch_tokens=*/40);
+  ASSERT_NE(gpu, nullptr);
+  CompareRagged(*cpu, *gpu, rng, 6, 36, 6, 6e-3);
+}
+
+TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  common::RandomModelOptions o = testing::SmallRandomOptions(512, 4, 1, 1, 9);
+  o.context_length = 4096;
+  o.dtype = common::GgmlType::F16;
+  auto model = testing::RandomModel(o);
+  auto cpu = MakeCpu(model, 16, 600);
+  auto gpu = MakeCuda(model, 16, 600, DType::kFp16);
+  // Two sequences prefilled to ~4k in big chunks, then decodes across partition borders.
+  CompareRagged(*cpu, *gpu, rng, 2, 4000, 12, 6e-3);
+}
+
+struct GoldenCase {
+  std::vector<int32_t> prompt, expected;
+};
+
+std::vector<GoldenCase> ReadGolden(const std::string& path) {
+  std::ifstream f(path);
+  nlohmann::json j = nlohmann::json::parse(f);
+  std::vector<GoldenCase> cases;
+  for (const auto& c : j["cases"]) {
+    cases.push_back({c["prompt_token_ids"].get<std::vector<int32_t>>(),
+                     c["expected_token_ids"].get<std::vector<int32_t>>()});
+  }
+  return cases;
+}
+
+// Every golden case at once: one batched prefill, then batched greedy decodes sampled on the
+// GPU (decode steps replay CUDA graphs when `graphs`).
+std::vector<std::vector<int32_t>> GreedyGolden(CudaBackend& b, const std::vector<GoldenCase>& cases) {
+  const int ps = b.page_size();
+  std::vector<std::vector<int32_t>> pages(cases.size()), out(cases.size());
+  int next_page = b.num_pages() - 1;
+  std::vector<int32_t> last(cases.size());
+  size_t max_len = 0;
+  for (const auto& c : cases) max_len = std::max(max_len, c.expected.size());
+  std::vector<int32_t> tokens;
+  for (size_t step = 0; step < max_len; ++step) {
+    std::vector<SeqInput> batch;
+    std::vector<SampleInput> samples;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      if (out[i].size() >= cases[i].expected.size()) continue;
+      const size_t pos = step == 0 ? 0 : cases[i].prompt.size() + step - 1;
+      const size_t n = step == 0 ? cases[i].prompt.size() : 1;
+      while (pages[i].size() * ps < pos + n) pages[i].push_back(next_page--);
+      std::span<const int32_t> toks = step == 0 ? std::span<const int32_t>(cases[i].prompt)
+                                                : std::span<const int32_t>(&last[i], 1);
+      batch.push_back({toks, static_cast<int32_t>(pos), pages[i], true});
+      samples.push_back({SamplingParams{}, step});
+      who.push_back(i);
+    }
+    auto st = b.ForwardSample(batch, samples, &tokens);
+    EXPECT_TRUE(st.ok()) << st;
+    if (!st.ok()) break;
+    for (size_t r = 0; r < who.size(); ++r) {
+      last[who[r]] = tokens[r];
+      out[who[r]].push_back(tokens[r]);
+    }
+  }
+  return out;
+}
+
+TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
+  SKIP_WITHOUT_GPU();
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model_path, "stories260K-f32.gguf");
+  auto model = LlamaModel::Load(*model_path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const auto cases = ReadGolden(*golden_path);
+  ASSERT_FALSE(cases.empty());
+  for (DType dtype : {DType::kFp16, DType::kBf16}) {
+    for (bool graphs : {true, false}) {
+      auto gpu = MakeCuda(*model, 16, 256, dtype, graphs);
+      ASSERT_NE(gpu, nullptr);
+      const auto out = GreedyGolden(*gpu, cases);
+      for (size_t i = 0; i < cases.size(); ++i) {
+        EXPECT_EQ(out[i], cases[i].expected)
+            << "case " << i << " " << DTypeName(dtype) << (graphs ? " graphs" : " eager");
+      }
+      if (graphs) {
+        EXPECT_GT(gpu->graph_replays(), 0);
+      }
+    }
+  }
+}
+
+// Decode-only batches of every size up to 70: graph replays (padded to their bucket) give the
+// tokens eager steps give, greedy and seeded sampling alike.
+TEST(CudaBackendGpuTest, GraphReplaysMatchEagerSteps) {
+  SKIP_WITHOUT_GPU();
+  common::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 21);
+  o.context_length = 1024;
+  o.dtype = common::GgmlType::F16;
+  auto model = testing::RandomModel(o);
+  auto graph = MakeCuda(model, 16, 4096, DType::kFp16, true);
+  auto eager = MakeCuda(model, 16, 4096, DType::kFp16, false);
+  std::mt19937_64 rng(3);
+  for (int n : {1, 3, 8, 9, 17, 33, 64, 70}) {
+    std::vector<std::vector<int32_t>> pages(n), toks(n);
+    std::vector<SeqInput> prefill, decode;
+    std::vector<SampleInput> samples;
+    int next = 0;
+    for (int i = 0; i < n; ++i) {
+      const int len = 1 + static_cast<int>(rng() % 700);
+      for (int t = 0; t <= len; ++t) toks[i].push_back(static_cast<int32_t>(rng() % o.vocab_size));
+      for (int p = 0; p * 16 < len + 1; ++p) pages[i].push_back(next++);
+      prefill.push_back({std::span<const int32_t>(toks[i]).first(len), 0, pages[i], false});
+      decode.push_back({std::span<const int32_t>(toks[i]).subspan(len, 1), len, pages[i], true});
+      SamplingParams sp;
+      if (i % 2 == 1) sp = {0.8f, 40, 0.9f, 1000u + i};
+      samples.push_back({sp, static_cast<uint64_t>(i)});
+    }
+    std::vector<int32_t> none, a, b;
+    ASSERT_TRUE(graph->ForwardSample(prefill, {}, &none).ok());
+    ASSERT_TRUE(eager->ForwardSample(prefill, {}, &none).ok());
+    ASSERT_TRUE(graph->ForwardSample(decode, samples, &a).ok());
+    ASSERT_TRUE(eager->ForwardSample(decode, samples, &b).ok());
+    EXPECT_EQ(a, b) << "batch " << n;
+    ASSERT_EQ(a.size(), static_cast<size_t>(n));
+  }
+  EXPECT_GT(graph->graphs_captured(), 0);
+  EXPECT_EQ(eager->graphs_captured(), 0);
+}
+
+TEST(CudaBackendGpuTest, SeededSamplingRepeats) {
+  SKIP_WITHOUT_GPU();
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));
+  auto gpu = MakeCuda(model, 16, 64, DType::kBf16);
+  const std::vector<int32_t> prompt = {5, 9, 77, 200, 3};
+  const std::vector<int32_t> pages = {10, 11};
+  std::set<int32_t> seen;
+  for (uint64_t seed : {1u, 2u, 3u, 1u}) {
+    std::vector<int32_t> first, again;
+    SeqInput in{prompt, 0, pages, true};
+    const SampleInput s{{1.5f, 0, 1.0f, seed}, 0};
+    ASSERT_TRUE(gpu->ForwardSample({&in, 1}, {&s, 1}, &first).ok());
+    ASSERT_TRUE(gpu->ForwardSample({&in, 1}, {&s, 1}, &again).ok());
+    EXPECT_EQ(first, again) << "seed " << seed;
+    seen.insert(first[0]);
+  }
+  EXPECT_GE(seen.size(), 2u) << "different seeds should draw different tokens at temperature 1.5";
+}
+
+TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
+  SKIP_WITHOUT_GPU();
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));
+  CudaBackendOptions o;
+  o.gpu_memory_fraction = 0.3;
+  auto b = CudaBackend::Create(model, o);
+  ASSERT_TRUE(b.ok()) << b.status();
+  size_t free_bytes = 0, total = 0;
+  ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
+  EXPECT_GT((*b)->num_pages(), 1000);
+  EXPECT_LE((*b)->kv_bytes(), static_cast<size_t>(0.3 * total));
+  EXPECT_GT((*b)->kv_bytes(), static_cast<size_t>(0.2 * total));
+  b->reset();
+  o.num_pages = 1 << 24;  // far past the device
+  o.gpu_memory_fraction = 0.9;
+  auto too_many = CudaBackend::Create(model, o);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kResourceExhausted) << too_many.status();
+}
+
+TEST(CudaBackendGpuTest, BadBatchesAreRejected) {
+  SKIP_WITHOUT_GPU();
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));
+  auto gpu = MakeCuda(model, 16, 8, DType::kBf16);
+  const std::vector<int32_t> tok = {1}, bad_page = {99};
+  std::vector<float> logits;
+  SeqInput in{tok, 0, bad_page, true};
+  EXPECT_EQ(gpu->Forward({&in, 1}, &logits).code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> page = {0}, bad_tok = {100000};
+  SeqInput in2{bad_tok, 0, page, true};
+  EXPECT_EQ(gpu->Forward({&in2, 1}, &logits).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,64 @@
+#include "worker/backend/backend.h"
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace pagoda::worker {
+
+absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
+                                    std::span<const SampleInput> samples,
+                                    std::vector<int32_t>* tokens) {
+  RETURN_IF_ERROR(Forward(batch, &logits_));
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  const size_t rows = vocab == 0 ? 0 : logits_.size() / vocab;
+  if (rows != samples.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d sampling entries for %d sequences that want logits", samples.size(), rows));
+  }
+  tokens->resize(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    (*tokens)[r] = Sample(std::span<const float>(logits_.data() + r * vocab, vocab),
+                          samples[r].params, samples[r].index);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateBatch(std::span<const SeqInput> batch, const common::ModelConfig& c,
+                           int page_size, int num_pages) {
+  const int64_t ps = page_size;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const SeqInput& in = batch[s];
+    if (in.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrFormat("batch entry %d has no tokens", s));
+    }
+    const int64_t end = int64_t{in.start_pos} + static_cast<int64_t>(in.tokens.size());
+    if (in.start_pos < 0 || end > c.context_length) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch entry %d covers positions [%d, %d), outside [0, context_length %d)", s,
+          in.start_pos, end, c.context_length));
+    }
+    for (size_t i = 0; i < in.tokens.size(); ++i) {
+      if (in.tokens[i] < 0 || in.tokens[i] >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("batch entry %d token %d has id %d, outside [0, vocab_size %d)", s, i,
+                            in.tokens[i], c.vocab_size));
+      }
+    }
+    const int64_t pages_needed = (end + ps - 1) / ps;
+    if (static_cast<int64_t>(in.pages.size()) < pages_needed) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "batch entry %d needs %d pages of %d slots for positions [0, %d) but has %d", s,
+          pages_needed, ps, end, in.pages.size()));
+    }
+    for (size_t i = 0; i < in.pages.size(); ++i) {
+      if (in.pages[i] < 0 || in.pages[i] >= num_pages) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("batch entry %d page %d has id %d, outside [0, num_pages %d)", s, i,
+                            in.pages[i], num_pages));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pagoda::worker

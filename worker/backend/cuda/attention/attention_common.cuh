@@ -1,0 +1,89 @@
+// Device helpers shared by the decode and prefill attention kernels: packed bf16/fp16 <-> float
+// conversions, warp reductions and the compile-time dispatch of small integers.
+//
+// Contract: internal to worker/backend/cuda/attention (included only by its .cu files). Packed
+// words hold two elements, the lower-addressed element in the low 16 bits (little endian), so a
+// uint32_t/uint4 loaded from memory unpacks to elements in address order.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "worker/backend/cuda/dtype.cuh"
+
+namespace pagoda::worker::cuda::attention_internal {
+
+// Softmax runs in base 2: scores are pre-multiplied by scale * log2(e), so exp2f gives the same
+// probabilities as exp of the natural-base scores.
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr unsigned kFullMask = 0xffffffffu;
+
+__host__ __device__ constexpr int DivUp(int a, int b) { return (a + b - 1) / b; }
+
+template <typename T>
+__device__ __forceinline__ T FromBits(uint16_t bits);
+template <>
+__device__ __forceinline__ __nv_bfloat16 FromBits<__nv_bfloat16>(uint16_t bits) {
+  return __ushort_as_bfloat16(bits);
+}
+template <>
+__device__ __forceinline__ __half FromBits<__half>(uint16_t bits) {
+  return __ushort_as_half(bits);
+}
+
+__device__ __forceinline__ uint16_t ToBits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint16_t ToBits(__half v) { return __half_as_ushort(v); }
+
+// Two elements packed in one 32-bit word -> floats (x = lower address).
+template <typename T>
+__device__ __forceinline__ float2 UnpackPair(uint32_t w) {
+  return make_float2(ToFloat(FromBits<T>(static_cast<uint16_t>(w & 0xffffu))),
+                     ToFloat(FromBits<T>(static_cast<uint16_t>(w >> 16))));
+}
+
+template <typename T>
+__device__ __forceinline__ uint32_t PackPair(float x, float y) {
+  return static_cast<uint32_t>(ToBits(FromFloat<T>(x))) |
+         (static_cast<uint32_t>(ToBits(FromFloat<T>(y))) << 16);
+}
+
+// Eight elements (16 bytes) -> floats in address order.
+template <typename T>
+__device__ __forceinline__ void Unpack8(const uint4& raw, float (&f)[8]) {
+  const float2 a = UnpackPair<T>(raw.x), b = UnpackPair<T>(raw.y);
+  const float2 c = UnpackPair<T>(raw.z), d = UnpackPair<T>(raw.w);
+  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
+}
+
+// Read-only 16-byte / 4-byte global loads (the KV cache and q are never written by attention).
+__device__ __forceinline__ uint4 Load16(const void* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint32_t Load4(const void* p) {
+  return __ldg(reinterpret_cast<const unsigned int*>(p));
+}
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(kFullMask, v, offset);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
+  return v;
+}
+
+// Calls f(std::integral_constant<int, P>{}) with P the smallest of {1, 2, 4, 8} that is >= n
+// (1 <= n <= 8; the caller checks the range).
+template <typename F>
+void DispatchPow2UpTo8(int n, F&& f) {
+  if (n <= 1) return f(std::integral_constant<int, 1>{});
+  if (n <= 2) return f(std::integral_constant<int, 2>{});
+  if (n <= 4) return f(std::integral_constant<int, 4>{});
+  return f(std::integral_constant<int, 8>{});
+}
+
+}  // namespace pagoda::worker::cuda::attention_internal

@@ -1,0 +1,120 @@
+// Decode attention launcher: picks the fast kernel (head_dim 64/128, group <= 8, 16-byte aligned
+// tensors, decode_fast_kernel.cuh) or the generic one (decode_generic_kernel.cuh), then merges
+// the partitions (decode_kernels.cuh).
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "worker/backend/cuda/attention/attention_common.cuh"
+#include "worker/backend/cuda/attention/decode_fast_kernel.cuh"
+#include "worker/backend/cuda/attention/decode_generic_kernel.cuh"
+#include "worker/backend/cuda/attention/decode_kernels.cuh"
+#include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/dtype.cuh"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+using attention_internal::DecodeArgs;
+using attention_internal::kDecodeThreads;
+
+constexpr size_t kWorkspaceAlign = 256;
+constexpr int kMaxGridYZ = 65535;
+
+// Bytes of the partial outputs, [num_seqs][n_heads][max_partitions][head_dim] float, rounded up
+// so that the (max, sum) pairs after them stay aligned.
+size_t PartialOutBytes(int num_seqs, int n_heads, int head_dim, int max_partitions) {
+  const size_t bytes = static_cast<size_t>(num_seqs) * n_heads * max_partitions * head_dim * 4;
+  return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
+
+bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+
+bool ValidShape(const AttentionShape& s) {
+  return s.n_heads > 0 && s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0 && s.head_dim > 0 &&
+         s.head_dim % 2 == 0 && s.head_dim <= attention_internal::kMaxHeadDim && s.page_size > 0;
+}
+
+template <typename T, bool kContiguous>
+void LaunchKernels(const DecodeAttentionParams& p, const DecodeArgs& args, cudaStream_t stream) {
+  const dim3 grid(p.shape.n_kv_heads, p.batch.num_seqs, p.max_partitions);
+  const int hd = p.shape.head_dim;
+  const bool fast = (hd == 64 || hd == 128) && args.group <= 8 && Aligned(p.q, 16) &&
+                    Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16);
+  if (fast) {
+    attention_internal::DispatchPow2UpTo8(args.group, [&](auto group_pad) {
+      constexpr int kGroupPad = decltype(group_pad)::value;
+      if (hd == 128) {
+        attention_internal::DecodeFastKernel<T, 128, kGroupPad, kContiguous>
+            <<<grid, kDecodeThreads, 0, stream>>>(args);
+      } else {
+        attention_internal::DecodeFastKernel<T, 64, kGroupPad, kContiguous>
+            <<<grid, kDecodeThreads, 0, stream>>>(args);
+      }
+    });
+  } else {
+    attention_internal::DecodeGenericKernel<T, kContiguous>
+        <<<grid, kDecodeThreads, 0, stream>>>(args);
+  }
+}
+
+}  // namespace
+
+size_t DecodeAttentionWorkspaceBytes(int num_seqs, int n_heads, int head_dim, int max_partitions) {
+  if (num_seqs <= 0 || n_heads <= 0 || head_dim <= 0 || max_partitions <= 0) return 0;
+  return PartialOutBytes(num_seqs, n_heads, head_dim, max_partitions) +
+         static_cast<size_t>(num_seqs) * n_heads * max_partitions * sizeof(float2);
+}
+
+cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
+  const AttentionShape& s = p.shape;
+  const AttentionBatch& b = p.batch;
+  if (b.num_seqs == 0) return cudaSuccess;
+  if (!ValidShape(s) || b.num_seqs < 0 || b.num_seqs > kMaxGridYZ || p.max_partitions < 1 ||
+      p.max_partitions > kMaxGridYZ || (p.max_partitions > 1 && p.workspace == nullptr) ||
+      (!p.contiguous_kv && b.page_table == nullptr) || !Aligned(p.q, 4) || !Aligned(p.k_cache, 4) ||
+      !Aligned(p.v_cache, 4) || !Aligned(p.out, 2) || !Aligned(p.workspace, 16)) {
+    return cudaErrorInvalidValue;
+  }
+  DecodeArgs args{};
+  args.token_start = b.token_start;
+  args.num_tokens = b.num_tokens;
+  args.start_pos = b.start_pos;
+  args.page_table = b.page_table;
+  args.page_table_stride = b.page_table_stride;
+  args.q = p.q;
+  args.k_cache = p.k_cache;
+  args.v_cache = p.v_cache;
+  args.out = p.out;
+  if (p.max_partitions > 1) {
+    char* ws = static_cast<char*>(p.workspace);
+    args.part_out = reinterpret_cast<float*>(ws);
+    args.part_ml = reinterpret_cast<float2*>(
+        ws + PartialOutBytes(b.num_seqs, s.n_heads, s.head_dim, p.max_partitions));
+  }
+  args.n_heads = s.n_heads;
+  args.n_kv_heads = s.n_kv_heads;
+  args.head_dim = s.head_dim;
+  args.page_size = s.page_size;
+  args.group = s.n_heads / s.n_kv_heads;
+  args.max_partitions = p.max_partitions;
+  args.scale_log2 = s.scale * attention_internal::kLog2e;
+
+  return DispatchDType(s.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if (p.contiguous_kv) {
+      LaunchKernels<T, true>(p, args, stream);
+    } else {
+      LaunchKernels<T, false>(p, args, stream);
+    }
+    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    if (p.max_partitions == 1) return cudaSuccess;  // every sequence fit one partition
+    attention_internal::DecodeMergeKernel<T>
+        <<<dim3(s.n_heads, b.num_seqs), kDecodeThreads, 0, stream>>>(args);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace pagoda::worker::cuda

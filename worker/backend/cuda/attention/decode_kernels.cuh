@@ -1,0 +1,169 @@
+// Decode attention kernels (see paged_attention.h for the contract). One block per (KV head,
+// sequence, partition of kDecodePartitionTokens positions) handles every query head of the KV
+// head's group:
+//   1. slot table: the partition's page slots go to shared memory (the only page-table reads);
+//   2. K pass: scores of the group's heads for every position of the partition, in shared memory
+//      (base-2 logits: q is pre-scaled by scale * log2(e));
+//   3. softmax: per head max m and sum l of exp2(score - m); scores become the probabilities;
+//   4. V pass: unnormalized sum_t p_t * v_t, reduced across the block;
+//   5. a sequence with one partition writes out = sum / l directly; otherwise the partition's
+//      sum and (m, l) go to the workspace and DecodeMergeKernel combines the partitions.
+// Blocks of padding entries or of partitions past the context exit at once; every kernel derives
+// the partition count from the context the same way (GetPartition), so the merge reads exactly
+// the partials that were written.
+//
+// This header: the pieces the split kernels share and the merge kernel. The split kernels:
+// decode_fast_kernel.cuh (head_dim 64/128, group <= 8) and decode_generic_kernel.cuh.
+//
+// Internal to decode_attention.cu.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/backend/cuda/attention/attention_common.cuh"
+#include "worker/backend/cuda/kernel_args.h"
+
+namespace pagoda::worker::cuda::attention_internal {
+
+inline constexpr int kDecodeThreads = 128;
+inline constexpr int kDecodeWarps = kDecodeThreads / 32;
+// Score rows are padded by one float so that heads of one position fall in different banks.
+inline constexpr int kScoreStride = kDecodePartitionTokens + 1;
+
+// Everything the decode kernels read, device pointers cast to their element types by the kernel.
+struct DecodeArgs {
+  const int32_t* token_start;  // [num_seqs]
+  const int32_t* num_tokens;   // [num_seqs]
+  const int32_t* start_pos;    // [num_seqs]
+  const int32_t* page_table;   // [num_seqs][page_table_stride]
+  int page_table_stride;
+  const void* q;        // [rows][n_heads][head_dim] dtype
+  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
+  const void* v_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
+  void* out;            // [rows][n_heads][head_dim] dtype
+  float* part_out;      // [num_seqs][n_heads][max_partitions][head_dim] unnormalized sums
+  float2* part_ml;      // [num_seqs][n_heads][max_partitions] (max, sum), base 2
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int page_size;
+  int group;  // n_heads / n_kv_heads
+  int max_partitions;
+  float scale_log2;  // scale * log2(e)
+};
+
+// The positions one block covers.
+struct Partition {
+  int row;        // q/out row of the sequence's token
+  int pos0;       // first position of the partition
+  int n;          // positions in the partition, 1..kDecodePartitionTokens
+  int num_parts;  // partitions of the sequence (clamped to max_partitions)
+};
+
+// False when block `part` of `seq` has nothing to do: a padding entry, or a partition that starts
+// past the context (context = start_pos + 1).
+__device__ __forceinline__ bool GetPartition(const DecodeArgs& a, int seq, int part, Partition* p) {
+  if (a.num_tokens[seq] == 0) return false;
+  const int context = a.start_pos[seq] + 1;
+  const int num_parts = min(DivUp(context, kDecodePartitionTokens), a.max_partitions);
+  if (part >= num_parts) return false;
+  p->row = a.token_start[seq];
+  p->pos0 = part * kDecodePartitionTokens;
+  p->n = min(kDecodePartitionTokens, context - p->pos0);
+  p->num_parts = num_parts;
+  return true;
+}
+
+// slots[t] = page slot of position pos0 + t, for t < n. kContiguous ignores the page table: the
+// sequence's pages are seq * page_table_stride, +1, ...
+template <bool kContiguous>
+__device__ __forceinline__ void FillSlots(const DecodeArgs& a, int seq, const Partition& p,
+                                          int* slots) {
+  const int32_t* table = a.page_table + static_cast<size_t>(seq) * a.page_table_stride;
+  for (int t = threadIdx.x; t < p.n; t += blockDim.x) {
+    const int pos = p.pos0 + t;
+    const int page_index = pos / a.page_size;
+    int page;
+    if constexpr (kContiguous) {
+      page = seq * a.page_table_stride + page_index;
+    } else {
+      page = table[page_index];
+    }
+    slots[t] = page * a.page_size + pos % a.page_size;
+  }
+}
+
+// For heads g < num_heads: scores[g][0, n) -> exp2(score - m), m = max, and row_max[g] = m,
+// row_sum[g] = sum of the exponentials. Warp w handles heads w, w + warps, ...
+__device__ __forceinline__ void PartitionSoftmax(float* scores, int n, int num_heads,
+                                                 float* row_max, float* row_sum) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, warps = blockDim.x / 32;
+  for (int g = warp; g < num_heads; g += warps) {
+    float* s = scores + g * kScoreStride;
+    float m = -INFINITY;
+    for (int t = lane; t < n; t += 32) m = fmaxf(m, s[t]);
+    m = WarpMax(m);
+    float l = 0;
+    for (int t = lane; t < n; t += 32) {
+      const float e = exp2f(s[t] - m);
+      s[t] = e;
+      l += e;
+    }
+    l = WarpSum(l);
+    if (lane == 0) {
+      row_max[g] = m;
+      row_sum[g] = l;
+    }
+  }
+}
+
+// The partition's result for query head h, dim d: `value` = sum_t p_t v_t[d] (unnormalized).
+template <typename T>
+__device__ __forceinline__ void StoreResult(const DecodeArgs& a, const Partition& p, int seq,
+                                            int part, int h, int d, float value, float row_sum) {
+  if (p.num_parts == 1) {
+    static_cast<T*>(a.out)[(static_cast<size_t>(p.row) * a.n_heads + h) * a.head_dim + d] =
+        FromFloat<T>(value / row_sum);
+  } else {
+    a.part_out[((static_cast<size_t>(seq) * a.n_heads + h) * a.max_partitions + part) * a.head_dim +
+               d] = value;
+  }
+}
+
+__device__ __forceinline__ void StoreStats(const DecodeArgs& a, const Partition& p, int seq,
+                                           int part, int h, float m, float l) {
+  if (p.num_parts == 1) return;
+  a.part_ml[(static_cast<size_t>(seq) * a.n_heads + h) * a.max_partitions + part] =
+      make_float2(m, l);
+}
+
+// Combines the partitions of one (sequence, query head): out = sum_i w_i o_i / sum_i w_i l_i with
+// w_i = exp2(m_i - max_j m_j). Sequences with one partition were finished by the first kernel.
+template <typename T>
+__global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const DecodeArgs a) {
+  const int h = blockIdx.x, seq = blockIdx.y;
+  Partition p;
+  if (!GetPartition(a, seq, 0, &p) || p.num_parts == 1) return;
+  const size_t unit = static_cast<size_t>(seq) * a.n_heads + h;
+  const float2* ml = a.part_ml + unit * a.max_partitions;
+  const float* part_out = a.part_out + unit * a.max_partitions * a.head_dim;
+  float m = -INFINITY;
+  for (int i = 0; i < p.num_parts; ++i) m = fmaxf(m, ml[i].x);
+  T* out = static_cast<T*>(a.out) + (static_cast<size_t>(p.row) * a.n_heads + h) * a.head_dim;
+  for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
+    float acc = 0.0f, l = 0.0f;
+    for (int i = 0; i < p.num_parts; ++i) {
+      const float2 s = ml[i];
+      const float w = exp2f(s.x - m);
+      l = fmaf(w, s.y, l);
+      acc = fmaf(w, part_out[static_cast<size_t>(i) * a.head_dim + d], acc);
+    }
+    out[d] = FromFloat<T>(acc / l);
+  }
+}
+
+}  // namespace pagoda::worker::cuda::attention_internal

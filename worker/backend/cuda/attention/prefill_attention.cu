@@ -1,0 +1,252 @@
+// Prefill attention: a SIMT flash-attention kernel over paged KV (contract in paged_attention.h).
+//
+// A sequence's query rows are its (token, head-in-group) pairs, row = token * group + g, so one
+// block of kRows rows serves kRows / group tokens of one KV head (or part of one token's heads
+// when the group is larger than kRows). The block streams the positions [0, last row's limit]
+// through shared memory in tiles of kKeys positions, K tile then V tile in the same buffer, with
+// an online softmax in fp32 (base 2) per row: row i of the chunk attends to [0, start_pos + i].
+// Four threads share a row: for the scores each takes the keys sub, sub + 4, ...; for the output
+// each owns the element pairs sub, sub + 4, ... Grid: (DivUp(max_chunk_tokens * group, kRows),
+// n_kv_heads, num_seqs); blocks past a sequence's rows exit at once.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/backend/cuda/attention/attention_common.cuh"
+#include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/dtype.cuh"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+using attention_internal::kFullMask;
+using attention_internal::kLog2e;
+using attention_internal::Load4;
+using attention_internal::PackPair;
+using attention_internal::UnpackPair;
+
+constexpr int kThreads = 128;
+constexpr int kRows = 32;  // query rows per block
+constexpr int kKeys = 32;  // positions per K/V tile
+constexpr int kThreadsPerRow = kThreads / kRows;
+constexpr int kKeysPerThread = kKeys / kThreadsPerRow;
+constexpr int kProbStride = kKeys + 1;  // padded rows of the probability tile
+constexpr int kMaxHeadDim = 256;
+static_assert(kThreadsPerRow == 4, "the row reductions below shuffle over 4 lanes");
+
+struct PrefillArgs {
+  const int32_t* token_start;  // [num_seqs]
+  const int32_t* num_tokens;   // [num_seqs]
+  const int32_t* start_pos;    // [num_seqs]
+  const int32_t* page_table;   // [num_seqs][page_table_stride]
+  int page_table_stride;
+  const void* q;        // [rows][n_heads][head_dim] dtype
+  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
+  const void* v_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
+  void* out;            // [rows][n_heads][head_dim] dtype
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int page_size;
+  int group;
+  float scale_log2;  // scale * log2(e)
+};
+
+// Shared memory: q tile [kRows][ld] and K-or-V tile [kKeys][ld] of packed element pairs (ld =
+// head_dim / 2 + 1 words, padded against bank conflicts), then probabilities [kRows][kProbStride].
+size_t SmemBytes(int head_dim) {
+  const size_t ld = head_dim / 2 + 1;
+  return (kRows + kKeys) * ld * sizeof(uint32_t) + kRows * kProbStride * sizeof(float);
+}
+
+// tile[j][c] = pair c of position kt + j's K or V row, zero past kv_end (slots[j] < 0).
+template <typename T>
+__device__ __forceinline__ void LoadTile(const T* cache, const int* slots, size_t row_stride,
+                                         int pairs, int ld, uint32_t* tile) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int j = warp; j < kKeys; j += kThreads / 32) {
+    const int slot = slots[j];
+    const T* row = cache + static_cast<size_t>(slot < 0 ? 0 : slot) * row_stride;
+    for (int c = lane; c < pairs; c += 32) tile[j * ld + c] = slot < 0 ? 0u : Load4(row + 2 * c);
+  }
+}
+
+template <typename T, int kMaxDim>
+__global__ void __launch_bounds__(kThreads) PrefillKernel(const PrefillArgs a) {
+  extern __shared__ uint32_t smem[];
+  __shared__ int slots[kKeys];
+  const int seq = blockIdx.z, kvh = blockIdx.y;
+  const int num_tokens = a.num_tokens[seq];
+  const int rows_total = num_tokens * a.group;
+  const int row0 = blockIdx.x * kRows;
+  if (num_tokens <= 0 || row0 >= rows_total) return;
+  const int rows_here = min(kRows, rows_total - row0);
+  const int start_pos = a.start_pos[seq], token_start = a.token_start[seq];
+  const int kv_end = start_pos + (row0 + rows_here - 1) / a.group + 1;  // positions the block reads
+  const int pairs = a.head_dim / 2, ld = pairs + 1;
+  uint32_t* q_tile = smem;
+  uint32_t* kv_tile = smem + kRows * ld;
+  float* probs = reinterpret_cast<float*>(smem + (kRows + kKeys) * ld);
+
+  // The block's query rows; rows past the sequence are zero (computed, never stored).
+  const T* q = static_cast<const T*>(a.q);
+  for (int r = threadIdx.x / 32; r < kRows; r += kThreads / 32) {
+    const int row = row0 + r, token = row / a.group;
+    const T* src =
+        q + (static_cast<size_t>(token_start + token) * a.n_heads + kvh * a.group + row % a.group) *
+                a.head_dim;
+    for (int c = threadIdx.x % 32; c < pairs; c += 32) {
+      q_tile[r * ld + c] = r < rows_here ? Load4(src + 2 * c) : 0u;
+    }
+  }
+
+  const int r = threadIdx.x / kThreadsPerRow, sub = threadIdx.x % kThreadsPerRow;
+  // Row r attends to [0, limit]; rows past the sequence borrow the last row's limit (>= 0, so
+  // every row sees position 0 in its first tile and its running max is finite from then on).
+  const int limit = start_pos + (row0 + min(r, rows_here - 1)) / a.group;
+  const size_t row_stride = static_cast<size_t>(a.n_kv_heads) * a.head_dim;
+  const T* k_cache = static_cast<const T*>(a.k_cache) + kvh * a.head_dim;
+  const T* v_cache = static_cast<const T*>(a.v_cache) + kvh * a.head_dim;
+  const int32_t* table = a.page_table + static_cast<size_t>(seq) * a.page_table_stride;
+
+  float m = -INFINITY, l = 0.0f;
+  float2 acc[kMaxDim / 8];  // pairs sub + 4 * i
+#pragma unroll
+  for (int i = 0; i < kMaxDim / 8; ++i) acc[i] = make_float2(0.0f, 0.0f);
+
+  for (int kt = 0; kt < kv_end; kt += kKeys) {
+    // slots is last read by the previous tile's V load, which every thread finished before the
+    // barrier ahead of its PV loop, so it can be rewritten without a barrier here.
+    if (threadIdx.x < kKeys) {
+      const int pos = kt + threadIdx.x;
+      slots[threadIdx.x] =
+          pos < kv_end ? table[pos / a.page_size] * a.page_size + pos % a.page_size : -1;
+    }
+    __syncthreads();  // slots written; the previous tile's PV reads of kv_tile are done
+    LoadTile(k_cache, slots, row_stride, pairs, ld, kv_tile);
+    __syncthreads();
+
+    // Scores of row r against keys sub + 4 * j.
+    float s[kKeysPerThread];
+#pragma unroll
+    for (int j = 0; j < kKeysPerThread; ++j) s[j] = 0.0f;
+    for (int c = 0; c < pairs; ++c) {
+      const float2 qv = UnpackPair<T>(q_tile[r * ld + c]);
+#pragma unroll
+      for (int j = 0; j < kKeysPerThread; ++j) {
+        const float2 kv = UnpackPair<T>(kv_tile[(sub + kThreadsPerRow * j) * ld + c]);
+        s[j] = fmaf(qv.x, kv.x, fmaf(qv.y, kv.y, s[j]));
+      }
+    }
+    float tile_max = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kKeysPerThread; ++j) {
+      const int pos = kt + sub + kThreadsPerRow * j;
+      s[j] = pos <= limit ? s[j] * a.scale_log2 : -INFINITY;
+      tile_max = fmaxf(tile_max, s[j]);
+    }
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
+    tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
+    const float m_new = fmaxf(m, tile_max);     // finite: position 0 is in every row's first tile
+    const float correction = exp2f(m - m_new);  // 0 on the first tile (m = -inf)
+    float p_sum = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kKeysPerThread; ++j) {
+      const float p = exp2f(s[j] - m_new);  // 0 for masked keys
+      probs[r * kProbStride + sub + kThreadsPerRow * j] = p;
+      p_sum += p;
+    }
+    p_sum += __shfl_xor_sync(kFullMask, p_sum, 1);
+    p_sum += __shfl_xor_sync(kFullMask, p_sum, 2);
+    l = l * correction + p_sum;
+    m = m_new;
+#pragma unroll
+    for (int i = 0; i < kMaxDim / 8; ++i) {
+      acc[i].x *= correction;
+      acc[i].y *= correction;
+    }
+    __syncthreads();  // K reads done, probabilities written
+    LoadTile(v_cache, slots, row_stride, pairs, ld, kv_tile);
+    __syncthreads();
+
+    for (int j = 0; j < kKeys; ++j) {
+      const float p = probs[r * kProbStride + j];
+#pragma unroll
+      for (int i = 0; i < kMaxDim / 8; ++i) {
+        const int c = sub + kThreadsPerRow * i;
+        if (c < pairs) {
+          const float2 v = UnpackPair<T>(kv_tile[j * ld + c]);
+          acc[i].x = fmaf(p, v.x, acc[i].x);
+          acc[i].y = fmaf(p, v.y, acc[i].y);
+        }
+      }
+    }
+  }
+
+  if (r >= rows_here) return;
+  const int row = row0 + r;
+  uint32_t* out = static_cast<uint32_t*>(a.out) +
+                  ((static_cast<size_t>(token_start + row / a.group) * a.n_heads + kvh * a.group +
+                    row % a.group) *
+                   a.head_dim) /
+                      2;
+  const float inv = 1.0f / l;
+#pragma unroll
+  for (int i = 0; i < kMaxDim / 8; ++i) {
+    const int c = sub + kThreadsPerRow * i;
+    if (c < pairs) out[c] = PackPair<T>(acc[i].x * inv, acc[i].y * inv);
+  }
+}
+
+template <typename T, int kMaxDim>
+cudaError_t Launch(const PrefillArgs& args, dim3 grid, cudaStream_t stream) {
+  PrefillKernel<T, kMaxDim><<<grid, kThreads, SmemBytes(args.head_dim), stream>>>(args);
+  return cudaGetLastError();
+}
+
+bool Aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
+
+}  // namespace
+
+cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
+  const AttentionShape& s = p.shape;
+  const AttentionBatch& b = p.batch;
+  if (b.num_seqs == 0 || p.max_chunk_tokens == 0) return cudaSuccess;
+  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.head_dim <= 0 ||
+      s.head_dim % 2 != 0 || s.head_dim > kMaxHeadDim || s.page_size <= 0 || b.num_seqs < 0 ||
+      b.num_seqs > 65535 || s.n_kv_heads > 65535 || p.max_chunk_tokens < 0 ||
+      b.page_table == nullptr || !Aligned4(p.q) || !Aligned4(p.k_cache) || !Aligned4(p.v_cache) ||
+      !Aligned4(p.out)) {
+    return cudaErrorInvalidValue;
+  }
+  PrefillArgs args{};
+  args.token_start = b.token_start;
+  args.num_tokens = b.num_tokens;
+  args.start_pos = b.start_pos;
+  args.page_table = b.page_table;
+  args.page_table_stride = b.page_table_stride;
+  args.q = p.q;
+  args.k_cache = p.k_cache;
+  args.v_cache = p.v_cache;
+  args.out = p.out;
+  args.n_heads = s.n_heads;
+  args.n_kv_heads = s.n_kv_heads;
+  args.head_dim = s.head_dim;
+  args.page_size = s.page_size;
+  args.group = s.n_heads / s.n_kv_heads;
+  args.scale_log2 = s.scale * kLog2e;
+  const int64_t row_blocks =
+      (static_cast<int64_t>(p.max_chunk_tokens) * args.group + kRows - 1) / kRows;
+  if (row_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(row_blocks), s.n_kv_heads, b.num_seqs);
+  return DispatchDType(s.dtype, [&](auto tag) -> cudaError_t {
+    using T = decltype(tag);
+    if (s.head_dim <= 64) return Launch<T, 64>(args, grid, stream);
+    if (s.head_dim <= 128) return Launch<T, 128>(args, grid, stream);
+    return Launch<T, 256>(args, grid, stream);
+  });
+}
+
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,408 @@
+#include "worker/backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/sampling/sampling.h"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+// Decode attention partial results the workspace holds: e.g. 256 decodes of 8k tokens.
+constexpr int64_t kDecodeUnits = 8192;
+
+absl::Status SelectDevice(int device) {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError("--backend cuda: no CUDA device is visible");
+  }
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--device %d: only %d CUDA device(s) are visible", device, count));
+  }
+  return CudaStatus(cudaSetDevice(device), "cudaSetDevice");
+}
+
+absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig& c) {
+  if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CudaBackend page_size (%d) and max_batch_tokens (%d) must be positive, num_pages (%d) "
+        ">= 0",
+        o.page_size, o.max_batch_tokens, o.num_pages));
+  }
+  if (c.head_dim % 2 != 0 || c.head_dim > common::kMaxHeadDim || c.n_heads % c.n_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "the CUDA kernels need an even head_dim <= %d and n_heads divisible by n_kv_heads; the "
+        "model has head_dim %d, %d heads, %d KV heads",
+        common::kMaxHeadDim, c.head_dim, c.n_heads, c.n_kv_heads));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceWeights weights)
+    : options_(options), weights_(std::move(weights)), dtype_(options.dtype) {}
+
+CudaBackend::~CudaBackend() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  gemm_.reset();
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
+    std::shared_ptr<const LlamaModel> model, const CudaBackendOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CudaBackend needs a model");
+  RETURN_IF_ERROR(CheckOptions(options, model->config()));
+  RETURN_IF_ERROR(SelectDevice(options.device));
+  cudaStream_t stream;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
+  auto weights = DeviceWeights::Upload(*model, options.dtype, stream);
+  if (!weights.ok()) {
+    cudaStreamDestroy(stream);
+    return weights.status();
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(options, *std::move(weights)));
+  RETURN_IF_ERROR(b->Init(stream));
+  return b;
+}
+
+absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::CreateRandom(
+    const common::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options) {
+  RETURN_IF_ERROR(common::ValidateModelConfig(config));
+  RETURN_IF_ERROR(CheckOptions(options, config));
+  RETURN_IF_ERROR(SelectDevice(options.device));
+  cudaStream_t stream;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
+  auto weights = DeviceWeights::Random(config, options.dtype, seed, stream);
+  if (!weights.ok()) {
+    cudaStreamDestroy(stream);
+    return weights.status();
+  }
+  std::unique_ptr<CudaBackend> b(new CudaBackend(options, *std::move(weights)));
+  RETURN_IF_ERROR(b->Init(stream));
+  return b;
+}
+
+absl::Status CudaBackend::Init(cudaStream_t stream) {
+  stream_ = stream;
+  const common::ModelConfig& c = config();
+  ASSIGN_OR_RETURN(gemm_, Gemm::Create(stream_, dtype_));
+  const int T = options_.max_batch_tokens;
+  limits_.max_tokens = T;
+  limits_.max_seqs = std::min(T, 1024);
+  limits_.max_logit_rows = std::min(T, 512);
+  limits_.max_decode_units = std::max<int64_t>(kDecodeUnits, DecodePartitions(c.context_length));
+  const int R = limits_.max_logit_rows, S = limits_.max_seqs;
+  const size_t e = DTypeSize(dtype_), t = static_cast<size_t>(T);
+  const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ffn = c.ffn_dim;
+  struct Piece {
+    DeviceBuffer* buffer;
+    size_t bytes;
+    const char* what;
+  };
+  const int max_pages_per_seq = std::max(
+      (c.context_length + options_.page_size - 1) / options_.page_size,
+      GraphPartitionBucket(std::min(options_.max_graph_context, c.context_length)) *
+              kDecodePartitionTokens / options_.page_size + 1);
+  const size_t ints = 3 * t + 3 * size_t(S) + size_t(S) * max_pages_per_seq + size_t(R);
+  samples_offset_ = (ints * 4 + 63) / 64 * 64;
+  const size_t input_bytes = samples_offset_ + size_t(R) * sizeof(SampleRowParams);
+  const size_t decode_ws =
+      std::max(DecodeAttentionWorkspaceBytes(int(limits_.max_decode_units), c.n_heads, c.head_dim, 1),
+               DecodeAttentionWorkspaceBytes(1, c.n_heads, c.head_dim,
+                                             int(limits_.max_decode_units)));
+  const Piece pieces[] = {
+      {&x_, t * dim * 4, "the residual stream"},
+      {&xn_, t * dim * e, "normalized activations"},
+      {&qkv_, t * (q + 2 * kv) * 4, "QKV activations"},
+      {&q_, t * q * e, "queries"},
+      {&attn_, t * q * e, "attention output"},
+      {&gate_up_, t * 2 * ffn * 4, "gate/up activations"},
+      {&h_, t * ffn * e, "FFN activations"},
+      {&rope_, t * (c.head_dim / 2) * 8, "the RoPE table"},
+      {&logits_, size_t(R) * c.vocab_size * 4, "logits"},
+      {&tokens_, size_t(R) * 4, "sampled tokens"},
+      {&decode_ws_, decode_ws, "decode attention partials"},
+      {&sample_ws_, SampleWorkspaceBytes(R, c.vocab_size), "sampling"},
+      {&inputs_, input_bytes, "step inputs"},
+  };
+  for (const Piece& p : pieces) {
+    ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(p.bytes, p.what));
+  }
+  ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(input_bytes, "step inputs"));
+  ASSIGN_OR_RETURN(tokens_host_, PinnedBuffer::Allocate(size_t(R) * 4, "sampled tokens"));
+
+  layout_ = {c.n_layers, 0, options_.page_size, c.n_kv_heads, c.head_dim, e};
+  size_t free_bytes = 0, total_bytes = 0;
+  RETURN_IF_ERROR(CudaStatus(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo"));
+  MemoryBudget budget;
+  budget.device_total = total_bytes;
+  budget.device_free = free_bytes;
+  budget.fraction = options_.gpu_memory_fraction;
+  budget.requested_pages = options_.num_pages;
+  ASSIGN_OR_RETURN(layout_.num_pages, PlanKvPages(budget, layout_.bytes_per_pool_page()));
+  ASSIGN_OR_RETURN(arena_, DeviceBuffer::Allocate(layout_.total_bytes(), "the KV arena"));
+  // Poison: KV a plan never wrote reads as NaN, not as plausible zeros.
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_),
+                             "KV arena init"));
+  return CudaStatus(cudaStreamSynchronize(stream_), "KV arena init");
+}
+
+absl::Status CudaBackend::FillKvRandom(uint64_t seed) {
+  RETURN_IF_ERROR(CudaStatus(LaunchFillRandom(arena_.get(), arena_.bytes() / DTypeSize(dtype_),
+                                              dtype_, 1.0f, seed, stream_),
+                             "FillKvRandom"));
+  return CudaStatus(cudaStreamSynchronize(stream_), "FillKvRandom");
+}
+
+absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partitions) {
+  const common::ModelConfig& c = config();
+  const DeviceLayer& w = weights_.layer(l);
+  const int T = s.num_tokens;
+  const int32_t* in = inputs_.get<int32_t>();
+  const StepOffsets& o = s.offsets;
+  char* arena = arena_.get<char>();
+  void* k_cache = arena + layout_.k_offset(l);
+  void* v_cache = arena + layout_.v_offset(l);
+
+  RETURN_IF_ERROR(CudaStatus(
+      LaunchRmsNormCast({x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps,
+                         dtype_},
+                        stream_),
+      "attention RMSNorm"));
+  RETURN_IF_ERROR(gemm_->Run({xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim,
+                              c.q_dim() + 2 * c.kv_dim(), false}));
+  RopeKvWriteParams rope{};
+  rope.qkv = qkv_.get<float>();
+  rope.rope = rope_.get<float2>();
+  rope.positions = in + o.positions;
+  rope.token_seq = in + o.token_seq;
+  rope.page_table = in + o.page_table;
+  rope.page_table_stride = s.page_table_stride;
+  rope.q_out = q_.get();
+  rope.k_cache = k_cache;
+  rope.v_cache = v_cache;
+  rope.num_tokens = T;
+  rope.n_heads = c.n_heads;
+  rope.n_kv_heads = c.n_kv_heads;
+  rope.head_dim = c.head_dim;
+  rope.page_size = options_.page_size;
+  rope.dtype = dtype_;
+  RETURN_IF_ERROR(CudaStatus(LaunchRopeKvWrite(rope, stream_), "RoPE + KV write"));
+
+  AttentionShape shape;
+  shape.n_heads = c.n_heads;
+  shape.n_kv_heads = c.n_kv_heads;
+  shape.head_dim = c.head_dim;
+  shape.page_size = options_.page_size;
+  shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  shape.dtype = dtype_;
+  auto batch_slice = [&](int first, int count) {
+    AttentionBatch b;
+    b.token_start = in + o.seq_token_start + first;
+    b.num_tokens = in + o.seq_num_tokens + first;
+    b.start_pos = in + o.seq_start_pos + first;
+    b.page_table = in + o.page_table + static_cast<size_t>(first) * s.page_table_stride;
+    b.page_table_stride = s.page_table_stride;
+    b.num_seqs = count;
+    return b;
+  };
+  if (s.num_decodes > 0) {
+    DecodeAttentionParams d{};
+    d.batch = batch_slice(0, s.num_decodes);
+    d.shape = shape;
+    d.q = q_.get();
+    d.k_cache = k_cache;
+    d.v_cache = v_cache;
+    d.out = attn_.get();
+    d.max_partitions = partitions;
+    d.workspace = decode_ws_.get();
+    RETURN_IF_ERROR(CudaStatus(LaunchDecodeAttention(d, stream_), "decode attention"));
+  }
+  if (s.num_prefills > 0) {
+    PrefillAttentionParams p{};
+    p.batch = batch_slice(s.num_decodes, s.num_prefills);
+    p.shape = shape;
+    p.q = q_.get();
+    p.k_cache = k_cache;
+    p.v_cache = v_cache;
+    p.out = attn_.get();
+    p.max_chunk_tokens = s.max_prefill_tokens;
+    RETURN_IF_ERROR(CudaStatus(LaunchPrefillAttention(p, stream_), "prefill attention"));
+  }
+  RETURN_IF_ERROR(gemm_->Run({attn_.get(), w.wo, x_.get<float>(), T, c.q_dim(), c.dim, true}));
+  RETURN_IF_ERROR(CudaStatus(
+      LaunchRmsNormCast({x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps,
+                         dtype_},
+                        stream_),
+      "FFN RMSNorm"));
+  RETURN_IF_ERROR(
+      gemm_->Run({xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, c.dim, 2 * c.ffn_dim, false}));
+  RETURN_IF_ERROR(CudaStatus(
+      LaunchSiluMul({gate_up_.get<float>(), h_.get(), T, c.ffn_dim, dtype_}, stream_), "SiLU·mul"));
+  return gemm_->Run({h_.get(), w.w_down, x_.get<float>(), T, c.ffn_dim, c.dim, true});
+}
+
+absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool sample) {
+  const common::ModelConfig& c = config();
+  const int32_t* in = inputs_.get<int32_t>();
+  const StepOffsets& o = s.offsets;
+  RETURN_IF_ERROR(CudaStatus(LaunchEmbed({in + o.tokens, weights_.token_embedding(),
+                                          x_.get<float>(), s.num_tokens, c.dim, dtype_},
+                                         stream_),
+                             "embedding"));
+  RETURN_IF_ERROR(CudaStatus(
+      LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim,
+                       c.rope_base},
+                      stream_),
+      "RoPE table"));
+  for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(EnqueueLayer(l, s, partitions));
+  const int R = s.num_logit_rows;
+  RETURN_IF_ERROR(CudaStatus(
+      LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(), xn_.get(), R,
+                         c.dim, c.rms_eps, dtype_},
+                        stream_),
+      "output RMSNorm"));
+  RETURN_IF_ERROR(
+      gemm_->Run({xn_.get(), weights_.output(), logits_.get<float>(), R, c.dim, c.vocab_size, false}));
+  if (!sample || R == 0) return absl::OkStatus();
+  SampleParams sp;
+  sp.logits = logits_.get<float>();
+  sp.params = reinterpret_cast<const SampleRowParams*>(inputs_.get<char>() + samples_offset_);
+  sp.out_tokens = tokens_.get<int32_t>();
+  sp.rows = R;
+  sp.vocab = c.vocab_size;
+  sp.workspace = sample_ws_.get();
+  return CudaStatus(LaunchSample(sp, stream_), "sampling");
+}
+
+absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,
+                                                      const StepInputs& s) {
+  const auto key = std::make_pair(shape.seqs, shape.partitions);
+  if (auto it = graphs_.find(key); it != graphs_.end()) return it->second;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                             "graph capture"));
+  const absl::Status enqueued = Enqueue(s, shape.partitions, /*sample=*/true);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+  RETURN_IF_ERROR(enqueued);
+  RETURN_IF_ERROR(CudaStatus(ended, "graph capture"));
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  RETURN_IF_ERROR(CudaStatus(inst, "graph instantiate"));
+  graphs_[key] = exec;
+  return exec;
+}
+
+absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
+                                        std::span<const SampleInput> samples, bool sample,
+                                        std::vector<int32_t>* tokens,
+                                        std::vector<float>* logits) {
+  GraphShape graph;
+  if (sample && options_.cuda_graphs) {
+    graph = ChooseGraph(batch, options_.page_size, options_.max_graph_seqs,
+                        std::min(options_.max_graph_context, config().context_length));
+    if (int64_t{graph.seqs} * graph.partitions > limits_.max_decode_units ||
+        graph.seqs > limits_.max_logit_rows) {
+      graph = {};
+    }
+  }
+  const bool use_graph = graph.seqs > 0;
+  BuildStepInputs(batch, samples, options_.page_size, use_graph ? &graph : nullptr, &step_);
+  const StepInputs& s = step_;
+  const int partitions =
+      use_graph ? graph.partitions : DecodePartitions(std::max(1, s.max_decode_context));
+  if (int64_t{s.num_decodes} * partitions > limits_.max_decode_units) {
+    return absl::InternalError("a micro-batch exceeds the decode attention workspace");
+  }
+  // Stage every input with one copy.
+  char* staging = staging_.get<char>();
+  std::memcpy(staging, s.ints.data(), s.ints.size() * 4);
+  std::memcpy(staging + samples_offset_, s.samples.data(),
+              s.samples.size() * sizeof(SampleRowParams));
+  const size_t ints_bytes = s.ints.size() * 4;
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(inputs_.get(), staging, ints_bytes, cudaMemcpyHostToDevice, stream_),
+      "input copy"));
+  if (!s.samples.empty()) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(inputs_.get<char>() + samples_offset_, staging + samples_offset_,
+                        s.samples.size() * sizeof(SampleRowParams), cudaMemcpyHostToDevice,
+                        stream_),
+        "input copy"));
+  }
+  if (use_graph) {
+    ASSIGN_OR_RETURN(cudaGraphExec_t exec, GraphFor(graph, s));
+    RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(exec, stream_), "graph launch"));
+    ++graph_replays_;
+  } else {
+    RETURN_IF_ERROR(Enqueue(s, partitions, sample));
+  }
+  const int rows = s.real_logit_rows;
+  if (sample) {
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens_.get(), size_t(rows) * 4,
+                                               cudaMemcpyDeviceToHost, stream_),
+                               "token copy"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "forward pass"));
+    const int32_t* t = tokens_host_.get<int32_t>();
+    tokens->insert(tokens->end(), t, t + rows);
+    return absl::OkStatus();
+  }
+  const size_t vocab = static_cast<size_t>(config().vocab_size);
+  const size_t at = logits->size();
+  logits->resize(at + size_t(rows) * vocab);
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(logits->data() + at, logits_.get(),
+                                             size_t(rows) * vocab * 4, cudaMemcpyDeviceToHost,
+                                             stream_),
+                             "logits copy"));
+  return CudaStatus(cudaStreamSynchronize(stream_), "forward pass");
+}
+
+absl::Status CudaBackend::Forward(std::span<const SeqInput> batch, std::vector<float>* logits) {
+  if (logits == nullptr) return absl::InvalidArgumentError("Forward needs a logits vector");
+  RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, layout_.num_pages));
+  logits->clear();
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  ASSIGN_OR_RETURN(std::vector<MicroBatch> parts, SplitBatch(batch, limits_));
+  for (const MicroBatch& mb : parts) {
+    RETURN_IF_ERROR(RunMicroBatch(batch.subspan(mb.begin, mb.end - mb.begin), {}, false, nullptr,
+                                  logits));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ForwardSample(std::span<const SeqInput> batch,
+                                        std::span<const SampleInput> samples,
+                                        std::vector<int32_t>* tokens) {
+  RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, layout_.num_pages));
+  size_t wanted = 0;
+  for (const SeqInput& in : batch) wanted += in.want_logits ? 1 : 0;
+  if (wanted != samples.size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d sampling entries for %d sequences that want logits", samples.size(), wanted));
+  }
+  tokens->clear();
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  ASSIGN_OR_RETURN(std::vector<MicroBatch> parts, SplitBatch(batch, limits_));
+  size_t row = 0;
+  for (const MicroBatch& mb : parts) {
+    std::span<const SeqInput> part = batch.subspan(mb.begin, mb.end - mb.begin);
+    size_t rows = 0;
+    for (const SeqInput& in : part) rows += in.want_logits ? 1 : 0;
+    RETURN_IF_ERROR(RunMicroBatch(part, samples.subspan(row, rows), true, tokens, nullptr));
+    row += rows;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,120 @@
+// The CUDA backend: the Llama forward pass on an NVIDIA GPU over the same paged-KV contract as
+// the CPU backend (worker/backend/backend.h), with sampling on the device.
+//
+// Memory: the weights (DeviceWeights, one allocation), a fixed workspace sized for
+// max_batch_tokens, and the KV arena: one allocation of K and V pages for every layer
+// (arena_layout.h), sized by num_pages or by what gpu_memory_fraction leaves. Plain cudaMalloc.
+//
+// A Forward pass is cut into micro-batches that fit the workspace (step_plan.h); each stages its
+// packed inputs with one host-to-device copy, runs embedding → layers (RMSNorm, fused QKV GEMM,
+// RoPE + KV page write, paged attention, output GEMM with the residual add fused, RMSNorm,
+// gate/up GEMM, SiLU·mul, down GEMM with the residual add) → final norm of the sampled rows →
+// classifier GEMM → GPU sampling, and copies back only the sampled tokens. Decode-only steps
+// replay a CUDA graph captured per (batch bucket, partition bucket).
+//
+// Not thread-safe (one caller at a time, like every Backend); any thread may call.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+#include "worker/backend/cuda/arena_layout.h"
+#include "worker/backend/cuda/device_buffer.h"
+#include "worker/backend/cuda/device_weights.h"
+#include "worker/backend/cuda/dtype.h"
+#include "worker/backend/cuda/gemm.h"
+#include "worker/backend/cuda/step_plan.h"
+#include "worker/model/llama_model.h"
+
+namespace pagoda::worker::cuda {
+
+struct CudaBackendOptions {
+  int page_size = 16;
+  int num_pages = 0;  // 0 = what gpu_memory_fraction leaves after weights and workspace
+  double gpu_memory_fraction = 0.9;
+  int max_batch_tokens = 2048;  // tokens in one micro-batch (the workspace's size)
+  DType dtype = DType::kBf16;
+  int device = 0;
+  bool cuda_graphs = true;
+  int max_graph_seqs = 256;       // decode batches up to this size replay graphs
+  int max_graph_context = 32768;  // ... when their longest context is at most this
+};
+
+class CudaBackend : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
+      std::shared_ptr<const LlamaModel> model, const CudaBackendOptions& options);
+  // Seeded random weights made on the device for `config` (benchmarks of full-size shapes).
+  static absl::StatusOr<std::unique_ptr<CudaBackend>> CreateRandom(
+      const common::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options);
+  ~CudaBackend() override;
+
+  absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
+  absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
+                             std::vector<int32_t>* tokens) override;
+
+  int page_size() const override { return options_.page_size; }
+  int num_pages() const override { return layout_.num_pages; }
+  const common::ModelConfig& config() const override { return weights_.config(); }
+  std::string name() const override { return "cuda"; }
+  size_t kv_bytes() const override { return layout_.total_bytes(); }
+
+  size_t weight_bytes() const { return weights_.bytes(); }
+  size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
+  const KvArenaLayout& kv_layout() const { return layout_; }
+  int graphs_captured() const { return static_cast<int>(graphs_.size()); }
+  int graph_replays() const { return graph_replays_; }
+  // Benchmarks: fills every KV page with seeded random values.
+  absl::Status FillKvRandom(uint64_t seed);
+
+ private:
+  CudaBackend(const CudaBackendOptions& options, DeviceWeights weights);
+  absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
+  absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
+                             bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits);
+  absl::Status Enqueue(const StepInputs& s, int partitions, bool sample);  // the forward pass
+  absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions);
+  absl::StatusOr<cudaGraphExec_t> GraphFor(const GraphShape& shape, const StepInputs& s);
+
+  CudaBackendOptions options_;
+  DeviceWeights weights_;
+  DType dtype_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Gemm> gemm_;
+  StepLimits limits_;
+  KvArenaLayout layout_;
+  DeviceBuffer arena_;
+
+  // Workspace, sized for limits_ (T tokens, R rows).
+  DeviceBuffer x_;        // [T][dim] float32 residual stream
+  DeviceBuffer xn_;       // [T][dim] dtype: normalized GEMM input
+  DeviceBuffer qkv_;      // [T][q_dim + 2 kv_dim] float32
+  DeviceBuffer q_;        // [T][q_dim] dtype, RoPE applied
+  DeviceBuffer attn_;     // [T][q_dim] dtype
+  DeviceBuffer gate_up_;  // [T][2 ffn_dim] float32
+  DeviceBuffer h_;        // [T][ffn_dim] dtype
+  DeviceBuffer rope_;     // [T][head_dim / 2] float2
+  DeviceBuffer logits_;   // [R][vocab] float32
+  DeviceBuffer tokens_;   // [R] int32 sampled
+  DeviceBuffer decode_ws_;
+  DeviceBuffer sample_ws_;
+  DeviceBuffer inputs_;   // packed StepInputs: ints, then SampleRowParams at samples_offset_
+  size_t samples_offset_ = 0;
+  PinnedBuffer staging_;  // host side of inputs_
+  PinnedBuffer tokens_host_;
+
+  StepInputs step_;
+  std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (seqs, partitions) -> graph
+  int graph_replays_ = 0;
+};
+
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,207 @@
+#include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/kernels/layer_kernels.h"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float BlockSum(float v) {
+  __shared__ float partial[kThreads / 32];
+  __shared__ float total;
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float t = 0;
+    for (int w = 0; w < kThreads / 32; ++w) t += partial[w];
+    total = t;
+  }
+  __syncthreads();
+  return total;
+}
+
+template <typename T>
+__global__ void EmbedKernel(const int32_t* __restrict__ tokens, const T* __restrict__ table,
+                            float* __restrict__ x, int dim) {
+  const T* row = table + static_cast<size_t>(tokens[blockIdx.x]) * dim;
+  float* out = x + static_cast<size_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += kThreads) out[i] = ToFloat(row[i]);
+}
+
+template <typename T>
+__global__ void RmsNormCastKernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
+                                  const float* __restrict__ weight, T* __restrict__ out, int dim,
+                                  float eps) {
+  const int src = rows != nullptr ? rows[blockIdx.x] : static_cast<int>(blockIdx.x);
+  const float* row = x + static_cast<size_t>(src) * dim;
+  float sum = 0;
+  for (int i = threadIdx.x; i < dim; i += kThreads) sum += row[i] * row[i];
+  const float inv = rsqrtf(BlockSum(sum) / dim + eps);
+  T* o = out + static_cast<size_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += kThreads) o[i] = FromFloat<T>(row[i] * inv * weight[i]);
+}
+
+__global__ void RopeTableKernel(const int32_t* __restrict__ positions, float2* __restrict__ rope,
+                                int head_dim, float base) {
+  const int half = head_dim / 2;
+  const int pos = positions[blockIdx.x];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double angle = pos < 0 ? 0.0 : pos * pow(static_cast<double>(base), -2.0 * i / head_dim);
+    double s, c;
+    sincos(angle, &s, &c);
+    rope[static_cast<size_t>(blockIdx.x) * half + i] = make_float2(static_cast<float>(c),
+                                                                   static_cast<float>(s));
+  }
+}
+
+template <typename T>
+__global__ void RopeKvWriteKernel(RopeKvWriteParams p) {
+  const int t = blockIdx.x;
+  const int hd = p.head_dim, half = hd / 2;
+  const int q_dim = p.n_heads * hd, kv_dim = p.n_kv_heads * hd;
+  const float* row = p.qkv + static_cast<size_t>(t) * (q_dim + 2 * kv_dim);
+  const float2* rope = p.rope + static_cast<size_t>(t) * half;
+  const int pos = p.positions[t];
+  T* q_out = static_cast<T*>(p.q_out) + static_cast<size_t>(t) * q_dim;
+  T* k_dst = nullptr;
+  T* v_dst = nullptr;
+  if (pos >= 0) {
+    const int page =
+        p.page_table[static_cast<size_t>(p.token_seq[t]) * p.page_table_stride + pos / p.page_size];
+    const size_t slot = static_cast<size_t>(page) * p.page_size + pos % p.page_size;
+    k_dst = static_cast<T*>(p.k_cache) + slot * kv_dim;
+    v_dst = static_cast<T*>(p.v_cache) + slot * kv_dim;
+  }
+  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j.
+  const int q_pairs = q_dim / 2, pairs = (q_dim + kv_dim) / 2;
+  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
+    const bool is_q = i < q_pairs;
+    const int e = 2 * (is_q ? i : i - q_pairs);  // element within q or k
+    const float2 cs = rope[(e % hd) / 2];
+    const float* src = row + (is_q ? 0 : q_dim) + e;
+    const float a = src[0], b = src[1];
+    const float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
+    if (is_q) {
+      q_out[e] = FromFloat<T>(ra);
+      q_out[e + 1] = FromFloat<T>(rb);
+    } else if (k_dst != nullptr) {
+      k_dst[e] = FromFloat<T>(ra);
+      k_dst[e + 1] = FromFloat<T>(rb);
+    }
+  }
+  if (v_dst != nullptr) {
+    const float* v = row + q_dim + kv_dim;
+    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) v_dst[i] = FromFloat<T>(v[i]);
+  }
+}
+
+template <typename T>
+__global__ void SiluMulKernel(const float* __restrict__ gate_up, T* __restrict__ out,
+                              int num_tokens, int ffn) {
+  const size_t n = static_cast<size_t>(num_tokens) * ffn;
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    const size_t t = i / ffn, j = i % ffn;
+    const float g = gate_up[t * 2 * ffn + j], u = gate_up[t * 2 * ffn + ffn + j];
+    out[i] = FromFloat<T>(g / (1.0f + __expf(-g)) * u);
+  }
+}
+
+__device__ __forceinline__ float HashUniform(uint64_t seed, uint64_t i) {
+  uint64_t z = seed + 0x9e3779b97f4a7c15ull * (i + 1);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<float>(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;  // [-1, 1)
+}
+
+template <typename T>
+__global__ void FillRandomKernel(T* data, size_t n, float scale, float offset, uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    data[i] = FromFloat<T>(offset + scale * HashUniform(seed, i));
+  }
+}
+
+__global__ void FillRandomF32Kernel(float* data, size_t n, float scale, float offset,
+                                    uint64_t seed) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
+       i += size_t{gridDim.x} * blockDim.x) {
+    data[i] = offset + scale * HashUniform(seed, i);
+  }
+}
+
+int GridFor(size_t n) {
+  const size_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 4096 ? (blocks == 0 ? 1 : blocks) : 4096);
+}
+
+}  // namespace
+
+cudaError_t LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return cudaSuccess;
+  DispatchDType(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    EmbedKernel<T><<<p.num_tokens, kThreads, 0, stream>>>(p.tokens, static_cast<const T*>(p.table),
+                                                          p.x, p.dim);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) {
+  if (p.num_rows == 0) return cudaSuccess;
+  DispatchDType(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    RmsNormCastKernel<T><<<p.num_rows, kThreads, 0, stream>>>(p.x, p.rows, p.weight,
+                                                              static_cast<T*>(p.out), p.dim, p.eps);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return cudaSuccess;
+  const int threads = p.head_dim / 2 < 32 ? 32 : (p.head_dim / 2 > 128 ? 128 : p.head_dim / 2);
+  RopeTableKernel<<<p.num_tokens, threads, 0, stream>>>(p.positions, p.rope, p.head_dim, p.base);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {
+  if (p.num_tokens == 0) return cudaSuccess;
+  DispatchDType(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    RopeKvWriteKernel<T><<<p.num_tokens, kThreads, 0, stream>>>(p);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
+  const size_t n = static_cast<size_t>(p.num_tokens) * p.ffn_dim;
+  if (n == 0) return cudaSuccess;
+  DispatchDType(p.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    SiluMulKernel<T><<<GridFor(n), kThreads, 0, stream>>>(p.gate_up, static_cast<T*>(p.out),
+                                                          p.num_tokens, p.ffn_dim);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
+                             cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  DispatchDType(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    FillRandomKernel<T><<<GridFor(count), kThreads, 0, stream>>>(static_cast<T*>(data), count,
+                                                                 scale, 0.0f, seed);
+  });
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset,
+                                uint64_t seed, cudaStream_t stream) {
+  if (count == 0) return cudaSuccess;
+  FillRandomF32Kernel<<<GridFor(count), kThreads, 0, stream>>>(data, count, scale, offset, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace pagoda::worker::cuda

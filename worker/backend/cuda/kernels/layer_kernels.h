@@ -1,0 +1,95 @@
+// The CUDA backend's per-token kernels around the GEMMs and attention: embedding gather, RMSNorm
+// (fused with the row gather of the final norm and the cast to the GEMM input type), the RoPE
+// table, RoPE fused with the KV page write, and SiLU·mul. CPU twins: worker/backend/cpu/
+// cpu_kernels.h (RmsNorm, BuildRopeTables, ApplyRope, WriteKv, SwiGlu).
+//
+// Contract: launchers never allocate or synchronize, and their grids depend only on the
+// arguments (CUDA-graph safe). All pointers are device memory. The residual stream is float32;
+// GEMM inputs are the dtype.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/backend/cuda/dtype.h"
+
+namespace pagoda::worker::cuda {
+
+// x[t][:] = float(table[tokens[t]][:]).
+struct EmbedParams {
+  const int32_t* tokens;  // [num_tokens]
+  const void* table;      // [vocab][dim] dtype
+  float* x;               // [num_tokens][dim]
+  int num_tokens = 0;
+  int dim = 0;
+  DType dtype = DType::kBf16;
+};
+cudaError_t LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
+
+// out[r][:] = dtype(x[src][:] / sqrt(mean(x[src]^2) + eps) * weight[:]), src = rows ? rows[r] : r.
+struct RmsNormCastParams {
+  const float* x;         // [*][dim]
+  const int32_t* rows;    // [num_rows] or null
+  const float* weight;    // [dim]
+  void* out;              // [num_rows][dim] dtype
+  int num_rows = 0;
+  int dim = 0;
+  float eps = 1e-5f;
+  DType dtype = DType::kBf16;
+};
+cudaError_t LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream);
+
+// rope[t][i] = (cos, sin)(positions[t] * base^(-2i/head_dim)), the angle in double precision as
+// on the CPU. Padding tokens (position < 0) get angle 0.
+struct RopeTableParams {
+  const int32_t* positions;  // [num_tokens]
+  float2* rope;              // [num_tokens][head_dim / 2]
+  int num_tokens = 0;
+  int head_dim = 0;
+  float base = 10000.0f;
+};
+cudaError_t LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream);
+
+// From the fused QKV projection qkv[t] = [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] (float32):
+// q_out[t] = dtype(RoPE(q)); K = RoPE(k) and V = v are written to their pages,
+// cache[page_table[token_seq[t]][pos / page_size]][pos % page_size]. Tokens with position < 0
+// (padding) write no K/V. RoPE rotates adjacent pairs (x[2i], x[2i+1]).
+struct RopeKvWriteParams {
+  const float* qkv;          // [num_tokens][(n_heads + 2 * n_kv_heads) * head_dim]
+  const float2* rope;        // [num_tokens][head_dim / 2]
+  const int32_t* positions;  // [num_tokens]
+  const int32_t* token_seq;  // [num_tokens] entry in page_table
+  const int32_t* page_table; // [*][page_table_stride]
+  int page_table_stride = 0;
+  void* q_out;               // [num_tokens][n_heads][head_dim] dtype
+  void* k_cache;             // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
+  void* v_cache;             // same
+  int num_tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  DType dtype = DType::kBf16;
+};
+cudaError_t LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream);
+
+// out[t][i] = dtype(silu(gate_up[t][i]) * gate_up[t][ffn_dim + i]).
+struct SiluMulParams {
+  const float* gate_up;  // [num_tokens][2 * ffn_dim]
+  void* out;             // [num_tokens][ffn_dim] dtype
+  int num_tokens = 0;
+  int ffn_dim = 0;
+  DType dtype = DType::kBf16;
+};
+cudaError_t LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream);
+
+// Seeded uniform values in [-scale, scale] (a counter-based hash of (seed, index)): benchmark
+// weights and KV without a host copy. Never zeros.
+cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
+                             cudaStream_t stream);
+cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset,
+                                uint64_t seed, cudaStream_t stream);
+
+}  // namespace pagoda::worker::cuda

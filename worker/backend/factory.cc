@@ -1,0 +1,73 @@
+#include "worker/backend/factory.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "worker/backend/cpu/cpu_backend.h"
+#ifdef PAGODA_HAVE_CUDA
+#include "worker/backend/cuda/cuda_backend.h"
+#endif
+
+namespace pagoda::worker {
+namespace {
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(std::shared_ptr<const LlamaModel> model,
+                                                   const BackendOptions& o) {
+  CpuBackendOptions cpu;
+  cpu.page_size = o.page_size;
+  cpu.num_pages = o.num_pages;
+  if (cpu.num_pages == 0 && o.page_size > 0) {
+    cpu.num_pages = PagesForBytes(model->config(), o.page_size, sizeof(float),
+                                  int64_t{o.kv_cache_mib} << 20);
+  }
+  cpu.num_threads = o.threads;
+  auto backend = CpuBackend::Create(std::move(model), cpu);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(*std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaModel> model,
+                                                    const BackendOptions& o) {
+#ifdef PAGODA_HAVE_CUDA
+  cuda::CudaBackendOptions cuda;
+  const std::optional<cuda::DType> dtype = cuda::ParseDType(o.dtype);
+  if (!dtype) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--dtype \"%s\" is not supported; use bf16 or fp16", o.dtype));
+  }
+  cuda.dtype = *dtype;
+  cuda.page_size = o.page_size;
+  cuda.num_pages = o.num_pages;
+  cuda.max_batch_tokens = o.max_batch_tokens;
+  cuda.gpu_memory_fraction = o.gpu_memory_fraction;
+  cuda.device = o.device;
+  cuda.cuda_graphs = o.cuda_graphs;
+  auto backend = cuda::CudaBackend::Create(std::move(model), cuda);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(*std::move(backend));
+#else
+  return absl::FailedPreconditionError(
+      "this pagoda-worker was built without CUDA (nvcc was not found at configure time)");
+#endif
+}
+
+}  // namespace
+
+int PagesForBytes(const common::ModelConfig& c, int page_size, size_t element_bytes,
+                  int64_t bytes) {
+  const int64_t page_bytes = int64_t{2} * c.n_layers * page_size * c.n_kv_heads * c.head_dim *
+                             static_cast<int64_t>(element_bytes);
+  if (page_bytes <= 0 || bytes <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>(bytes / page_bytes, int64_t{1} << 20));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const LlamaModel> model,
+                                                       const BackendOptions& options) {
+  if (model == nullptr) return absl::InvalidArgumentError("CreateBackend needs a model");
+  if (options.backend == "cpu") return CreateCpu(std::move(model), options);
+  if (options.backend == "cuda") return CreateCuda(std::move(model), options);
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unsupported --backend \"%s\"; supported: cpu, cuda", options.backend));
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,40 @@
+// Builds the compute backend the worker's flags name.
+//
+// Contract: "cpu" always exists; "cuda" exists where the CUDA backend was built (PAGODA_HAVE_CUDA)
+// and fails with FailedPrecondition, naming the reason, where there is no usable device.
+// Options that do not apply to the chosen backend are ignored.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/backend.h"
+#include "worker/model/llama_model.h"
+
+namespace pagoda::worker {
+
+struct BackendOptions {
+  std::string backend = "cpu";  // "cpu" or "cuda"
+  int page_size = 16;
+  int num_pages = 0;             // 0: sized from kv_cache_mib (cpu) or gpu_memory_fraction (cuda)
+  int max_batch_tokens = 2048;   // most input tokens in one Forward
+  // cpu
+  int kv_cache_mib = 256;
+  int threads = 0;               // 0 = all cores
+  // cuda
+  std::string dtype = "bf16";    // "bf16" or "fp16"
+  double gpu_memory_fraction = 0.9;
+  int device = 0;
+  bool cuda_graphs = true;
+};
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const LlamaModel> model,
+                                                       const BackendOptions& options);
+
+// Pages of `page_size` tokens that fit in `bytes` for `config` (K and V, every layer), at
+// `element_bytes` per value, capped at 2^20.
+int PagesForBytes(const common::ModelConfig& config, int page_size, size_t element_bytes,
+                  int64_t bytes);
+
+}  // namespace pagoda::worker
