@@ -168,10 +168,14 @@ int main(int argc, char** argv) {
   backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   auto backend = pw::CreateBackend(*model, backend_options);
   if (!backend.ok()) return Fail(std::string(backend.status().message()));
-  PAGODA_LOG(kInfo, "worker", "loaded %s: %d layers, dim %d; %s backend, KV arena %d pages of %d tokens",
-             model_path, (*model)->config().n_layers, (*model)->config().dim,
-             (*backend)->name(), (*backend)->num_pages(), page_size);
+  PAGODA_LOG(kInfo, "worker",
+             "loaded %s: %d layers, dim %d; %s backend, KV arena %d pages of %d tokens", model_path,
+             (*model)->config().n_layers, (*model)->config().dim, (*backend)->name(),
+             (*backend)->num_pages(), page_size);
   metrics.SetKvArenaBytes(static_cast<int64_t>((*backend)->kv_bytes()));
+  if (const size_t device = (*backend)->device_bytes(); device > 0) {
+    metrics.SetDeviceMemoryUsedBytes(static_cast<int64_t>(device));
+  }
 
   pw::Runner runner(*std::move(backend));
   runner.SetStepObserver([&](const pw::StepTiming& t) { metrics.ObserveStep(t); });

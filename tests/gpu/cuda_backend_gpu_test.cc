@@ -2,22 +2,23 @@
 // with decodes, shuffled pages, micro-batch splits), greedy tokens of the trained model against
 // llama.cpp's golden ids, CUDA-graph replays against eager steps, seeded sampling, and KV arena
 // sizing. Skips without a GPU.
-#include "worker/backend/cuda/cuda_backend.h"
-
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <numeric>
 #include <random>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
+#include "worker/backend/cuda/cuda_backend.h"
 #include "worker/backend/cuda/device.h"
 
 namespace pagoda::worker::cuda {
@@ -134,9 +135,9 @@ TEST(CudaBackendGpuTest, RaggedLogitsMatchCpu) {
         auto cpu = MakeCpu(model, ps, pages);
         auto gpu = MakeCuda(model, ps, pages, dtype);
         ASSERT_NE(gpu, nullptr);
-        SCOPED_TRACE(::testing::Message() << "dim " << shape.dim << " heads " << shape.heads << "/"
-                                          << shape.kv_heads << " " << DTypeName(dtype)
-                                          << " page " << ps);
+        SCOPED_TRACE(::testing::Message()
+                     << "dim " << shape.dim << " heads " << shape.heads << "/" << shape.kv_heads
+                     << " " << DTypeName(dtype) << " page " << ps);
         CompareRagged(*cpu, *gpu, rng, 5, 300, 8, dtype == DType::kBf16 ? 3e-2 : 6e-3);
       }
     }
@@ -186,7 +187,8 @@ std::vector<GoldenCase> ReadGolden(const std::string& path) {
 
 // Every golden case at once: one batched prefill, then batched greedy decodes sampled on the
 // GPU (decode steps replay CUDA graphs when `graphs`).
-std::vector<std::vector<int32_t>> GreedyGolden(CudaBackend& b, const std::vector<GoldenCase>& cases) {
+std::vector<std::vector<int32_t>> GreedyGolden(CudaBackend& b,
+                                               const std::vector<GoldenCase>& cases) {
   const int ps = b.page_size();
   std::vector<std::vector<int32_t>> pages(cases.size()), out(cases.size());
   int next_page = b.num_pages() - 1;
@@ -220,6 +222,34 @@ std::vector<std::vector<int32_t>> GreedyGolden(CudaBackend& b, const std::vector
   return out;
 }
 
+// A 16-bit forward pass may pick another token than the float32 reference only where the
+// reference itself nearly ties. So `got` must equal the golden ids up to its first difference,
+// and there the CPU backend's logits of the golden token and of ours must be within kNearTie;
+// past it the continuation is another, equally greedy, text and is not compared.
+constexpr float kNearTie = 0.02f;
+
+void ExpectGoldenUpToNearTie(CpuBackend& cpu, const GoldenCase& c, const std::vector<int32_t>& got,
+                             const std::string& what) {
+  size_t k = 0;
+  while (k < got.size() && k < c.expected.size() && got[k] == c.expected[k]) ++k;
+  if (k == c.expected.size() && got.size() == c.expected.size()) return;
+  ASSERT_LT(k, std::min(got.size(), c.expected.size()))
+      << what << ": " << got.size() << " tokens for " << c.expected.size() << " golden ones";
+  std::vector<int32_t> tokens = c.prompt;
+  tokens.insert(tokens.end(), c.expected.begin(), c.expected.begin() + k);
+  std::vector<int32_t> pages((tokens.size() + cpu.page_size() - 1) / cpu.page_size());
+  std::iota(pages.begin(), pages.end(), 0);
+  const SeqInput in{tokens, 0, pages, true};
+  std::vector<float> logits;
+  ASSERT_TRUE(cpu.Forward({&in, 1}, &logits).ok());
+  const float margin = logits[c.expected[k]] - logits[got[k]];
+  EXPECT_LT(margin, kNearTie) << what << ": step " << k << " gave token " << got[k]
+                              << " for golden " << c.expected[k]
+                              << "; the float32 logits differ by " << margin << ", not a near tie";
+  std::printf("%s: near tie at step %zu of %zu (golden %d, got %d, float32 margin %.4f)\n",
+              what.c_str(), k, c.expected.size(), c.expected[k], got[k], margin);
+}
+
 TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
   SKIP_WITHOUT_GPU();
   PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
@@ -228,14 +258,17 @@ TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
   ASSERT_TRUE(model.ok()) << model.status();
   const auto cases = ReadGolden(*golden_path);
   ASSERT_FALSE(cases.empty());
+  auto cpu = MakeCpu(*model, 16, 256);
+  ASSERT_NE(cpu, nullptr);
   for (DType dtype : {DType::kFp16, DType::kBf16}) {
     for (bool graphs : {true, false}) {
       auto gpu = MakeCuda(*model, 16, 256, dtype, graphs);
       ASSERT_NE(gpu, nullptr);
       const auto out = GreedyGolden(*gpu, cases);
       for (size_t i = 0; i < cases.size(); ++i) {
-        EXPECT_EQ(out[i], cases[i].expected)
-            << "case " << i << " " << DTypeName(dtype) << (graphs ? " graphs" : " eager");
+        ExpectGoldenUpToNearTie(
+            *cpu, cases[i], out[i],
+            absl::StrCat("case ", i, " ", DTypeName(dtype), graphs ? " graphs" : " eager"));
       }
       if (graphs) {
         EXPECT_GT(gpu->graph_replays(), 0);
@@ -313,6 +346,9 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
   EXPECT_GT((*b)->num_pages(), 1000);
   EXPECT_LE((*b)->kv_bytes(), static_cast<size_t>(0.3 * total));
   EXPECT_GT((*b)->kv_bytes(), static_cast<size_t>(0.2 * total));
+  // What the worker reports as pagoda_worker_device_memory_used_bytes: weights, workspace, KV.
+  EXPECT_GT((*b)->device_bytes(), (*b)->kv_bytes() + (*b)->weight_bytes());
+  EXPECT_LE((*b)->device_bytes(), total - free_bytes);
   b->reset();
   o.num_pages = 1 << 24;  // far past the device
   o.gpu_memory_fraction = 0.9;

@@ -1,12 +1,11 @@
 // Host-side planning of the CUDA backend, run without a GPU: micro-batch splits, the packed
 // step inputs the kernels read, CUDA-graph buckets and padding, and KV arena sizing.
-#include "worker/backend/cuda/step_plan.h"
-
 #include <gtest/gtest.h>
 
 #include <numeric>
 
 #include "worker/backend/cuda/arena_layout.h"
+#include "worker/backend/cuda/step_plan.h"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -31,10 +30,10 @@ struct Fixture {
 
 TEST(StepPlanTest, PacksDecodesFirstAndKeepsTokenOrder) {
   Fixture f;
-  f.Add(5, 0, 10, true);   // prefill
-  f.Add(1, 40, 20, true);  // decode
-  f.Add(3, 16, 30, false); // prefill chunk, no logits
-  f.Add(1, 7, 40, true);   // decode
+  f.Add(5, 0, 10, true);    // prefill
+  f.Add(1, 40, 20, true);   // decode
+  f.Add(3, 16, 30, false);  // prefill chunk, no logits
+  f.Add(1, 7, 40, true);    // decode
   f.Finish({{0, true}, {40, true}, {16, false}, {7, true}});
   const SampleInput samples[] = {{{0.5f, 3, 0.9f, 11}, 4}, {{}, 7}, {{}, 9}};
   StepInputs s;
@@ -79,6 +78,26 @@ TEST(StepPlanTest, PacksDecodesFirstAndKeepsTokenOrder) {
   EXPECT_EQ(o.total, o.logit_rows + 3);
 }
 
+// Forward (logits only) passes no sampling entries: rows still get their logit row and inert
+// greedy parameters (this read past an empty span once).
+TEST(StepPlanTest, LogitsOnlyStepsNeedNoSamples) {
+  Fixture f;
+  f.Add(4, 0, 10, true);
+  f.Add(1, 20, 20, true);
+  f.Finish({{0, true}, {20, true}});
+  StepInputs s;
+  BuildStepInputs(f.batch, {}, 16, nullptr, &s);
+  EXPECT_EQ(s.real_logit_rows, 2);
+  const int32_t* in = s.ints.data();
+  EXPECT_EQ(std::vector<int32_t>(in + s.offsets.logit_rows, in + s.offsets.logit_rows + 2),
+            (std::vector<int32_t>{3, 4}));
+  ASSERT_EQ(s.samples.size(), 2u);
+  for (const SampleRowParams& r : s.samples) {
+    EXPECT_EQ(r.temperature, 0.0f);
+    EXPECT_EQ(r.index, 0u);
+  }
+}
+
 TEST(StepPlanTest, GraphPaddingMakesInertEntries) {
   Fixture f;
   f.Add(1, 100, 0, true);
@@ -101,8 +120,8 @@ TEST(StepPlanTest, GraphPaddingMakesInertEntries) {
   EXPECT_EQ(s.real_logit_rows, 3);
   EXPECT_EQ(s.page_table_stride, 64);
   const int32_t* in = s.ints.data();
-  EXPECT_EQ(in[s.offsets.positions + 3], -1);      // padding token writes no KV
-  EXPECT_EQ(in[s.offsets.seq_num_tokens + 3], 0);  // padding entry attends to nothing
+  EXPECT_EQ(in[s.offsets.positions + 3], -1);         // padding token writes no KV
+  EXPECT_EQ(in[s.offsets.seq_num_tokens + 3], 0);     // padding entry attends to nothing
   EXPECT_EQ(in[s.offsets.page_table + 64 + 37], 87);  // entry 1, page 37 of 50..87
   EXPECT_EQ(s.samples.size(), 4u);
   EXPECT_EQ(s.samples[3].temperature, 0.0f);  // padding rows: greedy, ignored

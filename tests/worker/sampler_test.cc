@@ -1,6 +1,7 @@
 #include "worker/sampling/sampler.h"
 
 #include <cmath>
+#include <limits>
 #include <set>
 #include <vector>
 
@@ -16,6 +17,14 @@ TEST(Sampler, GreedyIsArgmaxLowestIdOnTies) {
   EXPECT_EQ(Sample(kLogits, {.temperature = -1}, 5), 1);
   const std::vector<float> one = {3.0f};
   EXPECT_EQ(Sample(one, {.temperature = 1}, 0), 0);
+}
+
+TEST(Sampler, GreedySkipsNanLogits) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> first_nan = {nan, 1.0f, 3.0f, nan, 2.0f};
+  EXPECT_EQ(Sample(first_nan, SamplingParams{}, 0), 2);
+  const std::vector<float> all_nan = {nan, nan, nan};
+  EXPECT_EQ(Sample(all_nan, SamplingParams{}, 0), 0);
 }
 
 TEST(Sampler, SameSeedAndIndexSameToken) {

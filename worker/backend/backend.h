@@ -35,9 +35,9 @@ struct SeqInput {                   // one sequence's work in a flat batch
   bool want_logits = false;         // produce logits for the last new token
 };
 
-struct SampleInput {    // how to pick the token of one want_logits sequence
+struct SampleInput {  // how to pick the token of one want_logits sequence
   SamplingParams params;
-  uint64_t index = 0;   // tokens generated so far for the sequence (the generator's counter)
+  uint64_t index = 0;  // tokens generated so far for the sequence (the generator's counter)
 };
 
 class Backend {
@@ -57,6 +57,8 @@ class Backend {
   virtual const common::ModelConfig& config() const = 0;
   virtual std::string name() const = 0;
   virtual size_t kv_bytes() const = 0;  // bytes of the KV arena
+  // Device (GPU) memory this backend holds: weights, workspace and KV arena; 0 on the CPU.
+  virtual size_t device_bytes() const { return 0; }
 
  private:
   std::vector<float> logits_;  // ForwardSample's scratch on the host path

@@ -13,12 +13,14 @@ uint64_t Mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
+// The first largest logit; NaN ranks below everything (0 when every logit is NaN).
 int32_t Argmax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
+  int32_t best = -1;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (std::isnan(logits[i])) continue;
+    if (best < 0 || logits[i] > logits[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
   }
-  return best;
+  return std::max(best, 0);
 }
 
 struct Candidate {

@@ -1,10 +1,12 @@
 #include "worker/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
@@ -42,6 +44,11 @@ absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig
         "model has head_dim %d, %d heads, %d KV heads",
         common::kMaxHeadDim, c.head_dim, c.n_heads, c.n_kv_heads));
   }
+  if (c.vocab_size > kMaxSampleVocab) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the GPU sampler supports vocabularies up to %d tokens; the model has %d",
+                        kMaxSampleVocab, c.vocab_size));
+  }
   return absl::OkStatus();
 }
 
@@ -51,6 +58,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceWeights weight
     : options_(options), weights_(std::move(weights)), dtype_(options.dtype) {}
 
 CudaBackend::~CudaBackend() {
+  cudaSetDevice(options_.device);  // the caller's thread may have another device current
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
@@ -62,8 +70,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   RETURN_IF_ERROR(CheckOptions(options, model->config()));
   RETURN_IF_ERROR(SelectDevice(options.device));
   cudaStream_t stream;
-  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                             "cudaStreamCreate"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   auto weights = DeviceWeights::Upload(*model, options.dtype, stream);
   if (!weights.ok()) {
     cudaStreamDestroy(stream);
@@ -80,8 +88,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::CreateRandom(
   RETURN_IF_ERROR(CheckOptions(options, config));
   RETURN_IF_ERROR(SelectDevice(options.device));
   cudaStream_t stream;
-  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
-                             "cudaStreamCreate"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   auto weights = DeviceWeights::Random(config, options.dtype, seed, stream);
   if (!weights.ok()) {
     cudaStreamDestroy(stream);
@@ -109,17 +117,17 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
     size_t bytes;
     const char* what;
   };
-  const int max_pages_per_seq = std::max(
-      (c.context_length + options_.page_size - 1) / options_.page_size,
-      GraphPartitionBucket(std::min(options_.max_graph_context, c.context_length)) *
-              kDecodePartitionTokens / options_.page_size + 1);
+  const int max_pages_per_seq =
+      std::max((c.context_length + options_.page_size - 1) / options_.page_size,
+               GraphPartitionBucket(std::min(options_.max_graph_context, c.context_length)) *
+                       kDecodePartitionTokens / options_.page_size +
+                   1);
   const size_t ints = 3 * t + 3 * size_t(S) + size_t(S) * max_pages_per_seq + size_t(R);
   samples_offset_ = (ints * 4 + 63) / 64 * 64;
   const size_t input_bytes = samples_offset_ + size_t(R) * sizeof(SampleRowParams);
-  const size_t decode_ws =
-      std::max(DecodeAttentionWorkspaceBytes(int(limits_.max_decode_units), c.n_heads, c.head_dim, 1),
-               DecodeAttentionWorkspaceBytes(1, c.n_heads, c.head_dim,
-                                             int(limits_.max_decode_units)));
+  const size_t decode_ws = std::max(
+      DecodeAttentionWorkspaceBytes(int(limits_.max_decode_units), c.n_heads, c.head_dim, 1),
+      DecodeAttentionWorkspaceBytes(1, c.n_heads, c.head_dim, int(limits_.max_decode_units)));
   const Piece pieces[] = {
       {&x_, t * dim * 4, "the residual stream"},
       {&xn_, t * dim * e, "normalized activations"},
@@ -135,8 +143,10 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
       {&sample_ws_, SampleWorkspaceBytes(R, c.vocab_size), "sampling"},
       {&inputs_, input_bytes, "step inputs"},
   };
+  device_bytes_ = weights_.bytes() + gemm_->workspace_bytes();
   for (const Piece& p : pieces) {
     ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(p.bytes, p.what));
+    device_bytes_ += p.bytes;
   }
   ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(input_bytes, "step inputs"));
   ASSIGN_OR_RETURN(tokens_host_, PinnedBuffer::Allocate(size_t(R) * 4, "sampled tokens"));
@@ -150,14 +160,26 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   budget.fraction = options_.gpu_memory_fraction;
   budget.requested_pages = options_.num_pages;
   ASSIGN_OR_RETURN(layout_.num_pages, PlanKvPages(budget, layout_.bytes_per_pool_page()));
+  // The kernels number KV slots (page * page_size + offset) with 32-bit integers.
+  if (int64_t{layout_.num_pages} * options_.page_size > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d KV pages of %d tokens are more than the 2^31 slots the kernels can index; lower "
+        "--kv-pages, --gpu-memory-fraction or --page-size",
+        layout_.num_pages, options_.page_size));
+  }
   ASSIGN_OR_RETURN(arena_, DeviceBuffer::Allocate(layout_.total_bytes(), "the KV arena"));
+  device_bytes_ += arena_.bytes();
+  // Padding rows of a graph replay read attention outputs no kernel writes: make them zeros.
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(attn_.get(), 0, attn_.bytes(), stream_), "workspace init"));
   // Poison: KV a plan never wrote reads as NaN, not as plausible zeros.
-  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_),
-                             "KV arena init"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
   return CudaStatus(cudaStreamSynchronize(stream_), "KV arena init");
 }
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
   RETURN_IF_ERROR(CudaStatus(LaunchFillRandom(arena_.get(), arena_.bytes() / DTypeSize(dtype_),
                                               dtype_, 1.0f, seed, stream_),
                              "FillKvRandom"));
@@ -175,12 +197,11 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
   void* v_cache = arena + layout_.v_offset(l);
 
   RETURN_IF_ERROR(CudaStatus(
-      LaunchRmsNormCast({x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps,
-                         dtype_},
-                        stream_),
+      LaunchRmsNormCast(
+          {x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_),
       "attention RMSNorm"));
-  RETURN_IF_ERROR(gemm_->Run({xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim,
-                              c.q_dim() + 2 * c.kv_dim(), false}));
+  RETURN_IF_ERROR(gemm_->Run(
+      {xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim, c.q_dim() + 2 * c.kv_dim(), false}));
   RopeKvWriteParams rope{};
   rope.qkv = qkv_.get<float>();
   rope.rope = rope_.get<float2>();
@@ -241,9 +262,8 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
   }
   RETURN_IF_ERROR(gemm_->Run({attn_.get(), w.wo, x_.get<float>(), T, c.q_dim(), c.dim, true}));
   RETURN_IF_ERROR(CudaStatus(
-      LaunchRmsNormCast({x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps,
-                         dtype_},
-                        stream_),
+      LaunchRmsNormCast(
+          {x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_),
       "FFN RMSNorm"));
   RETURN_IF_ERROR(
       gemm_->Run({xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, c.dim, 2 * c.ffn_dim, false}));
@@ -261,19 +281,18 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
                                          stream_),
                              "embedding"));
   RETURN_IF_ERROR(CudaStatus(
-      LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim,
-                       c.rope_base},
-                      stream_),
+      LaunchRopeTable(
+          {in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim, c.rope_base}, stream_),
       "RoPE table"));
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(EnqueueLayer(l, s, partitions));
   const int R = s.num_logit_rows;
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(), xn_.get(), R,
-                         c.dim, c.rms_eps, dtype_},
-                        stream_),
-      "output RMSNorm"));
   RETURN_IF_ERROR(
-      gemm_->Run({xn_.get(), weights_.output(), logits_.get<float>(), R, c.dim, c.vocab_size, false}));
+      CudaStatus(LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(),
+                                    xn_.get(), R, c.dim, c.rms_eps, dtype_},
+                                   stream_),
+                 "output RMSNorm"));
+  RETURN_IF_ERROR(gemm_->Run(
+      {xn_.get(), weights_.output(), logits_.get<float>(), R, c.dim, c.vocab_size, false}));
   if (!sample || R == 0) return absl::OkStatus();
   SampleParams sp;
   sp.logits = logits_.get<float>();
@@ -294,11 +313,16 @@ absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,
   const absl::Status enqueued = Enqueue(s, shape.partitions, /*sample=*/true);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
-  RETURN_IF_ERROR(enqueued);
-  RETURN_IF_ERROR(CudaStatus(ended, "graph capture"));
+  if (!enqueued.ok() || ended != cudaSuccess) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();  // clear the (non-sticky) error a failed capture leaves
+    RETURN_IF_ERROR(enqueued);
+    return CudaStatus(ended, "graph capture");
+  }
   cudaGraphExec_t exec = nullptr;
   const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) cudaGetLastError();
   RETURN_IF_ERROR(CudaStatus(inst, "graph instantiate"));
   graphs_[key] = exec;
   return exec;
@@ -306,8 +330,7 @@ absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,
 
 absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
                                         std::span<const SampleInput> samples, bool sample,
-                                        std::vector<int32_t>* tokens,
-                                        std::vector<float>* logits) {
+                                        std::vector<int32_t>* tokens, std::vector<float>* logits) {
   GraphShape graph;
   if (sample && options_.cuda_graphs) {
     graph = ChooseGraph(batch, options_.page_size, options_.max_graph_seqs,
@@ -317,37 +340,56 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
       graph = {};
     }
   }
-  const bool use_graph = graph.seqs > 0;
-  BuildStepInputs(batch, samples, options_.page_size, use_graph ? &graph : nullptr, &step_);
+  BuildStepInputs(batch, samples, options_.page_size, graph.seqs > 0 ? &graph : nullptr, &step_);
   const StepInputs& s = step_;
   const int partitions =
-      use_graph ? graph.partitions : DecodePartitions(std::max(1, s.max_decode_context));
+      graph.seqs > 0 ? graph.partitions : DecodePartitions(std::max(1, s.max_decode_context));
   if (int64_t{s.num_decodes} * partitions > limits_.max_decode_units) {
     return absl::InternalError("a micro-batch exceeds the decode attention workspace");
   }
-  // Stage every input with one copy.
+  // Stage every input in pinned memory; the copies out of it are enqueued in Launch().
   char* staging = staging_.get<char>();
   std::memcpy(staging, s.ints.data(), s.ints.size() * 4);
   std::memcpy(staging + samples_offset_, s.samples.data(),
               s.samples.size() * sizeof(SampleRowParams));
-  const size_t ints_bytes = s.ints.size() * 4;
+  absl::Status status = Launch(graph, partitions, sample, tokens, logits);
+  if (!status.ok()) {
+    // Work may still be queued (a copy out of staging_ among it): let it drain before the next
+    // step rewrites staging_.
+    cudaStreamSynchronize(stream_);
+    cudaGetLastError();
+  }
+  return status;
+}
+
+absl::Status CudaBackend::Launch(const GraphShape& graph, int partitions, bool sample,
+                                 std::vector<int32_t>* tokens, std::vector<float>* logits) {
+  const StepInputs& s = step_;
+  const char* staging = staging_.get<char>();
   RETURN_IF_ERROR(CudaStatus(
-      cudaMemcpyAsync(inputs_.get(), staging, ints_bytes, cudaMemcpyHostToDevice, stream_),
+      cudaMemcpyAsync(inputs_.get(), staging, s.ints.size() * 4, cudaMemcpyHostToDevice, stream_),
       "input copy"));
   if (!s.samples.empty()) {
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(inputs_.get<char>() + samples_offset_, staging + samples_offset_,
-                        s.samples.size() * sizeof(SampleRowParams), cudaMemcpyHostToDevice,
-                        stream_),
-        "input copy"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(inputs_.get<char>() + samples_offset_, staging + samples_offset_,
+                                   s.samples.size() * sizeof(SampleRowParams),
+                                   cudaMemcpyHostToDevice, stream_),
+                   "input copy"));
   }
-  if (use_graph) {
-    ASSIGN_OR_RETURN(cudaGraphExec_t exec, GraphFor(graph, s));
-    RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(exec, stream_), "graph launch"));
-    ++graph_replays_;
-  } else {
-    RETURN_IF_ERROR(Enqueue(s, partitions, sample));
+  bool replayed = false;
+  if (graph.seqs > 0) {
+    absl::StatusOr<cudaGraphExec_t> exec = GraphFor(graph, s);
+    if (exec.ok()) {
+      RETURN_IF_ERROR(CudaStatus(cudaGraphLaunch(*exec, stream_), "graph launch"));
+      ++graph_replays_;
+      replayed = true;
+    } else {
+      // The padded step runs as well without a graph; stop trying to capture.
+      PAGODA_LOG(kWarning, "cuda", "CUDA graphs turned off: %s", exec.status().message());
+      options_.cuda_graphs = false;
+    }
   }
+  if (!replayed) RETURN_IF_ERROR(Enqueue(s, partitions, sample));
   const int rows = s.real_logit_rows;
   if (sample) {
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens_.get(), size_t(rows) * 4,
@@ -361,10 +403,10 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   const size_t at = logits->size();
   logits->resize(at + size_t(rows) * vocab);
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(logits->data() + at, logits_.get(),
-                                             size_t(rows) * vocab * 4, cudaMemcpyDeviceToHost,
-                                             stream_),
-                             "logits copy"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpyAsync(logits->data() + at, logits_.get(), size_t(rows) * vocab * 4,
+                                 cudaMemcpyDeviceToHost, stream_),
+                 "logits copy"));
   return CudaStatus(cudaStreamSynchronize(stream_), "forward pass");
 }
 
@@ -375,8 +417,8 @@ absl::Status CudaBackend::Forward(std::span<const SeqInput> batch, std::vector<f
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::vector<MicroBatch> parts, SplitBatch(batch, limits_));
   for (const MicroBatch& mb : parts) {
-    RETURN_IF_ERROR(RunMicroBatch(batch.subspan(mb.begin, mb.end - mb.begin), {}, false, nullptr,
-                                  logits));
+    RETURN_IF_ERROR(
+        RunMicroBatch(batch.subspan(mb.begin, mb.end - mb.begin), {}, false, nullptr, logits));
   }
   return absl::OkStatus();
 }
@@ -391,6 +433,7 @@ absl::Status CudaBackend::ForwardSample(std::span<const SeqInput> batch,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d sampling entries for %d sequences that want logits", samples.size(), wanted));
   }
+  if (tokens == nullptr) return absl::InvalidArgumentError("ForwardSample needs a tokens vector");
   tokens->clear();
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::vector<MicroBatch> parts, SplitBatch(batch, limits_));

@@ -67,6 +67,7 @@ class CudaBackend : public Backend {
   const common::ModelConfig& config() const override { return weights_.config(); }
   std::string name() const override { return "cuda"; }
   size_t kv_bytes() const override { return layout_.total_bytes(); }
+  size_t device_bytes() const override { return device_bytes_; }
 
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
@@ -81,6 +82,9 @@ class CudaBackend : public Backend {
   absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits);
+  // Copies the staged step_ to the device, runs it (graph replay or eager) and copies back.
+  absl::Status Launch(const GraphShape& graph, int partitions, bool sample,
+                      std::vector<int32_t>* tokens, std::vector<float>* logits);
   absl::Status Enqueue(const StepInputs& s, int partitions, bool sample);  // the forward pass
   absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions);
   absl::StatusOr<cudaGraphExec_t> GraphFor(const GraphShape& shape, const StepInputs& s);
@@ -107,7 +111,7 @@ class CudaBackend : public Backend {
   DeviceBuffer tokens_;   // [R] int32 sampled
   DeviceBuffer decode_ws_;
   DeviceBuffer sample_ws_;
-  DeviceBuffer inputs_;   // packed StepInputs: ints, then SampleRowParams at samples_offset_
+  DeviceBuffer inputs_;  // packed StepInputs: ints, then SampleRowParams at samples_offset_
   size_t samples_offset_ = 0;
   PinnedBuffer staging_;  // host side of inputs_
   PinnedBuffer tokens_host_;
@@ -115,6 +119,7 @@ class CudaBackend : public Backend {
   StepInputs step_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (seqs, partitions) -> graph
   int graph_replays_ = 0;
+  size_t device_bytes_ = 0;  // every device allocation above, the weights included
 };
 
 }  // namespace pagoda::worker::cuda

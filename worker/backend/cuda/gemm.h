@@ -1,4 +1,5 @@
-// GEMMs of the CUDA backend through cuBLAS (loaded at run time, cublas_library.h): dtype inputs, float32 accumulation and output.
+// GEMMs of the CUDA backend through cuBLAS (loaded at run time, cublas_library.h): dtype inputs,
+// float32 accumulation and output.
 //
 // Contract: out[t][o] = sum_i w[o][i] * x[t][i] (+ out[t][o] when accumulating: the residual add
 // fused into the projection). Weights are row-major [n_out][n_in] as in the model. Enqueued on
@@ -36,6 +37,7 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   absl::Status Run(const GemmParams& p);
+  size_t workspace_bytes() const { return workspace_.bytes(); }
 
  private:
   Gemm(const CublasLibrary* lib, cublasHandle_t handle, DType dtype, DeviceBuffer workspace)

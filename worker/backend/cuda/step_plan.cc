@@ -118,9 +118,14 @@ void BuildStepInputs(std::span<const SeqInput> batch, std::span<const SampleInpu
     }
     if (in.want_logits) {
       ints[o.logit_rows + row] = token - 1;
-      const SampleInput& si = samples[static_cast<size_t>(row)];
-      s.samples.push_back({si.params.temperature, si.params.top_k, si.params.top_p,
-                           si.params.seed, si.index});
+      // Forward (logits only) passes no samples: its rows get greedy parameters, unused.
+      if (static_cast<size_t>(row) < samples.size()) {
+        const SampleInput& si = samples[static_cast<size_t>(row)];
+        s.samples.push_back(
+            {si.params.temperature, si.params.top_k, si.params.top_p, si.params.seed, si.index});
+      } else {
+        s.samples.push_back({});
+      }
       ++row;
     }
   }

@@ -26,11 +26,13 @@ namespace pagoda::worker::cuda {
 
 // One entry per sequence in the batch; all pointers are device memory.
 struct AttentionBatch {
-  const int32_t* token_start;  // [num_seqs] first row of the sequence's tokens in q and out
-  const int32_t* num_tokens;   // [num_seqs] new tokens; 0 = padding entry (skipped, no output)
-  const int32_t* start_pos;    // [num_seqs] position of the first new token; token i of the
-                               //   sequence attends to positions [0, start_pos + i]
-  const int32_t* page_table;   // [num_seqs][page_table_stride] page ids
+  const int32_t* token_start =
+      nullptr;  // [num_seqs] first row of the sequence's tokens in q and out
+  const int32_t* num_tokens =
+      nullptr;  // [num_seqs] new tokens; 0 = padding entry (skipped, no output)
+  const int32_t* start_pos = nullptr;  // [num_seqs] position of the first new token; token i of the
+                                       //   sequence attends to positions [0, start_pos + i]
+  const int32_t* page_table = nullptr;  // [num_seqs][page_table_stride] page ids
   int page_table_stride = 0;
   int num_seqs = 0;
 };
@@ -54,10 +56,10 @@ size_t DecodeAttentionWorkspaceBytes(int num_seqs, int n_heads, int head_dim, in
 struct DecodeAttentionParams {
   AttentionBatch batch;
   AttentionShape shape;
-  const void* q;        // [rows][n_heads][head_dim] dtype, RoPE applied
-  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
-  const void* v_cache;  // same shape
-  void* out;            // [rows][n_heads][head_dim] dtype
+  const void* q = nullptr;        // [rows][n_heads][head_dim] dtype, RoPE applied
+  const void* k_cache = nullptr;  // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
+  const void* v_cache = nullptr;  // same shape
+  void* out = nullptr;            // [rows][n_heads][head_dim] dtype
   int max_partitions = 1;
   void* workspace = nullptr;  // DecodeAttentionWorkspaceBytes(...) bytes
   // Benchmark baseline: ignore page_table and read sequence s's KV from pages
@@ -71,10 +73,10 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t s
 struct PrefillAttentionParams {
   AttentionBatch batch;
   AttentionShape shape;
-  const void* q;        // [rows][n_heads][head_dim] dtype, RoPE applied
-  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
-  const void* v_cache;
-  void* out;  // [rows][n_heads][head_dim] dtype
+  const void* q = nullptr;        // [rows][n_heads][head_dim] dtype, RoPE applied
+  const void* k_cache = nullptr;  // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
+  const void* v_cache = nullptr;
+  void* out = nullptr;  // [rows][n_heads][head_dim] dtype
   int max_chunk_tokens = 0;
 };
 cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);

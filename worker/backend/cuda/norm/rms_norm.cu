@@ -5,9 +5,10 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void RmsNormKernel(const float* __restrict__ x,       // [num_tokens][dim]
+// x and out may alias (in-place, as the CPU twin allows): neither is __restrict__.
+__global__ void RmsNormKernel(const float* x,                    // [num_tokens][dim]
                               const float* __restrict__ weight,  // [dim]
-                              float* __restrict__ out,           // [num_tokens][dim]
+                              float* out,                        // [num_tokens][dim]
                               int dim, float eps) {
   const float* row = x + static_cast<size_t>(blockIdx.x) * dim;
   float* out_row = out + static_cast<size_t>(blockIdx.x) * dim;

@@ -28,6 +28,8 @@ namespace pagoda::worker::cuda {
 
 // 0 today: the kernel needs only shared memory. Callers still pass this many bytes.
 size_t SampleWorkspaceBytes(int rows, int vocab);
+// Largest vocabulary LaunchSample supports (its fixed-point masses would overflow past it).
+inline constexpr int kMaxSampleVocab = 1 << 23;
 
 struct SampleParams {
   float* logits;                  // [rows][vocab] float32 (device); may be overwritten

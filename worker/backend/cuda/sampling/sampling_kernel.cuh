@@ -45,7 +45,7 @@ inline constexpr unsigned kFullMask = 0xffffffffu;
 // Bit pattern just above 1.0f: no probability reaches it (p is clamped to 1).
 inline constexpr uint32_t kAboveOneBits = 0x3f800001u;
 // Largest vocabulary the fixed-point masses support without overflow (2^23 * 2^40 < 2^64).
-inline constexpr int kMaxVocab = 1 << 23;
+inline constexpr int kMaxVocab = kMaxSampleVocab;
 
 // Shared memory of one block. kCapacity: how many probabilities the compacted list holds.
 template <int kCapacity>
