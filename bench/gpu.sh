@@ -32,7 +32,7 @@ case "$mode" in
     build
     rm -rf "$dest" && mkdir -p "$dest/bin" "$dest/lib" "$dest/models"
     for t in "${TARGETS[@]}"; do cp "$BUILD/bin/$t" "$dest/bin/"; done
-    strip --strip-debug "$dest"/bin/*
+    strip --strip-all "$dest"/bin/*
     # Shared libraries outside glibc, libstdc++ and the CUDA driver/toolkit (present there).
     ldd "$dest"/bin/* | awk '/=> \// {print $3}' | sort -u |
       grep -vE '/(libc|libm|libdl|librt|libpthread|libstdc\+\+|libgcc_s|libcuda|libcublas|libcublasLt|ld-linux[^/]*)\.so' |
