@@ -6,39 +6,38 @@ namespace pagoda::worker::cuda {
 
 absl::Status CudaStatus(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(
-      absl::StrFormat("CUDA error in %s: %s (%s)", what, cudaGetErrorString(err),
-                      cudaGetErrorName(err)));
+  return absl::InternalError(absl::StrFormat("CUDA error in %s: %s (%s)", what,
+                                             cudaGetErrorString(err), cudaGetErrorName(err)));
 }
 
-absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, const char* what) {
-  DeviceBuffer b;
+template <MemoryKind kKind>
+absl::StatusOr<CudaBuffer<kKind>> CudaBuffer<kKind>::Allocate(size_t bytes, const char* what) {
+  constexpr bool kDevice = kKind == MemoryKind::kDevice;
+  CudaBuffer b;
   if (bytes == 0) return b;
-  const cudaError_t err = cudaMalloc(&b.data_, bytes);
+  const cudaError_t err = kDevice ? cudaMalloc(&b.data_, bytes) : cudaMallocHost(&b.data_, bytes);
   if (err != cudaSuccess) {
     cudaGetLastError();
     b.data_ = nullptr;
     return absl::ResourceExhaustedError(absl::StrFormat(
-        "cannot allocate %.1f MiB of GPU memory for %s: %s", bytes / 1048576.0, what,
-        cudaGetErrorString(err)));
+        "cannot allocate %.1f MiB of %s for %s: %s", bytes / 1048576.0,
+        kDevice ? "GPU memory" : "pinned host memory", what, cudaGetErrorString(err)));
   }
   b.bytes_ = bytes;
   return b;
 }
 
-absl::StatusOr<PinnedBuffer> PinnedBuffer::Allocate(size_t bytes, const char* what) {
-  PinnedBuffer b;
-  if (bytes == 0) return b;
-  const cudaError_t err = cudaMallocHost(&b.data_, bytes);
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    b.data_ = nullptr;
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "cannot allocate %.1f MiB of pinned host memory for %s: %s", bytes / 1048576.0, what,
-        cudaGetErrorString(err)));
+template <MemoryKind kKind>
+CudaBuffer<kKind>::~CudaBuffer() {
+  if (data_ == nullptr) return;
+  if constexpr (kKind == MemoryKind::kDevice) {
+    cudaFree(data_);
+  } else {
+    cudaFreeHost(data_);
   }
-  b.bytes_ = bytes;
-  return b;
 }
+
+template class CudaBuffer<MemoryKind::kDevice>;
+template class CudaBuffer<MemoryKind::kPinnedHost>;
 
 }  // namespace pagoda::worker::cuda

@@ -1,4 +1,5 @@
-// Owned device memory (cudaMalloc / cudaFree), move-only; and owned pinned host memory.
+// Owned CUDA memory, move-only: device memory (cudaMalloc / cudaFree) and pinned host memory
+// (cudaMallocHost / cudaFreeHost), one template for both. An empty buffer holds nothing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -14,22 +15,24 @@ namespace pagoda::worker::cuda {
 // InternalError naming `what` and the CUDA error, or OK.
 absl::Status CudaStatus(cudaError_t err, const char* what);
 
-class DeviceBuffer {
+enum class MemoryKind { kDevice, kPinnedHost };
+
+template <MemoryKind kKind>
+class CudaBuffer {
  public:
-  DeviceBuffer() = default;
-  // ResourceExhausted (naming `what` and the size) when the device has no room.
-  static absl::StatusOr<DeviceBuffer> Allocate(size_t bytes, const char* what);
-  DeviceBuffer(DeviceBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_) {}
-  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+  CudaBuffer() = default;
+  // ResourceExhausted (naming `what` and the size) when there is no room; 0 bytes: empty.
+  static absl::StatusOr<CudaBuffer> Allocate(size_t bytes, const char* what);
+  CudaBuffer(CudaBuffer&& o) noexcept
+      : data_(std::exchange(o.data_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+  CudaBuffer& operator=(CudaBuffer&& o) noexcept {
     std::swap(data_, o.data_);
     std::swap(bytes_, o.bytes_);
     return *this;
   }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
+  CudaBuffer(const CudaBuffer&) = delete;
+  CudaBuffer& operator=(const CudaBuffer&) = delete;
+  ~CudaBuffer();
 
   template <typename T = void>
   T* get() const {
@@ -42,31 +45,10 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  static absl::StatusOr<PinnedBuffer> Allocate(size_t bytes, const char* what);
-  PinnedBuffer(PinnedBuffer&& o) noexcept : data_(std::exchange(o.data_, nullptr)), bytes_(o.bytes_) {}
-  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
-    std::swap(data_, o.data_);
-    std::swap(bytes_, o.bytes_);
-    return *this;
-  }
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
+using DeviceBuffer = CudaBuffer<MemoryKind::kDevice>;
+using PinnedBuffer = CudaBuffer<MemoryKind::kPinnedHost>;
 
-  template <typename T = void>
-  T* get() const {
-    return static_cast<T*>(data_);
-  }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+extern template class CudaBuffer<MemoryKind::kDevice>;
+extern template class CudaBuffer<MemoryKind::kPinnedHost>;
 
 }  // namespace pagoda::worker::cuda
