@@ -1,5 +1,3 @@
-#include "bench/gpu/copy_bandwidth.h"
-
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -7,6 +5,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
+
+#include "bench/gpu/copy_bandwidth.h"
 
 namespace pagoda::bench {
 namespace {
@@ -32,7 +32,8 @@ double Measure() {
   cudaEvent_t start, stop;
   PAGODA_BENCH_CUDA(cudaEventCreate(&start));
   PAGODA_BENCH_CUDA(cudaEventCreate(&stop));
-  for (int i = 0; i < 3; ++i) PAGODA_BENCH_CUDA(cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice));
+  for (int i = 0; i < 3; ++i)
+    PAGODA_BENCH_CUDA(cudaMemcpyAsync(dst, src, kBytes, cudaMemcpyDeviceToDevice));
   std::vector<float> ms;
   for (int i = 0; i < 20; ++i) {
     PAGODA_BENCH_CUDA(cudaEventRecord(start));

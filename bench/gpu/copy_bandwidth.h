@@ -13,4 +13,5 @@ void CheckCuda(int err, const char* what, const char* file, int line);
 
 }  // namespace pagoda::bench
 
-#define PAGODA_BENCH_CUDA(expr) ::pagoda::bench::CheckCuda(static_cast<int>(expr), #expr, __FILE__, __LINE__)
+#define PAGODA_BENCH_CUDA(expr) \
+  ::pagoda::bench::CheckCuda(static_cast<int>(expr), #expr, __FILE__, __LINE__)

@@ -112,8 +112,14 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["graph_replays"] = b.graph_replays();
 }
 // over_roofline is computed by bench/gpu.sh from tokens_per_s / roofline_tokens_per_s.
-BENCHMARK(BM_DecodeStep)->ArgName("batch")->Arg(1)->Arg(64)->Arg(256)->UseManualTime()
-    ->MinTime(2.0)->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_DecodeStep)
+    ->ArgName("batch")
+    ->Arg(1)
+    ->Arg(64)
+    ->Arg(256)
+    ->UseManualTime()
+    ->MinTime(2.0)
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace pagoda::bench

@@ -68,7 +68,8 @@ class BadInputTest : public TrainedModelTest {
 TEST_F(BadInputTest, EachGetsInvalidArgumentWhileOthersAreServed) {
   // The test sends ill-formed UTF-8 on purpose; protobuf would log each one it serializes.
   google::protobuf::SetLogHandler(nullptr);
-  ASSERT_NO_FATAL_FAILURE(StartCluster({"--max-request-bytes", std::to_string(kMaxRequestBytes)}, {"--threads", "1"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster({"--max-request-bytes", std::to_string(kMaxRequestBytes)}, {"--threads", "1"}));
   v1::GenerateRequest good = TextRequest("Once upon a time", 400);
   good.set_ignore_eos(true);
   const Generation solo = cluster_->Generate(good);

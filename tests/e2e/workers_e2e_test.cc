@@ -84,7 +84,8 @@ TEST_F(TrainedModelTest, KilledWorkerLosesNoRequest) {
 // A worker that stops answering (SIGSTOP: its stream stays open) is cut after
 // --worker-timeout, and its requests finish on the other worker.
 TEST_F(TrainedModelTest, HungWorkerIsCutAfterTheTimeout) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster({"--worker-timeout", "1"}, {"--threads", "1"}, /*workers=*/2));
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster({"--worker-timeout", "1"}, {"--threads", "1"}, /*workers=*/2));
   const auto requests = MixedGreedyRequests(LoadGolden(*golden_)["cases"], 16, 400);
   const std::vector<Generation> fault_free = RunConcurrently(*cluster_, requests);
   std::vector<Generation> faulty;
@@ -110,7 +111,8 @@ TEST_F(TrainedModelTest, LinkTokenIsRequired) {
   const std::string dir = MakeTempDir("token");
   std::ofstream(dir + "/token") << "correct horse battery staple\n";
   std::ofstream(dir + "/wrong") << "incorrect\n";
-  ASSERT_NO_FATAL_FAILURE(StartCluster({"--link-token-file", dir + "/token"}, {"--link-token-file", dir + "/token"}));
+  ASSERT_NO_FATAL_FAILURE(
+      StartCluster({"--link-token-file", dir + "/token"}, {"--link-token-file", dir + "/token"}));
   Generation g = cluster_->Generate(TextRequest("Once upon a time", 8));
   ASSERT_TRUE(g.status.ok()) << g.status.error_message();
 

@@ -17,13 +17,13 @@ namespace pagoda::worker {
 struct BackendOptions {
   std::string backend = "cpu";  // "cpu" or "cuda"
   int page_size = 16;
-  int num_pages = 0;             // 0: sized from kv_cache_mib (cpu) or gpu_memory_fraction (cuda)
-  int max_batch_tokens = 2048;   // most input tokens in one Forward
+  int num_pages = 0;            // 0: sized from kv_cache_mib (cpu) or gpu_memory_fraction (cuda)
+  int max_batch_tokens = 2048;  // most input tokens in one Forward
   // cpu
   int kv_cache_mib = 256;
-  int threads = 0;               // 0 = all cores
+  int threads = 0;  // 0 = all cores
   // cuda
-  std::string dtype = "bf16";    // "bf16" or "fp16"
+  std::string dtype = "bf16";  // "bf16" or "fp16"
   double gpu_memory_fraction = 0.9;
   int device = 0;
   bool cuda_graphs = true;

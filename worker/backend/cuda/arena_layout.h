@@ -34,10 +34,10 @@ struct KvArenaLayout {
 };
 
 struct MemoryBudget {
-  size_t device_total = 0;   // the GPU's memory
-  size_t device_free = 0;    // free now, after weights and workspace were allocated
-  double fraction = 0.9;     // --gpu-memory-fraction: share of device_total Pagoda may hold
-  int requested_pages = 0;   // --kv-pages; 0 = what the fraction leaves
+  size_t device_total = 0;  // the GPU's memory
+  size_t device_free = 0;   // free now, after weights and workspace were allocated
+  double fraction = 0.9;    // --gpu-memory-fraction: share of device_total Pagoda may hold
+  int requested_pages = 0;  // --kv-pages; 0 = what the fraction leaves
   size_t reserve = size_t{256} << 20;  // left free for cuBLAS, CUDA graphs and the runtime
 };
 

@@ -46,8 +46,8 @@ absl::Status Copy(void* dst, std::span<const float> src, DType dtype, cudaStream
 }
 
 absl::Status CopyF32(const float* dst, std::span<const float> src, cudaStream_t stream) {
-  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(const_cast<float*>(dst), src.data(),
-                                             src.size_bytes(), cudaMemcpyHostToDevice, stream),
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(const_cast<float*>(dst), src.data(), src.size_bytes(),
+                                             cudaMemcpyHostToDevice, stream),
                              "upload"));
   return CudaStatus(cudaStreamSynchronize(stream), "upload");
 }
@@ -106,12 +106,12 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DTy
     const LlamaLayerWeights& src = model.layer(i);
     const DeviceLayer& dst = w.layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(CopyF32(dst.attn_norm, src.attn_norm, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wqkv), Concat({src.wq, src.wk, src.wv}), dtype,
-                         stream));
+    RETURN_IF_ERROR(
+        Copy(const_cast<void*>(dst.wqkv), Concat({src.wq, src.wk, src.wv}), dtype, stream));
     RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wo), src.wo, dtype, stream));
     RETURN_IF_ERROR(CopyF32(dst.ffn_norm, src.ffn_norm, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_gate_up), Concat({src.w_gate, src.w_up}), dtype,
-                         stream));
+    RETURN_IF_ERROR(
+        Copy(const_cast<void*>(dst.w_gate_up), Concat({src.w_gate, src.w_up}), dtype, stream));
     RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_down), src.w_down, dtype, stream));
   }
   return w;
@@ -132,9 +132,9 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Random(const common::ModelConfig& c
     return CudaStatus(LaunchFillRandomF32(const_cast<float*>(p), dim, 0.1f, 1.0f, ++s, stream),
                       "random weights");
   };
-  RETURN_IF_ERROR(CudaStatus(LaunchFillRandom(const_cast<void*>(w.token_embd_), vocab * dim, dtype,
-                                              1.0f, ++s, stream),
-                             "random weights"));
+  RETURN_IF_ERROR(CudaStatus(
+      LaunchFillRandom(const_cast<void*>(w.token_embd_), vocab * dim, dtype, 1.0f, ++s, stream),
+      "random weights"));
   RETURN_IF_ERROR(norm(w.output_norm_));
   RETURN_IF_ERROR(matrix(w.output_, vocab, dim));
   for (const DeviceLayer& l : w.layers_) {

@@ -51,16 +51,16 @@ struct StepOffsets {  // in int32 elements from the start of StepInputs::ints
 };
 
 struct StepInputs {
-  int num_tokens = 0;     // T, padding included
-  int num_seqs = 0;       // S, padding included
-  int num_decodes = 0;    // the first num_decodes seq entries are decodes (padding included)
-  int num_prefills = 0;   // the rest
-  int num_logit_rows = 0; // R, padding included
+  int num_tokens = 0;      // T, padding included
+  int num_seqs = 0;        // S, padding included
+  int num_decodes = 0;     // the first num_decodes seq entries are decodes (padding included)
+  int num_prefills = 0;    // the rest
+  int num_logit_rows = 0;  // R, padding included
   int real_logit_rows = 0;
   int page_table_stride = 0;
-  int max_decode_context = 0;   // longest decode context (start_pos + 1)
-  int max_prefill_tokens = 0;   // largest prefill chunk
-  bool decode_only = false;     // every real sequence is one token that wants logits
+  int max_decode_context = 0;  // longest decode context (start_pos + 1)
+  int max_prefill_tokens = 0;  // largest prefill chunk
+  bool decode_only = false;    // every real sequence is one token that wants logits
   StepOffsets offsets;
   std::vector<int32_t> ints;
   std::vector<SampleRowParams> samples;  // [R]

@@ -50,8 +50,8 @@ __global__ void RopeTableKernel(const int32_t* __restrict__ positions, float2* _
     const double angle = pos < 0 ? 0.0 : pos * pow(static_cast<double>(base), -2.0 * i / head_dim);
     double s, c;
     sincos(angle, &s, &c);
-    rope[static_cast<size_t>(blockIdx.x) * half + i] = make_float2(static_cast<float>(c),
-                                                                   static_cast<float>(s));
+    rope[static_cast<size_t>(blockIdx.x) * half + i] =
+        make_float2(static_cast<float>(c), static_cast<float>(s));
   }
 }
 
@@ -191,14 +191,14 @@ cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale,
   if (count == 0) return cudaSuccess;
   DispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
-    FillRandomKernel<T><<<GridFor(count), kThreads, 0, stream>>>(static_cast<T*>(data), count,
-                                                                 scale, 0.0f, seed);
+    FillRandomKernel<T>
+        <<<GridFor(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, scale, 0.0f, seed);
   });
   return cudaGetLastError();
 }
 
-cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset,
-                                uint64_t seed, cudaStream_t stream) {
+cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset, uint64_t seed,
+                                cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   FillRandomF32Kernel<<<GridFor(count), kThreads, 0, stream>>>(data, count, scale, offset, seed);
   return cudaGetLastError();

@@ -30,10 +30,10 @@ cudaError_t LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
 
 // out[r][:] = dtype(x[src][:] / sqrt(mean(x[src]^2) + eps) * weight[:]), src = rows ? rows[r] : r.
 struct RmsNormCastParams {
-  const float* x;         // [*][dim]
-  const int32_t* rows;    // [num_rows] or null
-  const float* weight;    // [dim]
-  void* out;              // [num_rows][dim] dtype
+  const float* x;       // [*][dim]
+  const int32_t* rows;  // [num_rows] or null
+  const float* weight;  // [dim]
+  void* out;            // [num_rows][dim] dtype
   int num_rows = 0;
   int dim = 0;
   float eps = 1e-5f;
@@ -57,15 +57,15 @@ cudaError_t LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream);
 // cache[page_table[token_seq[t]][pos / page_size]][pos % page_size]. Tokens with position < 0
 // (padding) write no K/V. RoPE rotates adjacent pairs (x[2i], x[2i+1]).
 struct RopeKvWriteParams {
-  const float* qkv;          // [num_tokens][(n_heads + 2 * n_kv_heads) * head_dim]
-  const float2* rope;        // [num_tokens][head_dim / 2]
-  const int32_t* positions;  // [num_tokens]
-  const int32_t* token_seq;  // [num_tokens] entry in page_table
-  const int32_t* page_table; // [*][page_table_stride]
+  const float* qkv;           // [num_tokens][(n_heads + 2 * n_kv_heads) * head_dim]
+  const float2* rope;         // [num_tokens][head_dim / 2]
+  const int32_t* positions;   // [num_tokens]
+  const int32_t* token_seq;   // [num_tokens] entry in page_table
+  const int32_t* page_table;  // [*][page_table_stride]
   int page_table_stride = 0;
-  void* q_out;               // [num_tokens][n_heads][head_dim] dtype
-  void* k_cache;             // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
-  void* v_cache;             // same
+  void* q_out;    // [num_tokens][n_heads][head_dim] dtype
+  void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype (one layer)
+  void* v_cache;  // same
   int num_tokens = 0;
   int n_heads = 0;
   int n_kv_heads = 0;
@@ -89,7 +89,7 @@ cudaError_t LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream);
 // weights and KV without a host copy. Never zeros.
 cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
                              cudaStream_t stream);
-cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset,
-                                uint64_t seed, cudaStream_t stream);
+cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset, uint64_t seed,
+                                cudaStream_t stream);
 
 }  // namespace pagoda::worker::cuda
