@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -296,6 +297,17 @@ Generation Cluster::Generate(const pagoda::v1::GenerateRequest& request, absl::D
   }
   g.status = reader->Finish();
   return g;
+}
+
+std::vector<Generation> Cluster::GenerateAll(
+    const std::vector<pagoda::v1::GenerateRequest>& requests) {
+  std::vector<Generation> results(requests.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = Generate(requests[i]); });
+  }
+  for (std::thread& t : threads) t.join();
+  return results;
 }
 
 pagoda::v1::ServerStatus Cluster::Status() {

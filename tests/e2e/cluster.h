@@ -88,6 +88,8 @@ class Cluster {
   // One Generate call, read to the end; `timeout` becomes the gRPC deadline.
   Generation Generate(const pagoda::v1::GenerateRequest& request,
                       absl::Duration timeout = absl::Seconds(120));
+  // Every request at once, each on a thread of its own; results in request order.
+  std::vector<Generation> GenerateAll(const std::vector<pagoda::v1::GenerateRequest>& requests);
   pagoda::v1::ServerStatus Status();
   // Polls until nothing runs or waits and every worker's pages are free.
   bool WaitIdleAndFree(absl::Duration timeout);

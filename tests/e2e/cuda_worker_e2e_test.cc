@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
@@ -67,12 +66,7 @@ TEST_F(CudaWorkerTest, ConcurrentEqualsSequential) {
   }
   std::vector<Generation> sequential;
   for (const auto& r : requests) sequential.push_back(cluster_->Generate(r));
-  std::vector<Generation> concurrent(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { concurrent[i] = cluster_->Generate(requests[i]); });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<Generation> concurrent = cluster_->GenerateAll(requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i));
     ASSERT_TRUE(concurrent[i].status.ok()) << concurrent[i].status.error_message();

@@ -16,7 +16,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -197,18 +196,13 @@ TEST_F(MetricsTest, PrometheusScrapesSchedulerAndTwoWorkers) {
   const auto cases = LoadGolden(*golden_)["cases"];
   constexpr int kRequests = 6;
   std::vector<v1::GenerateRequest> requests;
-  std::vector<Generation> results(kRequests);
   for (int i = 0; i < kRequests; ++i) {
     v1::GenerateRequest r =
         TextRequest(cases[i % cases.size()]["prompt"].get<std::string>(), 12 + 4 * i);
     r.set_ignore_eos(true);  // every request ends by length, with exactly max_tokens tokens
     requests.push_back(r);
   }
-  std::vector<std::thread> threads;
-  for (int i = 0; i < kRequests; ++i) {
-    threads.emplace_back([&, i] { results[i] = cluster_->Generate(requests[i]); });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<Generation> results = cluster_->GenerateAll(requests);
   double prompt_tokens = 0;
   double generated = 0;
   double gaps = 0;  // inter-token intervals: one fewer than the tokens of each request

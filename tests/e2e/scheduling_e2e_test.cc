@@ -32,12 +32,7 @@ TEST_F(TrainedModelTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
   for (const auto& r : requests) alone.push_back(cluster_->Generate(r));
   ASSERT_EQ(cluster_->Status().preemptions_total(), 0u) << "one at a time never preempts";
 
-  std::vector<Generation> together(requests.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < requests.size(); ++i) {
-    threads.emplace_back([&, i] { together[i] = cluster_->Generate(requests[i]); });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<Generation> together = cluster_->GenerateAll(requests);
   uint32_t preemptions = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i));
