@@ -77,9 +77,9 @@ __device__ __forceinline__ float WarpMax(float v) {
 }
 
 // Calls f(std::integral_constant<int, P>{}) with P the smallest of {1, 2, 4, 8} that is >= n
-// (1 <= n <= 8; the caller checks the range).
+// (1 <= n <= 8; the caller checks the range) and returns what f returns.
 template <typename F>
-void DispatchPow2UpTo8(int n, F&& f) {
+auto DispatchPow2UpTo8(int n, F&& f) {
   if (n <= 1) return f(std::integral_constant<int, 1>{});
   if (n <= 2) return f(std::integral_constant<int, 2>{});
   if (n <= 4) return f(std::integral_constant<int, 4>{});

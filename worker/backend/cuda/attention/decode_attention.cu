@@ -13,6 +13,7 @@
 #include "worker/backend/cuda/attention/decode_kernels.cuh"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/launch.cuh"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -38,26 +39,25 @@ bool ValidShape(const AttentionShape& s) {
 }
 
 template <typename T, bool kContiguous>
-void LaunchKernels(const DecodeAttentionParams& p, const DecodeArgs& args, cudaStream_t stream) {
+cudaError_t LaunchSplitKernel(const DecodeAttentionParams& p, const DecodeArgs& args,
+                              cudaStream_t stream) {
   const dim3 grid(p.shape.n_kv_heads, p.batch.num_seqs, p.max_partitions);
   const int hd = p.shape.head_dim;
   const bool fast = (hd == 64 || hd == 128) && args.group <= 8 && Aligned(p.q, 16) &&
                     Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16);
-  if (fast) {
-    attention_internal::DispatchPow2UpTo8(args.group, [&](auto group_pad) {
-      constexpr int kGroupPad = decltype(group_pad)::value;
-      if (hd == 128) {
-        attention_internal::DecodeFastKernel<T, 128, kGroupPad, kContiguous>
-            <<<grid, kDecodeThreads, 0, stream>>>(args);
-      } else {
-        attention_internal::DecodeFastKernel<T, 64, kGroupPad, kContiguous>
-            <<<grid, kDecodeThreads, 0, stream>>>(args);
-      }
-    });
-  } else {
-    attention_internal::DecodeGenericKernel<T, kContiguous>
-        <<<grid, kDecodeThreads, 0, stream>>>(args);
+  if (!fast) {
+    return LaunchKernel(attention_internal::DecodeGenericKernel<T, kContiguous>, grid,
+                        kDecodeThreads, 0, stream, args);
   }
+  return attention_internal::DispatchPow2UpTo8(args.group, [&](auto group_pad) {
+    constexpr int kGroupPad = decltype(group_pad)::value;
+    if (hd == 128) {
+      return LaunchKernel(attention_internal::DecodeFastKernel<T, 128, kGroupPad, kContiguous>,
+                          grid, kDecodeThreads, 0, stream, args);
+    }
+    return LaunchKernel(attention_internal::DecodeFastKernel<T, 64, kGroupPad, kContiguous>, grid,
+                        kDecodeThreads, 0, stream, args);
+  });
 }
 
 }  // namespace
@@ -104,16 +104,12 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t s
 
   return DispatchDType(s.dtype, [&](auto tag) -> cudaError_t {
     using T = decltype(tag);
-    if (p.contiguous_kv) {
-      LaunchKernels<T, true>(p, args, stream);
-    } else {
-      LaunchKernels<T, false>(p, args, stream);
-    }
-    if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+    const cudaError_t err = p.contiguous_kv ? LaunchSplitKernel<T, true>(p, args, stream)
+                                            : LaunchSplitKernel<T, false>(p, args, stream);
+    if (err != cudaSuccess) return err;
     if (p.max_partitions == 1) return cudaSuccess;  // every sequence fit one partition
-    attention_internal::DecodeMergeKernel<T>
-        <<<dim3(s.n_heads, b.num_seqs), kDecodeThreads, 0, stream>>>(args);
-    return cudaGetLastError();
+    return LaunchKernel(attention_internal::DecodeMergeKernel<T>, dim3(s.n_heads, b.num_seqs),
+                        kDecodeThreads, 0, stream, args);
   });
 }
 

@@ -17,6 +17,7 @@
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/launch.cuh"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -75,7 +76,7 @@ __device__ __forceinline__ void LoadTile(const T* cache, const int* slots, size_
 
 template <typename T, int kMaxDim>
 __global__ void __launch_bounds__(kThreads) PrefillKernel(const PrefillArgs a) {
-  extern __shared__ uint32_t smem[];
+  PAGODA_DYNAMIC_SHARED(uint32_t, smem);
   __shared__ int slots[kKeys];
   const int seq = blockIdx.z, kvh = blockIdx.y;
   const int num_tokens = a.num_tokens[seq];
@@ -202,8 +203,8 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(const PrefillArgs a) {
 
 template <typename T, int kMaxDim>
 cudaError_t Launch(const PrefillArgs& args, dim3 grid, cudaStream_t stream) {
-  PrefillKernel<T, kMaxDim><<<grid, kThreads, SmemBytes(args.head_dim), stream>>>(args);
-  return cudaGetLastError();
+  return LaunchKernel(PrefillKernel<T, kMaxDim>, grid, kThreads, SmemBytes(args.head_dim), stream,
+                      args);
 }
 
 bool Aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }

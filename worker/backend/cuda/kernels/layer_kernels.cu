@@ -1,5 +1,6 @@
 #include "worker/backend/cuda/dtype.cuh"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/launch.cuh"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -141,67 +142,62 @@ int GridFor(size_t n) {
 
 cudaError_t LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
-  DispatchDType(p.dtype, [&](auto tag) {
+  return DispatchDType(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    EmbedKernel<T><<<p.num_tokens, kThreads, 0, stream>>>(p.tokens, static_cast<const T*>(p.table),
-                                                          p.x, p.dim);
+    return LaunchKernel(EmbedKernel<T>, p.num_tokens, kThreads, 0, stream, p.tokens,
+                        static_cast<const T*>(p.table), p.x, p.dim);
   });
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) {
   if (p.num_rows == 0) return cudaSuccess;
-  DispatchDType(p.dtype, [&](auto tag) {
+  return DispatchDType(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    RmsNormCastKernel<T><<<p.num_rows, kThreads, 0, stream>>>(p.x, p.rows, p.weight,
-                                                              static_cast<T*>(p.out), p.dim, p.eps);
+    return LaunchKernel(RmsNormCastKernel<T>, p.num_rows, kThreads, 0, stream, p.x, p.rows,
+                        p.weight, static_cast<T*>(p.out), p.dim, p.eps);
   });
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
   const int threads = p.head_dim / 2 < 32 ? 32 : (p.head_dim / 2 > 128 ? 128 : p.head_dim / 2);
-  RopeTableKernel<<<p.num_tokens, threads, 0, stream>>>(p.positions, p.rope, p.head_dim, p.base);
-  return cudaGetLastError();
+  return LaunchKernel(RopeTableKernel, p.num_tokens, threads, 0, stream, p.positions, p.rope,
+                      p.head_dim, p.base);
 }
 
 cudaError_t LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
-  DispatchDType(p.dtype, [&](auto tag) {
+  return DispatchDType(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    RopeKvWriteKernel<T><<<p.num_tokens, kThreads, 0, stream>>>(p);
+    return LaunchKernel(RopeKvWriteKernel<T>, p.num_tokens, kThreads, 0, stream, p);
   });
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
   const size_t n = static_cast<size_t>(p.num_tokens) * p.ffn_dim;
   if (n == 0) return cudaSuccess;
-  DispatchDType(p.dtype, [&](auto tag) {
+  return DispatchDType(p.dtype, [&](auto tag) {
     using T = decltype(tag);
-    SiluMulKernel<T><<<GridFor(n), kThreads, 0, stream>>>(p.gate_up, static_cast<T*>(p.out),
-                                                          p.num_tokens, p.ffn_dim);
+    return LaunchKernel(SiluMulKernel<T>, GridFor(n), kThreads, 0, stream, p.gate_up,
+                        static_cast<T*>(p.out), p.num_tokens, p.ffn_dim);
   });
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
                              cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  DispatchDType(dtype, [&](auto tag) {
+  return DispatchDType(dtype, [&](auto tag) {
     using T = decltype(tag);
-    FillRandomKernel<T>
-        <<<GridFor(count), kThreads, 0, stream>>>(static_cast<T*>(data), count, scale, 0.0f, seed);
+    return LaunchKernel(FillRandomKernel<T>, GridFor(count), kThreads, 0, stream,
+                        static_cast<T*>(data), count, scale, 0.0f, seed);
   });
-  return cudaGetLastError();
 }
 
 cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset, uint64_t seed,
                                 cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  FillRandomF32Kernel<<<GridFor(count), kThreads, 0, stream>>>(data, count, scale, offset, seed);
-  return cudaGetLastError();
+  return LaunchKernel(FillRandomF32Kernel, GridFor(count), kThreads, 0, stream, data, count, scale,
+                      offset, seed);
 }
 
 }  // namespace pagoda::worker::cuda

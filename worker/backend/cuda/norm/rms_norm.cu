@@ -1,3 +1,4 @@
+#include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/norm/rms_norm.h"
 
 namespace pagoda::worker::cuda {
@@ -33,8 +34,8 @@ __global__ void RmsNormKernel(const float* x,                    // [num_tokens]
 
 cudaError_t LaunchRmsNorm(const cpu::RmsNormParams& p, cudaStream_t stream) {
   if (p.num_tokens == 0) return cudaSuccess;
-  RmsNormKernel<<<p.num_tokens, kThreads, 0, stream>>>(p.x, p.weight, p.out, p.dim, p.eps);
-  return cudaGetLastError();
+  return LaunchKernel(RmsNormKernel, p.num_tokens, kThreads, 0, stream, p.x, p.weight, p.out, p.dim,
+                      p.eps);
 }
 
 }  // namespace pagoda::worker::cuda

@@ -1,4 +1,5 @@
 // GPU token sampling: one block of kThreads per row (the algorithm is in sampling_kernel.cuh).
+#include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
 #include "worker/backend/cuda/sampling/sampling.h"
 #include "worker/backend/cuda/sampling/sampling_kernel.cuh"
@@ -43,8 +44,8 @@ cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream) {
   if (p.logits == nullptr || p.params == nullptr || p.out_tokens == nullptr) {
     return cudaErrorInvalidValue;
   }
-  SampleKernel<<<p.rows, kThreads, 0, stream>>>(p.logits, p.params, p.out_tokens, p.vocab);
-  return cudaGetLastError();
+  return LaunchKernel(SampleKernel, p.rows, kThreads, 0, stream, p.logits, p.params, p.out_tokens,
+                      p.vocab);
 }
 
 cudaError_t LaunchCounterUniformForTesting(const uint64_t* seeds, const uint64_t* indices,
@@ -52,8 +53,8 @@ cudaError_t LaunchCounterUniformForTesting(const uint64_t* seeds, const uint64_t
   if (n < 0) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   constexpr int kBlock = 256;
-  CounterUniformKernel<<<(n + kBlock - 1) / kBlock, kBlock, 0, stream>>>(seeds, indices, out, n);
-  return cudaGetLastError();
+  return LaunchKernel(CounterUniformKernel, (n + kBlock - 1) / kBlock, kBlock, 0, stream, seeds,
+                      indices, out, n);
 }
 
 }  // namespace pagoda::worker::cuda

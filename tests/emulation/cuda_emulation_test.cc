@@ -1,0 +1,184 @@
+// The host emulator of the CUDA execution model (worker/backend/cuda/emulation): built-in
+// indices, block barriers, the warp intrinsics' lane arithmetic, dynamic shared memory, and the
+// failures it must report instead of hanging (divergent barriers, shuffles with exited lanes).
+// The kernels below are written as for nvcc; the emulator makes them plain C++.
+#include "worker/backend/cuda/emulation/cuda_emulation.h"
+// (first: it defines the device dialect the kernels below use)
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <vector>
+
+#include "worker/backend/cuda/launch.cuh"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+__global__ void RecordIndices(uint32_t* out) {  // [grid threads][4]
+  const unsigned block = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const unsigned local = (threadIdx.z * blockDim.y + threadIdx.y) * blockDim.x + threadIdx.x;
+  const unsigned id = block * blockDim.x * blockDim.y * blockDim.z + local;
+  out[id * 4 + 0] = blockIdx.x + 10 * blockIdx.y + 100 * blockIdx.z;
+  out[id * 4 + 1] = threadIdx.x + 10 * threadIdx.y + 100 * threadIdx.z;
+  out[id * 4 + 2] = blockDim.x * blockDim.y * blockDim.z;
+  out[id * 4 + 3] = gridDim.x * gridDim.y * gridDim.z;
+}
+
+TEST(CudaEmulationTest, EveryThreadOfEveryBlockRunsOnceWithItsIndices) {
+  const dim3 grid(3, 2, 2), block(4, 2, 3);
+  const int threads = 12 * 24;
+  std::vector<uint32_t> out(threads * 4, 0xdeadbeef);
+  ASSERT_EQ(LaunchKernel(RecordIndices, grid, block, 0, nullptr, out.data()), cudaSuccess);
+  std::set<std::pair<uint32_t, uint32_t>> seen;
+  for (int i = 0; i < threads; ++i) {
+    EXPECT_EQ(out[i * 4 + 2], 24u);
+    EXPECT_EQ(out[i * 4 + 3], 12u);
+    seen.insert({out[i * 4], out[i * 4 + 1]});
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(threads));
+}
+
+// Each thread writes its slot, waits, then reads its neighbour's: wrong without the barrier.
+__global__ void RotateThroughShared(const int* in, int* out) {
+  __shared__ int slot[256];
+  slot[threadIdx.x] = in[blockIdx.x * blockDim.x + threadIdx.x];
+  __syncthreads();
+  out[blockIdx.x * blockDim.x + threadIdx.x] = slot[(threadIdx.x + 1) % blockDim.x];
+}
+
+TEST(CudaEmulationTest, SyncThreadsOrdersSharedMemory) {
+  std::vector<int> in(3 * 256), out(in.size(), -1);
+  for (size_t i = 0; i < in.size(); ++i) in[i] = static_cast<int>(i * 7 + 1);
+  for (int run = 0; run < 3; ++run) {
+    ASSERT_EQ(LaunchKernel(RotateThroughShared, 3, 256, 0, nullptr, in.data(), out.data()),
+              cudaSuccess);
+    for (int b = 0; b < 3; ++b) {
+      for (int t = 0; t < 256; ++t) ASSERT_EQ(out[b * 256 + t], in[b * 256 + (t + 1) % 256]);
+    }
+  }
+}
+
+// The same without the barrier: a thread may read its neighbour's slot before it is written.
+__global__ void RotateWithoutBarrier(int* out) {
+  __shared__ int slot[64];
+  slot[threadIdx.x] = 0;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < 64; ++i) slot[i] = 0;  // only thread 0 resets: the race's other side
+  }
+  __syncthreads();
+  slot[threadIdx.x] = static_cast<int>(threadIdx.x) + 1;
+  out[threadIdx.x] = slot[(threadIdx.x + 1) % 64];
+}
+
+TEST(CudaEmulationTest, RacesShowAsResultsThatChangeBetweenLaunches) {
+  std::set<std::vector<int>> outcomes;
+  for (int run = 0; run < 8; ++run) {
+    std::vector<int> out(64, -1);
+    ASSERT_EQ(LaunchKernel(RotateWithoutBarrier, 1, 64, 0, nullptr, out.data()), cudaSuccess);
+    outcomes.insert(out);
+  }
+  EXPECT_GT(outcomes.size(), 1u) << "the fibers ran in the same order every launch";
+}
+
+__global__ void WarpIntrinsics(int* out) {  // [blockDim.x][5]
+  const int lane = threadIdx.x % 32;
+  const int v = static_cast<int>(threadIdx.x) * 10;
+  int* o = out + threadIdx.x * 5;
+  o[0] = __shfl_xor_sync(0xffffffffu, v, 5);
+  o[1] = __shfl_up_sync(0xffffffffu, v, 3);
+  o[2] = __shfl_sync(0xffffffffu, v, 7);
+  o[3] = __shfl_sync(0xffffffffu, v, lane + 1, 8);  // within segments of 8 lanes
+  o[4] = static_cast<int>(__ballot_sync(0xffffffffu, lane % 3 == 0) == 0x49249249u);
+}
+
+TEST(CudaEmulationTest, ShufflesAndBallotFollowTheLaneRules) {
+  std::vector<int> out(64 * 5, -1);
+  ASSERT_EQ(LaunchKernel(WarpIntrinsics, 1, 64, 0, nullptr, out.data()), cudaSuccess);
+  for (int t = 0; t < 64; ++t) {
+    const int warp = t / 32, lane = t % 32;
+    const int* o = out.data() + t * 5;
+    EXPECT_EQ(o[0], (warp * 32 + (lane ^ 5)) * 10) << t;
+    EXPECT_EQ(o[1], (lane >= 3 ? t - 3 : t) * 10) << t;  // lanes below delta keep their own
+    EXPECT_EQ(o[2], (warp * 32 + 7) * 10) << t;
+    EXPECT_EQ(o[3], (warp * 32 + lane / 8 * 8 + (lane + 1) % 8) * 10) << t;
+    EXPECT_EQ(o[4], 1) << t;
+  }
+}
+
+// Threads that return early leave the barrier, as on the GPU.
+__global__ void EarlyExitThenBarrier(int* out) {
+  __shared__ int total;
+  if (threadIdx.x >= 40) return;
+  if (threadIdx.x == 0) total = 0;
+  __syncthreads();
+  atomicAdd(&total, 1);
+  __syncthreads();
+  out[threadIdx.x] = total;
+}
+
+TEST(CudaEmulationTest, ExitedThreadsLeaveTheBarrier) {
+  std::vector<int> out(128, -1);
+  ASSERT_EQ(LaunchKernel(EarlyExitThenBarrier, 1, 128, 0, nullptr, out.data()), cudaSuccess);
+  for (int t = 0; t < 40; ++t) EXPECT_EQ(out[t], 40);
+  for (int t = 40; t < 128; ++t) EXPECT_EQ(out[t], -1);
+}
+
+__global__ void ReadDynamicShared(uint32_t* out, int n) {
+  PAGODA_DYNAMIC_SHARED(uint32_t, smem);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < n; ++i) out[i] = smem[i];
+  }
+}
+
+TEST(CudaEmulationTest, DynamicSharedMemoryStartsPoisoned) {
+  std::vector<uint32_t> out(100, 0);
+  ASSERT_EQ(LaunchKernel(ReadDynamicShared, 1, 32, 400, nullptr, out.data(), 100), cudaSuccess);
+  for (uint32_t v : out) EXPECT_EQ(v, 0xffffffffu);
+}
+
+__global__ void DivergentBarrier(int* out) {
+  const int lane = threadIdx.x % 32;
+  int v = lane;
+  if (lane < 16) {
+    __syncthreads();
+  } else {
+    v = __shfl_xor_sync(0xffffffffu, v, 1);
+  }
+  out[threadIdx.x] = v;
+}
+
+__global__ void ShuffleWithExitedLane(int* out) {
+  if (threadIdx.x == 3) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
+}
+
+TEST(CudaEmulationTest, DeadlocksFailTheLaunchWithAMessage) {
+  std::vector<int> out(64, 0);
+  EXPECT_EQ(LaunchKernel(DivergentBarrier, 1, 64, 0, nullptr, out.data()), cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("__syncthreads"), std::string::npos)
+      << emulation::LastLaunchError();
+  EXPECT_EQ(LaunchKernel(ShuffleWithExitedLane, 1, 32, 0, nullptr, out.data()),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("exited"), std::string::npos)
+      << emulation::LastLaunchError();
+  // The emulator keeps working after a failed launch.
+  std::vector<int> in(256, 5), rotated(256, 0);
+  EXPECT_EQ(LaunchKernel(RotateThroughShared, 1, 256, 0, nullptr, in.data(), rotated.data()),
+            cudaSuccess);
+  EXPECT_EQ(rotated[0], 5);
+}
+
+TEST(CudaEmulationTest, RejectsInvalidConfigurations) {
+  std::vector<uint32_t> out(4 * 2048, 0);
+  EXPECT_EQ(LaunchKernel(RecordIndices, 1, 1025, 0, nullptr, out.data()),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(LaunchKernel(RecordIndices, dim3(0), 32, 0, nullptr, out.data()),
+            cudaErrorInvalidConfiguration);
+  EXPECT_EQ(LaunchKernel(RecordIndices, dim3(1, 65536), 32, 0, nullptr, out.data()),
+            cudaErrorInvalidConfiguration);
+}
+
+}  // namespace
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,176 @@
+// Host emulation of the CUDA execution model, so that the kernels' own code runs (and is checked
+// against the CPU backend) on machines without a GPU. Test-only: nothing in a shipped binary
+// includes it.
+//
+// How it is used: the kernel .cu files are compiled a second time by the C++ compiler, with this
+// header included first and PAGODA_CUDA_EMULATION defined (tests/CMakeLists.txt generates the
+// wrappers). It makes the device dialect plain C++: __global__/__device__ are nothing, a
+// __shared__ variable is a static local, threadIdx & co. read the running thread's indices, and
+// the warp intrinsics (__shfl_*_sync, __ballot_sync) and __syncthreads are collectives of the
+// emulator. LaunchKernel (launch.cuh) calls Launch() instead of <<<...>>>. fake_runtime.cc
+// supplies the part of the CUDA runtime API the kernel tests use, over host memory.
+//
+// Semantics: each thread block runs to completion before the next starts; its threads are
+// fibers on the calling thread, each running until it reaches a barrier (__syncthreads, a warp
+// collective) or returns, in an order shuffled every round, so code that reads another thread's
+// write without a barrier in between sees different values from run to run. A barrier completes
+// when every thread that can still reach it has arrived; a thread that returned no longer takes
+// part, as on the GPU. A warp collective completes when every lane of its mask has arrived with
+// the same mask. A schedule where neither can complete (a __syncthreads or shuffle in divergent
+// code, a shuffle naming an exited lane) fails the launch with cudaErrorLaunchFailure and a
+// message saying which threads wait where (LastLaunchError()).
+//
+// Not emulated: the memory model beyond barriers, out-of-bounds accesses (the tests trap them
+// with NaN-filled padding instead), timing, streams (everything is synchronous), and any
+// intrinsic the kernels do not use. One launch runs at a time (a process-wide mutex): __shared__
+// variables are statics.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <type_traits>
+
+namespace pagoda::worker::cuda::emulation {
+
+// The built-in variables of the emulated thread that is running.
+struct Builtins {
+  uint3 thread_idx;
+  uint3 block_idx;
+  dim3 block_dim;
+  dim3 grid_dim;
+};
+const Builtins& Current();
+
+// Runs `body` once per thread of a grid x block launch; `dynamic_shared_bytes` of
+// DynamicShared() per block. Returns cudaErrorInvalidConfiguration for an empty grid or block,
+// a block over 1024 threads or a grid past the device's limits, cudaErrorLaunchFailure for a
+// deadlocked schedule; the error is also what the fake cudaGetLastError returns next.
+cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                   const std::function<void()>& body);
+
+// Why the last failed launch failed ("" after a good one).
+std::string LastLaunchError();
+
+// The sticky error the fake runtime reports: set by a failed launch, cleared by reading it.
+cudaError_t TakeLastError();
+cudaError_t PeekLastError();
+
+// Kernel-side primitives (only valid inside Launch's body).
+void SyncThreads();
+void* DynamicShared();
+// Every lane of `mask` posts `value`; returns once all of them have, with the values posted by
+// lanes 0..31 in `all` (0 for lanes outside the mask).
+void WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]);
+
+inline int LaneId() {
+  const Builtins& b = Current();
+  const unsigned linear =
+      (b.thread_idx.z * b.block_dim.y + b.thread_idx.y) * b.block_dim.x + b.thread_idx.x;
+  return static_cast<int>(linear % 32);
+}
+
+template <typename T>
+uint64_t ToWord(T v) {
+  static_assert(sizeof(T) <= 8 && std::is_trivially_copyable_v<T>, "shuffles move up to 8 bytes");
+  uint64_t w = 0;
+  std::memcpy(&w, &v, sizeof(T));
+  return w;
+}
+template <typename T>
+T FromWord(uint64_t w) {
+  T v;
+  std::memcpy(&v, &w, sizeof(T));
+  return v;
+}
+
+// Value of lane `src` of the caller's width-lane segment (the caller's own value when src falls
+// outside it), as the __shfl_* intrinsics define it.
+template <typename T>
+T Shuffle(unsigned mask, T v, int src, int width, bool in_segment_check) {
+  uint64_t all[32];
+  WarpExchange(mask, ToWord(v), all);
+  const int lane = LaneId();
+  const int segment = lane - lane % width;
+  if (in_segment_check && (src < segment || src >= segment + width)) return v;
+  return FromWord<T>(all[src & 31]);
+}
+
+}  // namespace pagoda::worker::cuda::emulation
+
+// ---- The device dialect as plain C++ (cuda_runtime.h already defines __device__, __global__,
+// __host__ and __shared__ as nothing for a host compiler). ----
+#undef __shared__
+#define __shared__ static
+#define __launch_bounds__(...)
+
+#define threadIdx (::pagoda::worker::cuda::emulation::Current().thread_idx)
+#define blockIdx (::pagoda::worker::cuda::emulation::Current().block_idx)
+#define blockDim (::pagoda::worker::cuda::emulation::Current().block_dim)
+#define gridDim (::pagoda::worker::cuda::emulation::Current().grid_dim)
+
+inline void __syncthreads() { ::pagoda::worker::cuda::emulation::SyncThreads(); }
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
+  const int lane = ::pagoda::worker::cuda::emulation::LaneId();
+  const int src = lane - lane % width + src_lane % width;
+  return ::pagoda::worker::cuda::emulation::Shuffle(mask, v, src, width, false);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+  const int lane = ::pagoda::worker::cuda::emulation::LaneId();
+  return ::pagoda::worker::cuda::emulation::Shuffle(mask, v, lane ^ lane_mask, width, true);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+  const int lane = ::pagoda::worker::cuda::emulation::LaneId();
+  return ::pagoda::worker::cuda::emulation::Shuffle(mask, v, lane - static_cast<int>(delta), width,
+                                                    true);
+}
+inline unsigned __ballot_sync(unsigned mask, int predicate) {
+  uint64_t all[32];
+  ::pagoda::worker::cuda::emulation::WarpExchange(mask, predicate != 0 ? 1 : 0, all);
+  unsigned bits = 0;
+  for (int i = 0; i < 32; ++i) bits |= (all[i] != 0 && (mask >> i & 1u)) ? 1u << i : 0u;
+  return bits;
+}
+
+template <typename T>
+T __ldg(const T* p) {
+  return *p;
+}
+// Every emulated thread of a launch runs on one host thread, so read-modify-write is atomic.
+template <typename T>
+T atomicAdd(T* p, T v) {
+  const T old = *p;
+  *p = old + v;
+  return old;
+}
+
+inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
+inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
+inline int __popc(unsigned v) { return std::popcount(v); }
+inline int __ffs(unsigned v) { return v == 0 ? 0 : std::countr_zero(v) + 1; }
+inline unsigned long long __float2ull_rn(float f) {
+  return static_cast<unsigned long long>(std::nearbyint(f));  // default rounding: to nearest even
+}
+inline float __expf(float x) { return std::exp(x); }
+inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+
+inline int min(int a, int b) { return a < b ? a : b; }
+inline int max(int a, int b) { return a > b ? a : b; }
+inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
+inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline float max(float a, float b) { return std::fmax(a, b); }
+using std::isfinite;
+using std::isnan;

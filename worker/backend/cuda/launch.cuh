@@ -1,0 +1,40 @@
+// LaunchKernel and PAGODA_DYNAMIC_SHARED: the two places where kernel code differs between nvcc
+// and the host emulator (emulation/cuda_emulation.h), so that the same launchers and kernels
+// also run in tests on machines without a GPU.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+// Declares the block's dynamic shared memory as `type name[]` (16-byte aligned).
+#ifdef PAGODA_CUDA_EMULATION
+#define PAGODA_DYNAMIC_SHARED(type, name) \
+  type* const name = static_cast<type*>(::pagoda::worker::cuda::emulation::DynamicShared())
+#else
+#define PAGODA_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
+#endif
+
+namespace pagoda::worker::cuda {
+
+// kernel<<<grid, block, dynamic_shared_bytes, stream>>>(args...), then the launch's error
+// (configuration errors; faults surface at the next synchronization, as with <<<>>>).
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
+                         size_t dynamic_shared_bytes, cudaStream_t stream, const Args&... args) {
+#ifdef PAGODA_CUDA_EMULATION
+  (void)stream;
+  const cudaError_t err =
+      emulation::Launch(grid, block, dynamic_shared_bytes, [&] { kernel(args...); });
+  emulation::TakeLastError();  // what cudaGetLastError does below
+  return err;
+#else
+  // clang-format reads <<< >>> as shifts and comparisons.
+  // clang-format off
+  kernel<<<grid, block, dynamic_shared_bytes, stream>>>(args...);
+  // clang-format on
+  return cudaGetLastError();
+#endif
+}
+
+}  // namespace pagoda::worker::cuda
