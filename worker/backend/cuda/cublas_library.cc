@@ -18,6 +18,18 @@ namespace {
 #endif
 
 absl::StatusOr<CublasLibrary> Load() {
+#ifdef PAGODA_CUDA_EMULATION
+  // The emulated build (emulation/cuda_emulation.h) links host versions of these entry points.
+  CublasLibrary fake;
+  fake.create = &cublasCreate_v2;
+  fake.destroy = &cublasDestroy_v2;
+  fake.set_stream = &cublasSetStream_v2;
+  fake.set_workspace = &cublasSetWorkspace_v2;
+  fake.set_pointer_mode = &cublasSetPointerMode_v2;
+  fake.status_string = &cublasGetStatusString;
+  fake.gemm_ex = &cublasGemmEx;
+  return fake;
+#endif
   const std::string soname = absl::StrCat("libcublas.so.", CUBLAS_VER_MAJOR);
   std::vector<std::string> tried = {soname};
   if (std::string(PAGODA_CUDA_LIB_DIR) != "") {

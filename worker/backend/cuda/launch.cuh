@@ -23,9 +23,10 @@ template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
                          size_t dynamic_shared_bytes, cudaStream_t stream, const Args&... args) {
 #ifdef PAGODA_CUDA_EMULATION
-  (void)stream;
-  const cudaError_t err =
-      emulation::Launch(grid, block, dynamic_shared_bytes, [&] { kernel(args...); });
+  // The work owns copies of the arguments: a captured graph launches it again later.
+  const cudaError_t err = emulation::Enqueue(stream, [=] {
+    return emulation::Launch(grid, block, dynamic_shared_bytes, [&] { kernel(args...); });
+  });
   emulation::TakeLastError();  // what cudaGetLastError does below
   return err;
 #else

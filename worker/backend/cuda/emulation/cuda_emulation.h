@@ -8,7 +8,8 @@
 // __shared__ variable is a static local, threadIdx & co. read the running thread's indices, and
 // the warp intrinsics (__shfl_*_sync, __ballot_sync) and __syncthreads are collectives of the
 // emulator. LaunchKernel (launch.cuh) calls Launch() instead of <<<...>>>. fake_runtime.cc
-// supplies the part of the CUDA runtime API the kernel tests use, over host memory.
+// supplies the part of the CUDA runtime API that the CUDA backend and its tests use, over host
+// memory, and fake_cublas.cc the cuBLAS entry points it loads (a host GEMM).
 //
 // Semantics: each thread block runs to completion before the next starts; its threads are
 // fibers on the calling thread, each running until it reaches a barrier (__syncthreads, a warp
@@ -21,8 +22,9 @@
 // message saying which threads wait where (LastLaunchError()).
 //
 // Not emulated: the memory model beyond barriers, out-of-bounds accesses (the tests trap them
-// with NaN-filled padding instead), timing, streams (everything is synchronous), and any
-// intrinsic the kernels do not use. One launch runs at a time (a process-wide mutex): __shared__
+// with NaN-filled padding instead), timing, concurrency between streams (everything runs in
+// order, at once or at a graph's launch), and any intrinsic or API the kernels and the CUDA
+// backend do not use. One launch runs at a time (a process-wide mutex): __shared__
 // variables are statics.
 #pragma once
 
@@ -56,6 +58,14 @@ const Builtins& Current();
 // deadlocked schedule; the error is also what the fake cudaGetLastError returns next.
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                    const std::function<void()>& body);
+
+// Streams and graphs. Work enqueued on a stream runs at once (everything is synchronous), unless
+// the stream is capturing (cudaStreamBeginCapture): then it is recorded, and each cudaGraphLaunch
+// of the instantiated graph runs the recorded work again, with the arguments it was captured
+// with, as a CUDA graph replays its kernels. While a stream captures, synchronizing it or a
+// synchronous copy fails, as on the GPU. Work's errors become the sticky error.
+using StreamWork = std::function<cudaError_t()>;
+cudaError_t Enqueue(cudaStream_t stream, StreamWork work);
 
 // Why the last failed launch failed ("" after a good one).
 std::string LastLaunchError();
