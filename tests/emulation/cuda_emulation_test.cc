@@ -154,6 +154,42 @@ __global__ void ShuffleWithExitedLane(int* out) {
   out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, static_cast<int>(threadIdx.x), 1);
 }
 
+// Legal on the GPU: two half-warp collectives with disjoint masks at once, and a ballot over a
+// full mask after some lanes returned (exited lanes do not take part).
+__global__ void HalfWarpsAndExitedLanes(unsigned* out) {
+  const int lane = threadIdx.x % 32;
+  const unsigned half = lane < 16 ? 0x0000ffffu : 0xffff0000u;
+  out[threadIdx.x] = __shfl_xor_sync(half, static_cast<unsigned>(lane), 1);
+  if (lane >= 20) return;
+  out[32 + threadIdx.x] = __ballot_sync(0xffffffffu, lane % 2 == 0);
+}
+
+TEST(CudaEmulationTest, DisjointMasksAndExitedLanesAreNotDeadlocks) {
+  std::vector<unsigned> out(64, 7);
+  ASSERT_EQ(LaunchKernel(HalfWarpsAndExitedLanes, 1, 32, 0, nullptr, out.data()), cudaSuccess)
+      << emulation::LastLaunchError();
+  for (int lane = 0; lane < 32; ++lane) EXPECT_EQ(out[lane], static_cast<unsigned>(lane ^ 1));
+  for (int lane = 0; lane < 20; ++lane) EXPECT_EQ(out[32 + lane], 0x55555u) << lane;
+}
+
+// Width 8: xor may read an earlier segment, never a later one; shfl_sync wraps negative lanes.
+__global__ void NarrowSegments(int* out) {
+  const int lane = threadIdx.x % 32;
+  out[lane] = __shfl_xor_sync(0xffffffffu, lane, 8, 8);
+  out[32 + lane] = __shfl_sync(0xffffffffu, lane, -1, 8);
+}
+
+TEST(CudaEmulationTest, NarrowSegmentsFollowTheGuide) {
+  std::vector<int> out(64, -1);
+  ASSERT_EQ(LaunchKernel(NarrowSegments, 1, 32, 0, nullptr, out.data()), cudaSuccess);
+  for (int lane = 0; lane < 32; ++lane) {
+    const int segment = lane / 8 * 8;
+    const int xor_src = lane ^ 8;
+    EXPECT_EQ(out[lane], xor_src >= segment + 8 ? lane : xor_src) << lane;
+    EXPECT_EQ(out[32 + lane], segment + 7) << lane;
+  }
+}
+
 TEST(CudaEmulationTest, DeadlocksFailTheLaunchWithAMessage) {
   std::vector<int> out(64, 0);
   EXPECT_EQ(LaunchKernel(DivergentBarrier, 1, 64, 0, nullptr, out.data()), cudaErrorLaunchFailure);

@@ -23,6 +23,11 @@ template <typename... Params, typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
                          size_t dynamic_shared_bytes, cudaStream_t stream, const Args&... args) {
 #ifdef PAGODA_CUDA_EMULATION
+  // Checked now, as <<<>>> does, not when a captured graph runs the work.
+  if (cudaError_t err = emulation::CheckConfiguration(grid, block, dynamic_shared_bytes);
+      err != cudaSuccess) {
+    return err;
+  }
   // The work owns copies of the arguments: a captured graph launches it again later.
   const cudaError_t err = emulation::Enqueue(stream, [=] {
     return emulation::Launch(grid, block, dynamic_shared_bytes, [&] { kernel(args...); });

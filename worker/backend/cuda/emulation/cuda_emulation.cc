@@ -4,9 +4,11 @@
 // move.
 #include "worker/backend/cuda/emulation/cuda_emulation.h"
 
+#include <sys/mman.h>
 #include <ucontext.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -78,8 +80,10 @@ void Prepare(Context& c, char* stack, size_t bytes, void (*entry)()) {
 #endif
 
 // Kernels keep small register arrays (the sampler's and attention's largest are a few KiB);
-// pages of a stack that are never touched cost nothing.
+// pages of a stack that are never touched cost nothing. Below each stack, a page that faults on
+// access turns an overflow into a crash instead of corrupting the next fiber's stack.
 constexpr size_t kStackBytes = 256 << 10;
+constexpr size_t kGuardBytes = 4096;
 constexpr unsigned kMaxBlockThreads = 1024;
 constexpr size_t kMaxDynamicShared = 227 << 10;  // sm_90's opt-in limit per block
 
@@ -87,16 +91,44 @@ enum class Wait { kNone, kSync, kWarp, kDone };
 
 struct Fiber {
   Context context;
-  std::unique_ptr<char[]> stack;
+  char* stack = nullptr;  // kStackBytes, in Stacks
   Builtins builtins;
   Wait wait = Wait::kNone;
-  unsigned mask = 0;        // kWarp: the collective's lane mask
-  uint64_t posted = 0;      // kWarp: this lane's value
-  uint64_t* all = nullptr;  // kWarp: where the lanes' values go
+  unsigned mask = 0;            // kWarp: the collective's lane mask
+  uint64_t posted = 0;          // kWarp: this lane's value
+  uint64_t* all = nullptr;      // kWarp: where the lanes' values go
+  unsigned* arrived = nullptr;  // kWarp: where the mask of posting lanes goes
+};
+
+// One mapping holding every fiber's stack, each above a guard page.
+class Stacks {
+ public:
+  explicit Stacks(size_t count) : bytes_(count * (kGuardBytes + kStackBytes)) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "cuda emulation: cannot map %zu bytes of fiber stacks\n", bytes_);
+      std::abort();
+    }
+    base_ = static_cast<char*>(p);
+    for (size_t i = 0; i < count; ++i) mprotect(Guard(i), kGuardBytes, PROT_NONE);
+  }
+  ~Stacks() { munmap(base_, bytes_); }
+  Stacks(const Stacks&) = delete;
+  Stacks& operator=(const Stacks&) = delete;
+
+  char* Stack(size_t i) const { return Guard(i) + kGuardBytes; }
+
+ private:
+  char* Guard(size_t i) const { return base_ + i * (kGuardBytes + kStackBytes); }
+
+  char* base_ = nullptr;
+  size_t bytes_;
 };
 
 struct LaunchState {
   std::vector<Fiber> fibers;
+  std::unique_ptr<Stacks> stacks;
+  std::string fault;  // the first ReportFault of the launch
   Context scheduler;
   const std::function<void()>* body = nullptr;
   Fiber* current = nullptr;
@@ -164,43 +196,41 @@ std::string Describe(const LaunchState& s, const char* what) {
   return out;
 }
 
-// Completes the warp collectives whose lanes have all arrived. Returns false (with *error set)
-// when a warp can never complete its collective.
-bool ReleaseWarps(LaunchState& s, bool* released, std::string* error) {
+// Completes the warp collectives whose participants have all arrived: for each mask that waiting
+// lanes of a warp name, when every lane of the mask waits with that mask or has returned.
+bool ReleaseWarps(LaunchState& s, bool* released) {
   const size_t n = s.fibers.size();
   for (size_t w0 = 0; w0 < n; w0 += 32) {
     const size_t lanes = std::min<size_t>(32, n - w0);
-    int first_waiting = -1;
+    unsigned pending = 0;  // lanes waiting in a collective not yet released in this pass
     for (size_t l = 0; l < lanes; ++l) {
-      if (s.fibers[w0 + l].wait == Wait::kWarp) {
-        first_waiting = static_cast<int>(l);
-        break;
+      if (s.fibers[w0 + l].wait == Wait::kWarp) pending |= 1u << l;
+    }
+    while (pending != 0) {
+      const unsigned mask = s.fibers[w0 + std::countr_zero(pending)].mask;
+      unsigned posting = 0;
+      bool complete = true;
+      for (size_t l = 0; l < lanes; ++l) {
+        const Fiber& f = s.fibers[w0 + l];
+        const bool waits_here = f.wait == Wait::kWarp && f.mask == mask;
+        if (waits_here) posting |= 1u << l;
+        if ((mask >> l & 1u) != 0 && !waits_here && f.wait != Wait::kDone) complete = false;
       }
-    }
-    if (first_waiting < 0) continue;
-    const unsigned mask = s.fibers[w0 + first_waiting].mask;
-    bool complete = true;
-    for (size_t l = 0; l < lanes; ++l) {
-      const Fiber& f = s.fibers[w0 + l];
-      const bool in_mask = (mask >> l & 1u) != 0;
-      if (f.wait == Wait::kWarp && f.mask != mask) {
-        *error = Describe(s, "lanes of one warp wait in collectives with different masks");
-        return false;
+      pending &= ~posting;
+      if (!complete) continue;
+      uint64_t all[32] = {};
+      for (size_t l = 0; l < lanes; ++l) {
+        if (posting >> l & 1u) all[l] = s.fibers[w0 + l].posted;
       }
-      if (in_mask && f.wait != Wait::kWarp) complete = false;
+      for (size_t l = 0; l < lanes; ++l) {
+        if ((posting >> l & 1u) == 0) continue;
+        Fiber& f = s.fibers[w0 + l];
+        std::memcpy(f.all, all, sizeof(all));
+        *f.arrived = posting;
+        f.wait = Wait::kNone;
+      }
+      *released = true;
     }
-    if (!complete) continue;
-    uint64_t all[32] = {};
-    for (size_t l = 0; l < lanes; ++l) {
-      if (mask >> l & 1u) all[l] = s.fibers[w0 + l].posted;
-    }
-    for (size_t l = 0; l < lanes; ++l) {
-      Fiber& f = s.fibers[w0 + l];
-      if (f.wait != Wait::kWarp) continue;
-      std::memcpy(f.all, all, sizeof(all));
-      f.wait = Wait::kNone;
-    }
-    *released = true;
   }
   return true;
 }
@@ -219,7 +249,7 @@ bool RunBlock(LaunchState& s, std::string* error) {
     }
     s.current = nullptr;
     bool released = false;
-    if (!ReleaseWarps(s, &released, error)) return false;
+    ReleaseWarps(s, &released);
     if (released) continue;
     size_t alive = 0, at_sync = 0;
     for (const Fiber& f : s.fibers) {
@@ -235,7 +265,7 @@ bool RunBlock(LaunchState& s, std::string* error) {
     }
     *error = Describe(s, at_sync > 0 ? "__syncthreads reached by some threads while others wait "
                                        "in a warp collective"
-                                     : "a warp collective waits for lanes that have exited");
+                                     : "warp collectives whose lanes wait in other collectives");
     return false;
   }
 }
@@ -244,17 +274,27 @@ bool RunBlock(LaunchState& s, std::string* error) {
 void StartFiber(Fiber& f, const Builtins& builtins) {
   f.builtins = builtins;
   f.wait = Wait::kNone;
-  Prepare(f.context, f.stack.get(), kStackBytes, FiberMain);
-}
-
-bool ValidConfiguration(dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
-  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
-  return grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.y <= 65535 && grid.z <= 65535 &&
-         threads > 0 && threads <= kMaxBlockThreads && block.z <= 64 &&
-         dynamic_shared_bytes <= kMaxDynamicShared;
+  Prepare(f.context, f.stack, kStackBytes, FiberMain);
 }
 
 }  // namespace
+
+cudaError_t CheckConfiguration(dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  const bool valid = grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.y <= 65535 && grid.z <= 65535 &&
+                     threads > 0 && threads <= kMaxBlockThreads && block.z <= 64 &&
+                     dynamic_shared_bytes <= kMaxDynamicShared;
+  return valid ? cudaSuccess : cudaErrorInvalidConfiguration;
+}
+
+void ReportFault(const std::string& message) {
+  LaunchState& s = *active;
+  if (!s.fault.empty()) return;
+  const Builtins& b = Self().builtins;
+  s.fault = message + " (thread " + std::to_string(b.thread_idx.x) + " of block (" +
+            std::to_string(b.block_idx.x) + "," + std::to_string(b.block_idx.y) + "," +
+            std::to_string(b.block_idx.z) + "))";
+}
 
 const Builtins& Current() { return Self().builtins; }
 
@@ -262,8 +302,9 @@ void SyncThreads() { Block(Self(), Wait::kSync); }
 
 void* DynamicShared() { return active->dynamic_shared.get(); }
 
-void WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]) {
+unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]) {
   Fiber& f = Self();
+  unsigned arrived = 0;
   if ((mask >> LaneId() & 1u) == 0) {
     std::fprintf(stderr, "cuda emulation: a warp collective called by a lane outside its mask\n");
     std::abort();
@@ -271,12 +312,14 @@ void WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]) {
   f.mask = mask;
   f.posted = value;
   f.all = all;
+  f.arrived = &arrived;
   Block(f, Wait::kWarp);
+  return arrived;
 }
 
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                    const std::function<void()>& body) {
-  if (!ValidConfiguration(grid, block, dynamic_shared_bytes)) {
+  if (CheckConfiguration(grid, block, dynamic_shared_bytes) != cudaSuccess) {
     SetError(cudaErrorInvalidConfiguration, "invalid launch configuration");
     return cudaErrorInvalidConfiguration;
   }
@@ -286,7 +329,8 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   s.body = &body;
   const unsigned threads = block.x * block.y * block.z;
   s.fibers.resize(threads);
-  for (Fiber& f : s.fibers) f.stack.reset(new char[kStackBytes]);
+  s.stacks = std::make_unique<Stacks>(threads);
+  for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = s.stacks->Stack(t);
   s.dynamic_shared_bytes = dynamic_shared_bytes;
   s.dynamic_shared.reset(new char[std::max<size_t>(dynamic_shared_bytes, 16)]);
   active = &s;
@@ -302,11 +346,12 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
               make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
           StartFiber(s.fibers[t], {thread_idx, make_uint3(bx, by, bz), block, grid});
         }
-        ok = RunBlock(s, &error);
+        ok = RunBlock(s, &error) && s.fault.empty();
       }
     }
   }
   active = nullptr;
+  if (!s.fault.empty()) error = s.fault;
   if (!ok) {
     SetError(cudaErrorLaunchFailure, error);
     return cudaErrorLaunchFailure;

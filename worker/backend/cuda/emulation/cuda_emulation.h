@@ -17,9 +17,10 @@
 // write without a barrier in between sees different values from run to run. A barrier completes
 // when every thread that can still reach it has arrived; a thread that returned no longer takes
 // part, as on the GPU. A warp collective completes when every lane of its mask has arrived with
-// the same mask. A schedule where neither can complete (a __syncthreads or shuffle in divergent
-// code, a shuffle naming an exited lane) fails the launch with cudaErrorLaunchFailure and a
-// message saying which threads wait where (LastLaunchError()).
+// the same mask or has returned (lanes in disjoint masks form separate collectives). A schedule
+// where neither can complete (a __syncthreads or shuffle in divergent code) fails the launch with
+// cudaErrorLaunchFailure and a message saying which threads wait where (LastLaunchError()); so does
+// a shuffle reading a lane that has exited.
 //
 // Not emulated: the memory model beyond barriers, out-of-bounds accesses (the tests trap them
 // with NaN-filled padding instead), timing, concurrency between streams (everything runs in
@@ -62,8 +63,9 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
 // Streams and graphs. Work enqueued on a stream runs at once (everything is synchronous), unless
 // the stream is capturing (cudaStreamBeginCapture): then it is recorded, and each cudaGraphLaunch
 // of the instantiated graph runs the recorded work again, with the arguments it was captured
-// with, as a CUDA graph replays its kernels. While a stream captures, synchronizing it or a
-// synchronous copy fails, as on the GPU. Work's errors become the sticky error.
+// with, as a CUDA graph replays its kernels. While a stream captures, synchronizing it fails,
+// as on the GPU (a synchronous copy does not, unlike on the GPU). Work's errors become the sticky
+// error.
 using StreamWork = std::function<cudaError_t()>;
 cudaError_t Enqueue(cudaStream_t stream, StreamWork work);
 
@@ -77,9 +79,15 @@ cudaError_t PeekLastError();
 // Kernel-side primitives (only valid inside Launch's body).
 void SyncThreads();
 void* DynamicShared();
-// Every lane of `mask` posts `value`; returns once all of them have, with the values posted by
-// lanes 0..31 in `all` (0 for lanes outside the mask).
-void WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]);
+// Every lane of `mask` that has not exited posts `value`; returns once all of them have, with
+// the values posted by lanes 0..31 in `all` (0 for the others) and the mask of the lanes that
+// posted.
+unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]);
+// Fails the running launch (cudaErrorLaunchFailure, `message` in LastLaunchError()) once its
+// blocks are done: for what would be undefined behaviour on the GPU but cannot deadlock here.
+void ReportFault(const std::string& message);
+// cudaErrorInvalidConfiguration for a grid, block or dynamic shared size no launch may have.
+cudaError_t CheckConfiguration(dim3 grid, dim3 block, size_t dynamic_shared_bytes);
 
 inline int LaneId() {
   const Builtins& b = Current();
@@ -102,17 +110,23 @@ T FromWord(uint64_t w) {
   return v;
 }
 
-// Value of lane `src` of the caller's width-lane segment (the caller's own value when src falls
-// outside it), as the __shfl_* intrinsics define it.
+// The value lane `src` posts (the caller's own when src is -1). Reading a lane that has exited
+// or is not in `mask` is undefined on the GPU: a fault here.
 template <typename T>
-T Shuffle(unsigned mask, T v, int src, int width, bool in_segment_check) {
+T Shuffle(unsigned mask, T v, int src) {
   uint64_t all[32];
-  WarpExchange(mask, ToWord(v), all);
-  const int lane = LaneId();
-  const int segment = lane - lane % width;
-  if (in_segment_check && (src < segment || src >= segment + width)) return v;
-  return FromWord<T>(all[src & 31]);
+  const unsigned posted = WarpExchange(mask, ToWord(v), all);
+  if (src < 0) return v;
+  if ((posted >> src & 1u) == 0) {
+    ReportFault("a shuffle read lane " + std::to_string(src) +
+                ", which has exited or is not in the mask");
+    return v;
+  }
+  return FromWord<T>(all[src]);
 }
+
+// The first lane of the caller's width-lane segment.
+inline int SegmentStart(int lane, int width) { return lane - (lane & (width - 1)); }
 
 }  // namespace pagoda::worker::cuda::emulation
 
@@ -129,28 +143,34 @@ T Shuffle(unsigned mask, T v, int src, int width, bool in_segment_check) {
 
 inline void __syncthreads() { ::pagoda::worker::cuda::emulation::SyncThreads(); }
 
+// The lane rules of the CUDA programming guide (width a power of two <= 32): __shfl_sync reads
+// lane src_lane mod width of the caller's segment; __shfl_xor_sync reads lane ^ lane_mask unless
+// that lies in a later segment (then its own value); __shfl_up_sync reads lane - delta unless
+// that lies before its segment (then its own value).
 template <typename T>
 T __shfl_sync(unsigned mask, T v, int src_lane, int width = 32) {
-  const int lane = ::pagoda::worker::cuda::emulation::LaneId();
-  const int src = lane - lane % width + src_lane % width;
-  return ::pagoda::worker::cuda::emulation::Shuffle(mask, v, src, width, false);
+  namespace emu = ::pagoda::worker::cuda::emulation;
+  const int lane = emu::LaneId();
+  return emu::Shuffle(mask, v, emu::SegmentStart(lane, width) + (src_lane & (width - 1)));
 }
 template <typename T>
 T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
-  const int lane = ::pagoda::worker::cuda::emulation::LaneId();
-  return ::pagoda::worker::cuda::emulation::Shuffle(mask, v, lane ^ lane_mask, width, true);
+  namespace emu = ::pagoda::worker::cuda::emulation;
+  const int lane = emu::LaneId(), src = lane ^ (lane_mask & 31);
+  return emu::Shuffle(mask, v, src >= emu::SegmentStart(lane, width) + width ? -1 : src);
 }
 template <typename T>
 T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
-  const int lane = ::pagoda::worker::cuda::emulation::LaneId();
-  return ::pagoda::worker::cuda::emulation::Shuffle(mask, v, lane - static_cast<int>(delta), width,
-                                                    true);
+  namespace emu = ::pagoda::worker::cuda::emulation;
+  const int lane = emu::LaneId(), src = lane - static_cast<int>(delta);
+  return emu::Shuffle(mask, v, src < emu::SegmentStart(lane, width) ? -1 : src);
 }
 inline unsigned __ballot_sync(unsigned mask, int predicate) {
   uint64_t all[32];
-  ::pagoda::worker::cuda::emulation::WarpExchange(mask, predicate != 0 ? 1 : 0, all);
+  const unsigned posted =
+      ::pagoda::worker::cuda::emulation::WarpExchange(mask, predicate != 0 ? 1 : 0, all);
   unsigned bits = 0;
-  for (int i = 0; i < 32; ++i) bits |= (all[i] != 0 && (mask >> i & 1u)) ? 1u << i : 0u;
+  for (int i = 0; i < 32; ++i) bits |= (posted >> i & 1u) != 0 && all[i] != 0 ? 1u << i : 0u;
   return bits;
 }
 
