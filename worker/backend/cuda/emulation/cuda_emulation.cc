@@ -198,7 +198,7 @@ std::string Describe(const LaunchState& s, const char* what) {
 
 // Completes the warp collectives whose participants have all arrived: for each mask that waiting
 // lanes of a warp name, when every lane of the mask waits with that mask or has returned.
-bool ReleaseWarps(LaunchState& s, bool* released) {
+void ReleaseWarps(LaunchState& s, bool* released) {
   const size_t n = s.fibers.size();
   for (size_t w0 = 0; w0 < n; w0 += 32) {
     const size_t lanes = std::min<size_t>(32, n - w0);
@@ -232,7 +232,6 @@ bool ReleaseWarps(LaunchState& s, bool* released) {
       *released = true;
     }
   }
-  return true;
 }
 
 // Runs one block's fibers to completion; false (with *error) on a deadlock.
