@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
 

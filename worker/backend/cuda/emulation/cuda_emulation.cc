@@ -133,7 +133,6 @@ struct LaunchState {
   const std::function<void()>* body = nullptr;
   Fiber* current = nullptr;
   std::unique_ptr<char[]> dynamic_shared;
-  size_t dynamic_shared_bytes = 0;
   std::mt19937 rng;  // the fibers' order; seeded per launch (see Launch)
 };
 
@@ -330,7 +329,6 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   s.fibers.resize(threads);
   s.stacks = std::make_unique<Stacks>(threads);
   for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = s.stacks->Stack(t);
-  s.dynamic_shared_bytes = dynamic_shared_bytes;
   s.dynamic_shared.reset(new char[std::max<size_t>(dynamic_shared_bytes, 16)]);
   active = &s;
   std::string error;

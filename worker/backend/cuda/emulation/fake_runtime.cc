@@ -47,6 +47,29 @@ std::unordered_map<void*, size_t>& Allocations() {
 }
 size_t allocated_bytes = 0;  // guarded by memory_mutex
 
+// The errors the fakes and the emulator return, by name and text.
+struct ErrorText {
+  cudaError_t error;
+  const char* name;
+  const char* text;
+};
+constexpr ErrorText kErrors[] = {
+    {cudaSuccess, "cudaSuccess", "no error"},
+    {cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+    {cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration",
+     "invalid configuration argument"},
+    {cudaErrorLaunchFailure, "cudaErrorLaunchFailure",
+     "unspecified launch failure (emulation: see the message on stderr)"},
+    {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+};
+
+ErrorText Describe(cudaError_t error) {
+  for (const ErrorText& e : kErrors) {
+    if (e.error == error) return e;
+  }
+  return {error, "cudaError (emulation)", "CUDA error (emulation)"};
+}
+
 }  // namespace
 
 namespace pagoda::worker::cuda::emulation {
@@ -214,36 +237,8 @@ cudaError_t CUDARTAPI cudaGetLastError() { return emulation::TakeLastError(); }
 
 cudaError_t CUDARTAPI cudaPeekAtLastError() { return emulation::PeekLastError(); }
 
-const char* CUDARTAPI cudaGetErrorName(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess:
-      return "cudaSuccess";
-    case cudaErrorInvalidValue:
-      return "cudaErrorInvalidValue";
-    case cudaErrorMemoryAllocation:
-      return "cudaErrorMemoryAllocation";
-    case cudaErrorLaunchFailure:
-      return "cudaErrorLaunchFailure";
-    default:
-      return "cudaError (emulation)";
-  }
-}
+const char* CUDARTAPI cudaGetErrorName(cudaError_t error) { return Describe(error).name; }
 
-const char* CUDARTAPI cudaGetErrorString(cudaError_t error) {
-  switch (error) {
-    case cudaSuccess:
-      return "no error";
-    case cudaErrorInvalidValue:
-      return "invalid argument";
-    case cudaErrorInvalidConfiguration:
-      return "invalid configuration argument";
-    case cudaErrorLaunchFailure:
-      return "unspecified launch failure (emulation: see the message on stderr)";
-    case cudaErrorMemoryAllocation:
-      return "out of memory";
-    default:
-      return "CUDA error (emulation)";
-  }
-}
+const char* CUDARTAPI cudaGetErrorString(cudaError_t error) { return Describe(error).text; }
 
 }  // extern "C"
