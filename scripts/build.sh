@@ -5,7 +5,7 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$root/build}"
 
-"$root/scripts/install-deps.sh"
+"$root/scripts/install-deps.sh" build
 cmake -S "$root" -B "$build_dir" -G Ninja \
   -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-RelWithDebInfo}" \
   -DPAGODA_ENABLE_CUDA="${PAGODA_ENABLE_CUDA:-ON}" >/dev/null

@@ -7,8 +7,8 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 60)
 #
 # Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all three).
-# Installs clang and its sanitizer/libFuzzer runtime when missing (plus the packages of
-# scripts/install-deps.sh).
+# Installs clang and its sanitizer/libFuzzer runtime when missing (scripts/install-deps.sh build
+# clang).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
@@ -19,24 +19,7 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   exit 2
 fi
 
-install_clang() {
-  # libclang-rt-14-dev holds the sanitizer runtimes and the libFuzzer that -fsanitize=fuzzer
-  # links; clang only recommends it, so a --no-install-recommends clang lacks it.
-  local packages=(clang libclang-rt-14-dev) missing=() p
-  for p in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-  done
-  [ ${#missing[@]} -eq 0 ] && return 0
-  echo "installing Debian packages: ${missing[*]}" >&2
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo="sudo"
-  export DEBIAN_FRONTEND=noninteractive
-  $sudo apt-get update -qq
-  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
-"$root/scripts/install-deps.sh"
-install_clang
+"$root/scripts/install-deps.sh" build clang
 start=$(date +%s)
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \

@@ -8,7 +8,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # Dependencies first, so this layer is reused until the dependency list changes.
 COPY scripts/install-deps.sh scripts/
-RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN scripts/install-deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
 RUN cmake -S . -B /build -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DPAGODA_BUILD_TESTS=OFF -DPAGODA_ENABLE_CUDA=OFF \

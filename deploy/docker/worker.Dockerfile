@@ -19,7 +19,7 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 WORKDIR /src
 # Dependencies first, so this layer is reused until the dependency list changes.
 COPY scripts/install-deps.sh scripts/
-RUN scripts/install-deps.sh && rm -rf /var/lib/apt/lists/*
+RUN scripts/install-deps.sh build && rm -rf /var/lib/apt/lists/*
 COPY . .
 # A CUDA image whose nvcc CMake cannot use must fail here, not ship a CPU-only worker.
 RUN cuda=OFF; if [ "$BACKEND" = cuda ]; then cuda=ON; fi \
