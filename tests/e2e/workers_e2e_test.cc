@@ -46,6 +46,14 @@ bool WaitForWorkers(Cluster& cluster, int n, absl::Duration timeout) {
   return false;
 }
 
+// KV pages that sequences hold on the worker registered as `name` (0 when it is not attached).
+uint32_t PagesHeld(const v1::ServerStatus& status, const std::string& name) {
+  for (const v1::WorkerState& w : status.workers()) {
+    if (w.name() == name) return w.kv_pages_total() - w.kv_pages_free();
+  }
+  return 0;
+}
+
 void ExpectSameOutputs(const std::vector<Generation>& got, const std::vector<Generation>& want) {
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
@@ -69,13 +77,20 @@ TEST_F(TrainedModelTest, KilledWorkerLosesNoRequest) {
 
   std::vector<Generation> faulty;
   std::thread load([&] { faulty = RunConcurrently(*cluster_, requests); });
-  // Kill once the run is under way: some tokens streamed, most not.
+  // Kill once the run is under way and the victim (registered as "w1") holds sequences: some
+  // tokens streamed, most not. Without that, the kill would prove nothing.
   const absl::Time until = absl::Now() + absl::Seconds(20);
-  while (cluster_->Status().requests_running() < 8 && absl::Now() < until) {
+  uint32_t victim_pages = 0;
+  while (absl::Now() < until) {
+    const v1::ServerStatus status = cluster_->Status();
+    victim_pages = PagesHeld(status, "w1");
+    if (status.requests_running() >= 8 && victim_pages > 0) break;
+    victim_pages = 0;
     absl::SleepFor(absl::Milliseconds(2));
   }
-  cluster_->worker(1).Signal(SIGKILL);
+  if (victim_pages > 0) cluster_->worker(1).Signal(SIGKILL);
   load.join();
+  ASSERT_GT(victim_pages, 0u) << "worker w1 held no sequence while the load ran";
   ExpectSameOutputs(faulty, fault_free);
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
   EXPECT_EQ(cluster_->Status().workers_size(), 2);
