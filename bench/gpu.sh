@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 RESULTS=${OUT:-$ROOT/gpu-results}
 mkdir -p "$RESULTS"
-TESTS=(cuda_step_plan_test cublas_library_test rms_norm_gpu_test attention_gpu_test sampling_gpu_test
+TESTS=(cuda_step_plan_test cublas_library_test layer_kernels_gpu_test attention_gpu_test sampling_gpu_test
        cuda_backend_gpu_test cuda_worker_e2e_test)
 TARGETS=("${TESTS[@]}" gpu_bench pagoda-scheduler pagoda-worker pagoda-make-model pagoda-cli)
 

@@ -19,7 +19,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/fp16.h"
+#include "tests/gpu/gpu_test_support.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/device.h"
@@ -27,8 +27,6 @@
 
 namespace pagoda::worker::cuda {
 namespace {
-
-constexpr uint16_t kPoison = 0xffff;  // NaN in bf16 and in fp16
 
 struct Shape {
   int page_size;
@@ -42,44 +40,11 @@ struct SeqSpec {
   int num_tokens;  // 0: padding entry
 };
 
-uint16_t ToBits(float f, DType d) {
-  return d == DType::kBf16 ? common::FloatToBf16(f) : common::FloatToF16(f);
-}
-float FromBits(uint16_t b, DType d) {
-  return d == DType::kBf16 ? common::Bf16ToFloat(b) : common::F16ToFloat(b);
-}
-
 std::string Describe(DType d, const Shape& s) {
   return std::string(DTypeName(d)) + " page " + std::to_string(s.page_size) + " head_dim " +
          std::to_string(s.head_dim) + " heads " + std::to_string(s.n_heads) + "/" +
          std::to_string(s.n_kv_heads);
 }
-
-// Owns one cudaMalloc'd buffer.
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t bytes) : bytes_(bytes) {
-    status_ = cudaMalloc(&ptr_, std::max<size_t>(bytes, 16));
-  }
-  ~DeviceArray() {
-    if (status_ == cudaSuccess) cudaFree(ptr_);
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  cudaError_t status() const { return status_; }
-  void* get() const { return ptr_; }
-  template <typename T>
-  cudaError_t Upload(const std::vector<T>& v) {
-    return cudaMemcpy(ptr_, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-  }
-  cudaError_t Poison() { return cudaMemset(ptr_, 0xff, bytes_); }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-  cudaError_t status_;
-};
 
 // One batch: inputs as the GPU sees them (dtype bits) and the CPU reference output.
 struct Problem {
