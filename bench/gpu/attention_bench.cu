@@ -15,6 +15,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 #include <string>
@@ -125,7 +127,10 @@ class DecodeSetup {
     p.max_partitions = max_partitions_;
     p.workspace = workspace_;
     p.contiguous_kv = contiguous;
-    PAGODA_BENCH_CUDA(pc::LaunchDecodeAttention(p, nullptr));
+    if (const absl::Status launched = pc::LaunchDecodeAttention(p, nullptr); !launched.ok()) {
+      std::fprintf(stderr, "%s\n", launched.ToString().c_str());
+      std::abort();
+    }
   }
 
   // Seconds of one launch, by CUDA events.

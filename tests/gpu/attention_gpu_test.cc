@@ -237,7 +237,8 @@ void RunTwice(const Problem& pr, DeviceProblem& dev, DeviceArray* workspace, Lau
     if (workspace != nullptr) {
       ASSERT_EQ(workspace->Poison(), cudaSuccess);
     }
-    ASSERT_EQ(launch(), cudaSuccess) << what;
+    const absl::Status launched = launch();
+    ASSERT_TRUE(launched.ok()) << what << ": " << launched;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
     std::vector<uint16_t> got(pr.q.size());
     ASSERT_EQ(cudaMemcpy(got.data(), dev.out.get(), got.size() * 2, cudaMemcpyDeviceToHost),
@@ -410,21 +411,29 @@ TEST(AttentionGpuTest, WorkspaceCoversThePartials) {
 }
 
 TEST(AttentionGpuTest, RejectsUnsupportedShapes) {
-  // Host-only: the launchers check the shape before touching the device.
+  // Host-only: the launchers check their arguments before touching the device, and say which
+  // one is wrong.
   DecodeAttentionParams d;
   d.batch.num_seqs = 1;
   d.contiguous_kv = true;                         // so that only the shape is wrong
   d.shape = {8, 2, 257, 16, 1.0f, DType::kBf16};  // head_dim odd and > 256
-  EXPECT_EQ(LaunchDecodeAttention(d, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr).message(),
+            "LaunchDecodeAttention: head_dim 257 must be even, in [2, 256]");
   d.shape = {6, 4, 64, 16, 1.0f, DType::kBf16};  // n_kv_heads does not divide n_heads
-  EXPECT_EQ(LaunchDecodeAttention(d, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr).message(),
+            "LaunchDecodeAttention: n_kv_heads 4 must divide n_heads 6");
+  d.shape = {8, 2, 64, 16, 1.0f, DType::kBf16};  // a valid shape: now the null tensors
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr).message(),
+            "LaunchDecodeAttention: batch.token_start is null");
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr).code(), absl::StatusCode::kInvalidArgument);
   static const int32_t kNeverRead = 0;
   PrefillAttentionParams p;
   p.batch.num_seqs = 1;
   p.batch.page_table = &kNeverRead;
   p.max_chunk_tokens = 1;
   p.shape = {8, 2, 258, 16, 1.0f, DType::kFp16};
-  EXPECT_EQ(LaunchPrefillAttention(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchPrefillAttention(p, nullptr).message(),
+            "LaunchPrefillAttention: head_dim 258 must be even, in [2, 256]");
 }
 
 }  // namespace

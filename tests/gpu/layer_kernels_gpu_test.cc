@@ -75,9 +75,8 @@ TEST_F(LayerKernelsGpuTest, EmbedGathersRowsExactly) {
       ASSERT_EQ(d_table.Upload(table), cudaSuccess);
       ASSERT_EQ(d_ids.Upload(ids), cudaSuccess);
       ASSERT_EQ(d_x.Poison(), cudaSuccess);
-      ASSERT_EQ(LaunchEmbed({d_ids.as<int32_t>(), d_table.get(), d_x.as<float>(), tokens, dim, d},
-                            nullptr),
-                cudaSuccess);
+      PAGODA_ASSERT_OK(LaunchEmbed(
+          {d_ids.as<int32_t>(), d_table.get(), d_x.as<float>(), tokens, dim, d}, nullptr));
       std::vector<float> x(size_t(tokens) * dim);
       ASSERT_EQ(d_x.Download(x), cudaSuccess);
       for (int t = 0; t < tokens; ++t) {
@@ -126,7 +125,7 @@ TEST_F(LayerKernelsGpuTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
                             dim,
                             1e-5f,
                             d};
-        ASSERT_EQ(LaunchRmsNormCast(p, nullptr), cudaSuccess);
+        PAGODA_ASSERT_OK(LaunchRmsNormCast(p, nullptr));
         std::vector<uint16_t> got(ref.size());
         ASSERT_EQ(d_out.Download(got), cudaSuccess);
         ExpectNear(got, ref, d, 1e-3f,
@@ -150,9 +149,8 @@ TEST_F(LayerKernelsGpuTest, RopeTableMatchesCpu) {
     DeviceArray d_pos(positions.size() * 4), d_rope(cos.size() * 8);
     ASSERT_EQ(d_pos.Upload(positions), cudaSuccess);
     ASSERT_EQ(d_rope.Poison(), cudaSuccess);
-    ASSERT_EQ(LaunchRopeTable({d_pos.as<int32_t>(), d_rope.as<float2>(), n, head_dim, 500000.0f},
-                              nullptr),
-              cudaSuccess);
+    PAGODA_ASSERT_OK(LaunchRopeTable(
+        {d_pos.as<int32_t>(), d_rope.as<float2>(), n, head_dim, 500000.0f}, nullptr));
     std::vector<float> rope(cos.size() * 2);
     ASSERT_EQ(d_rope.Download(rope), cudaSuccess);
     for (size_t i = 0; i < cos.size(); ++i) {
@@ -236,7 +234,7 @@ void CheckRopeKvWrite(DType d, const RopeShape& s, std::mt19937& rng) {
                       hd,
                       s.page_size,
                       d};
-  ASSERT_EQ(LaunchRopeKvWrite(p, nullptr), cudaSuccess);
+  PAGODA_ASSERT_OK(LaunchRopeKvWrite(p, nullptr));
 
   const std::string what = "heads " + std::to_string(s.n_heads) + "/" +
                            std::to_string(s.n_kv_heads) + " head_dim " + std::to_string(hd) +
@@ -287,8 +285,7 @@ TEST_F(LayerKernelsGpuTest, SiluMulMatchesCpuSwiGlu) {
       DeviceArray d_in(gate_up.size() * 4), d_out(ref.size() * 2);
       ASSERT_EQ(d_in.Upload(gate_up), cudaSuccess);
       ASSERT_EQ(d_out.Poison(), cudaSuccess);
-      ASSERT_EQ(LaunchSiluMul({d_in.as<float>(), d_out.get(), tokens, ffn, d}, nullptr),
-                cudaSuccess);
+      PAGODA_ASSERT_OK(LaunchSiluMul({d_in.as<float>(), d_out.get(), tokens, ffn, d}, nullptr));
       std::vector<uint16_t> got(ref.size());
       ASSERT_EQ(d_out.Download(got), cudaSuccess);
       ExpectNear(got, ref, d, 1e-3f, "SiLU·mul ffn " + std::to_string(ffn));
@@ -302,9 +299,9 @@ TEST_F(LayerKernelsGpuTest, FillRandomIsSeededAndBounded) {
   const size_t n = 100003;
   for (DType d : kDTypes) {
     DeviceArray a(n * 2), b(n * 2), c(n * 2);
-    ASSERT_EQ(LaunchFillRandom(a.get(), n, d, 0.5f, 7, nullptr), cudaSuccess);
-    ASSERT_EQ(LaunchFillRandom(b.get(), n, d, 0.5f, 7, nullptr), cudaSuccess);
-    ASSERT_EQ(LaunchFillRandom(c.get(), n, d, 0.5f, 8, nullptr), cudaSuccess);
+    PAGODA_ASSERT_OK(LaunchFillRandom(a.get(), n, d, 0.5f, 7, nullptr));
+    PAGODA_ASSERT_OK(LaunchFillRandom(b.get(), n, d, 0.5f, 7, nullptr));
+    PAGODA_ASSERT_OK(LaunchFillRandom(c.get(), n, d, 0.5f, 8, nullptr));
     std::vector<uint16_t> va(n), vb(n), vc(n);
     ASSERT_EQ(a.Download(va), cudaSuccess);
     ASSERT_EQ(b.Download(vb), cudaSuccess);
@@ -322,7 +319,7 @@ TEST_F(LayerKernelsGpuTest, FillRandomIsSeededAndBounded) {
     EXPECT_NEAR(sum_sq / n, 0.25 / 3, 0.01) << DTypeName(d) << ": not uniform on [-0.5, 0.5]";
   }
   DeviceArray f(n * 4);
-  ASSERT_EQ(LaunchFillRandomF32(f.as<float>(), n, 0.25f, 1.0f, 3, nullptr), cudaSuccess);
+  PAGODA_ASSERT_OK(LaunchFillRandomF32(f.as<float>(), n, 0.25f, 1.0f, 3, nullptr));
   std::vector<float> vf(n);
   ASSERT_EQ(f.Download(vf), cudaSuccess);
   const auto [lo, hi] = std::minmax_element(vf.begin(), vf.end());

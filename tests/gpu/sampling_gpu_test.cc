@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/gpu/gpu_test_support.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
 #include "worker/backend/cuda/sampling/sampling.h"
@@ -87,7 +88,7 @@ void RunSample(const std::vector<float>& logits, const std::vector<SampleRowPara
   p.rows = rows;
   p.vocab = vocab;
   p.workspace = d_workspace.ptr;
-  ASSERT_EQ(LaunchSample(p, nullptr), cudaSuccess);
+  PAGODA_ASSERT_OK(LaunchSample(p, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   tokens->assign(rows, -1);
   ASSERT_EQ(cudaMemcpy(tokens->data(), d_out.ptr, rows * sizeof(int32_t), cudaMemcpyDeviceToHost),
@@ -215,12 +216,12 @@ TEST(SamplingGpuTest, RejectsBadShapes) {
   SampleParams p{};  // value-initialized: the pointers have no defaults
   p.rows = 0;
   p.vocab = 10;
-  EXPECT_EQ(LaunchSample(p, nullptr), cudaSuccess);  // nothing to do, no pointers needed
+  PAGODA_ASSERT_OK(LaunchSample(p, nullptr));  // nothing to do, no pointers needed
   p.rows = 1;
   p.vocab = 0;
-  EXPECT_EQ(LaunchSample(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSample(p, nullptr).message(), "LaunchSample: vocab 0 must be in [1, 8388608]");
   p.vocab = 10;  // null pointers
-  EXPECT_EQ(LaunchSample(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(LaunchSample(p, nullptr).message(), "LaunchSample: logits is null");
   EXPECT_EQ(SampleWorkspaceBytes(512, 128256), 0u);
 }
 

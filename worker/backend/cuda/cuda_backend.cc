@@ -180,9 +180,8 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
-  RETURN_IF_ERROR(CudaStatus(LaunchFillRandom(arena_.get(), arena_.bytes() / DTypeSize(dtype_),
-                                              dtype_, 1.0f, seed, stream_),
-                             "FillKvRandom"));
+  RETURN_IF_ERROR(LaunchFillRandom(arena_.get(), arena_.bytes() / DTypeSize(dtype_), dtype_, 1.0f,
+                                   seed, stream_));
   return CudaStatus(cudaStreamSynchronize(stream_), "FillKvRandom");
 }
 
@@ -196,10 +195,8 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
   void* k_cache = arena + layout_.k_offset(l);
   void* v_cache = arena + layout_.v_offset(l);
 
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchRmsNormCast(
-          {x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_),
-      "attention RMSNorm"));
+  RETURN_IF_ERROR(LaunchRmsNormCast(
+      {x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
   RETURN_IF_ERROR(gemm_->Run(
       {xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim, c.q_dim() + 2 * c.kv_dim(), false}));
   RopeKvWriteParams rope{};
@@ -218,7 +215,7 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
   rope.head_dim = c.head_dim;
   rope.page_size = options_.page_size;
   rope.dtype = dtype_;
-  RETURN_IF_ERROR(CudaStatus(LaunchRopeKvWrite(rope, stream_), "RoPE + KV write"));
+  RETURN_IF_ERROR(LaunchRopeKvWrite(rope, stream_));
 
   AttentionShape shape;
   shape.n_heads = c.n_heads;
@@ -247,7 +244,7 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     d.out = attn_.get();
     d.max_partitions = partitions;
     d.workspace = decode_ws_.get();
-    RETURN_IF_ERROR(CudaStatus(LaunchDecodeAttention(d, stream_), "decode attention"));
+    RETURN_IF_ERROR(LaunchDecodeAttention(d, stream_));
   }
   if (s.num_prefills > 0) {
     PrefillAttentionParams p{};
@@ -258,17 +255,14 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     p.v_cache = v_cache;
     p.out = attn_.get();
     p.max_chunk_tokens = s.max_prefill_tokens;
-    RETURN_IF_ERROR(CudaStatus(LaunchPrefillAttention(p, stream_), "prefill attention"));
+    RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));
   }
   RETURN_IF_ERROR(gemm_->Run({attn_.get(), w.wo, x_.get<float>(), T, c.q_dim(), c.dim, true}));
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchRmsNormCast(
-          {x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_),
-      "FFN RMSNorm"));
+  RETURN_IF_ERROR(LaunchRmsNormCast(
+      {x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
   RETURN_IF_ERROR(
       gemm_->Run({xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, c.dim, 2 * c.ffn_dim, false}));
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchSiluMul({gate_up_.get<float>(), h_.get(), T, c.ffn_dim, dtype_}, stream_), "SiLU·mul"));
+  RETURN_IF_ERROR(LaunchSiluMul({gate_up_.get<float>(), h_.get(), T, c.ffn_dim, dtype_}, stream_));
   return gemm_->Run({h_.get(), w.w_down, x_.get<float>(), T, c.ffn_dim, c.dim, true});
 }
 
@@ -276,21 +270,16 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   const common::ModelConfig& c = config();
   const int32_t* in = inputs_.get<int32_t>();
   const StepOffsets& o = s.offsets;
-  RETURN_IF_ERROR(CudaStatus(LaunchEmbed({in + o.tokens, weights_.token_embedding(),
-                                          x_.get<float>(), s.num_tokens, c.dim, dtype_},
-                                         stream_),
-                             "embedding"));
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchRopeTable(
-          {in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim, c.rope_base}, stream_),
-      "RoPE table"));
+  RETURN_IF_ERROR(LaunchEmbed(
+      {in + o.tokens, weights_.token_embedding(), x_.get<float>(), s.num_tokens, c.dim, dtype_},
+      stream_));
+  RETURN_IF_ERROR(LaunchRopeTable(
+      {in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim, c.rope_base}, stream_));
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(EnqueueLayer(l, s, partitions));
   const int R = s.num_logit_rows;
-  RETURN_IF_ERROR(
-      CudaStatus(LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(),
-                                    xn_.get(), R, c.dim, c.rms_eps, dtype_},
-                                   stream_),
-                 "output RMSNorm"));
+  RETURN_IF_ERROR(LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(),
+                                     xn_.get(), R, c.dim, c.rms_eps, dtype_},
+                                    stream_));
   RETURN_IF_ERROR(gemm_->Run(
       {xn_.get(), weights_.output(), logits_.get<float>(), R, c.dim, c.vocab_size, false}));
   if (!sample || R == 0) return absl::OkStatus();
@@ -301,7 +290,7 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   sp.rows = R;
   sp.vocab = c.vocab_size;
   sp.workspace = sample_ws_.get();
-  return CudaStatus(LaunchSample(sp, stream_), "sampling");
+  return LaunchSample(sp, stream_);
 }
 
 absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,

@@ -124,17 +124,14 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Random(const common::ModelConfig& c
   uint64_t s = seed;
   // Uniform in [-a, a] with variance 1/n_in: unit-scale activations through every projection.
   auto matrix = [&](const void* p, size_t rows, size_t n_in) {
-    return CudaStatus(LaunchFillRandom(const_cast<void*>(p), rows * n_in, dtype,
-                                       std::sqrt(3.0f / static_cast<float>(n_in)), ++s, stream),
-                      "random weights");
+    return LaunchFillRandom(const_cast<void*>(p), rows * n_in, dtype,
+                            std::sqrt(3.0f / static_cast<float>(n_in)), ++s, stream);
   };
   auto norm = [&](const float* p) {
-    return CudaStatus(LaunchFillRandomF32(const_cast<float*>(p), dim, 0.1f, 1.0f, ++s, stream),
-                      "random weights");
+    return LaunchFillRandomF32(const_cast<float*>(p), dim, 0.1f, 1.0f, ++s, stream);
   };
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchFillRandom(const_cast<void*>(w.token_embd_), vocab * dim, dtype, 1.0f, ++s, stream),
-      "random weights"));
+  RETURN_IF_ERROR(
+      LaunchFillRandom(const_cast<void*>(w.token_embd_), vocab * dim, dtype, 1.0f, ++s, stream));
   RETURN_IF_ERROR(norm(w.output_norm_));
   RETURN_IF_ERROR(matrix(w.output_, vocab, dim));
   for (const DeviceLayer& l : w.layers_) {

@@ -12,6 +12,8 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "worker/backend/cuda/arg_check.h"
+#include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/dtype.cuh"
 
 namespace pagoda::worker::cuda::attention_internal {
@@ -22,6 +24,33 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr unsigned kFullMask = 0xffffffffu;
 
 __host__ __device__ constexpr int DivUp(int a, int b) { return (a + b - 1) / b; }
+
+inline constexpr int kMaxGridYZ = 65535;
+inline constexpr int kMaxHeadDimArg = 256;  // kMaxHeadDim, before the kernels' headers define it
+
+// The rules both launchers share: the shape, the batch size against the grid, and the tensors,
+// `alignment`-byte aligned.
+inline void CheckAttentionArgs(ArgCheck& check, const AttentionShape& s, const AttentionBatch& b,
+                               const void* q, const void* k_cache, const void* v_cache,
+                               const void* out, uintptr_t alignment) {
+  check.Require(s.n_heads > 0, "n_heads %d must be positive", s.n_heads)
+      .Require(s.n_kv_heads > 0 && s.n_kv_heads <= kMaxGridYZ, "n_kv_heads %d must be in [1, %d]",
+               s.n_kv_heads, kMaxGridYZ)
+      .Require(s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads == 0,
+               "n_kv_heads %d must divide n_heads %d", s.n_kv_heads, s.n_heads)
+      .Require(s.head_dim > 0 && s.head_dim % 2 == 0 && s.head_dim <= kMaxHeadDimArg,
+               "head_dim %d must be even, in [2, %d]", s.head_dim, kMaxHeadDimArg)
+      .Require(s.page_size > 0, "page_size %d must be positive", s.page_size)
+      .Require(b.num_seqs >= 0 && b.num_seqs <= kMaxGridYZ, "num_seqs %d must be in [0, %d]",
+               b.num_seqs, kMaxGridYZ)
+      .RequirePointer(b.token_start, "batch.token_start")
+      .RequirePointer(b.num_tokens, "batch.num_tokens")
+      .RequirePointer(b.start_pos, "batch.start_pos")
+      .RequirePointer(q, "q", alignment)
+      .RequirePointer(k_cache, "k_cache", alignment)
+      .RequirePointer(v_cache, "v_cache", alignment)
+      .RequirePointer(out, "out", 2);
+}
 
 template <typename T>
 __device__ __forceinline__ T FromBits(uint16_t bits);

@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/status_macros.h"
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/attention/decode_fast_kernel.cuh"
 #include "worker/backend/cuda/attention/decode_generic_kernel.cuh"
 #include "worker/backend/cuda/attention/decode_kernels.cuh"
 #include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
 #include "worker/backend/cuda/launch.cuh"
 
@@ -22,7 +24,7 @@ using attention_internal::DecodeArgs;
 using attention_internal::kDecodeThreads;
 
 constexpr size_t kWorkspaceAlign = 256;
-constexpr int kMaxGridYZ = 65535;
+using attention_internal::kMaxGridYZ;
 
 // Bytes of the partial outputs, [num_seqs][n_heads][max_partitions][head_dim] float, rounded up
 // so that the (max, sum) pairs after them stay aligned.
@@ -32,11 +34,6 @@ size_t PartialOutBytes(int num_seqs, int n_heads, int head_dim, int max_partitio
 }
 
 bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
-bool ValidShape(const AttentionShape& s) {
-  return s.n_heads > 0 && s.n_kv_heads > 0 && s.n_heads % s.n_kv_heads == 0 && s.head_dim > 0 &&
-         s.head_dim % 2 == 0 && s.head_dim <= attention_internal::kMaxHeadDim && s.page_size > 0;
-}
 
 template <typename T, bool kContiguous>
 cudaError_t LaunchSplitKernel(const DecodeAttentionParams& p, const DecodeArgs& args,
@@ -68,16 +65,20 @@ size_t DecodeAttentionWorkspaceBytes(int num_seqs, int n_heads, int head_dim, in
          static_cast<size_t>(num_seqs) * n_heads * max_partitions * sizeof(float2);
 }
 
-cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
+absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream) {
   const AttentionShape& s = p.shape;
   const AttentionBatch& b = p.batch;
-  if (b.num_seqs == 0) return cudaSuccess;
-  if (!ValidShape(s) || b.num_seqs < 0 || b.num_seqs > kMaxGridYZ || p.max_partitions < 1 ||
-      p.max_partitions > kMaxGridYZ || (p.max_partitions > 1 && p.workspace == nullptr) ||
-      (!p.contiguous_kv && b.page_table == nullptr) || !Aligned(p.q, 4) || !Aligned(p.k_cache, 4) ||
-      !Aligned(p.v_cache, 4) || !Aligned(p.out, 2) || !Aligned(p.workspace, 16)) {
-    return cudaErrorInvalidValue;
-  }
+  if (b.num_seqs == 0) return absl::OkStatus();
+  ArgCheck check("LaunchDecodeAttention");
+  attention_internal::CheckAttentionArgs(check, s, b, p.q, p.k_cache, p.v_cache, p.out, 4);
+  check
+      .Require(p.max_partitions >= 1 && p.max_partitions <= kMaxGridYZ,
+               "max_partitions %d must be in [1, %d]", p.max_partitions, kMaxGridYZ)
+      .Require(p.max_partitions <= 1 || p.workspace != nullptr,
+               "workspace is null with max_partitions %d > 1", p.max_partitions)
+      .Require(Aligned(p.workspace, 16), "workspace (%p) must be 16-byte aligned", p.workspace)
+      .Require(p.contiguous_kv || b.page_table != nullptr, "batch.page_table is null");
+  RETURN_IF_ERROR(check.status());
   DecodeArgs args{};
   args.token_start = b.token_start;
   args.num_tokens = b.num_tokens;
@@ -102,15 +103,21 @@ cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t s
   args.max_partitions = p.max_partitions;
   args.scale_log2 = s.scale * attention_internal::kLog2e;
 
-  return DispatchDType(s.dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    const cudaError_t err = p.contiguous_kv ? LaunchSplitKernel<T, true>(p, args, stream)
+  return CudaStatus(DispatchDType(s.dtype,
+                                  [&](auto tag) -> cudaError_t {
+                                    using T = decltype(tag);
+                                    const cudaError_t err =
+                                        p.contiguous_kv
+                                            ? LaunchSplitKernel<T, true>(p, args, stream)
                                             : LaunchSplitKernel<T, false>(p, args, stream);
-    if (err != cudaSuccess) return err;
-    if (p.max_partitions == 1) return cudaSuccess;  // every sequence fit one partition
-    return LaunchKernel(attention_internal::DecodeMergeKernel<T>, dim3(s.n_heads, b.num_seqs),
-                        kDecodeThreads, 0, stream, args);
-  });
+                                    if (err != cudaSuccess) return err;
+                                    if (p.max_partitions == 1)
+                                      return cudaSuccess;  // one partition each
+                                    return LaunchKernel(attention_internal::DecodeMergeKernel<T>,
+                                                        dim3(s.n_heads, b.num_seqs), kDecodeThreads,
+                                                        0, stream, args);
+                                  }),
+                    "LaunchDecodeAttention");
 }
 
 }  // namespace pagoda::worker::cuda

@@ -11,7 +11,9 @@
 // fast paths (16-byte loads); any even head_dim up to 256 runs on a generic path.
 //
 // Launchers never allocate, never synchronize and keep a fixed grid for fixed arguments (so they
-// can be captured in a CUDA graph): all per-step data is read from device memory.
+// can be captured in a CUDA graph): all per-step data is read from device memory. They return
+// INVALID_ARGUMENT naming the argument and its limit when the Params break the rules stated
+// here, otherwise the launch's own error (INTERNAL).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "worker/backend/cuda/dtype.h"
 #include "worker/backend/cuda/kernel_args.h"
 
@@ -66,7 +69,7 @@ struct DecodeAttentionParams {
   // s * page_table_stride + p / page_size (one contiguous block per sequence).
   bool contiguous_kv = false;
 };
-cudaError_t LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
+absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 
 // Prefill: entries with any num_tokens (>= 1; 0 = padding). Grid covers max_chunk_tokens
 // (>= the largest num_tokens in the batch).
@@ -79,6 +82,6 @@ struct PrefillAttentionParams {
   void* out = nullptr;  // [rows][n_heads][head_dim] dtype
   int max_chunk_tokens = 0;
 };
-cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
+absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 
 }  // namespace pagoda::worker::cuda

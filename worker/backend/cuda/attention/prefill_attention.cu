@@ -14,8 +14,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/status_macros.h"
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
 #include "worker/backend/cuda/launch.cuh"
 
@@ -207,21 +209,17 @@ cudaError_t Launch(const PrefillArgs& args, dim3 grid, cudaStream_t stream) {
                       args);
 }
 
-bool Aligned4(const void* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; }
-
 }  // namespace
 
-cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
+absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream) {
   const AttentionShape& s = p.shape;
   const AttentionBatch& b = p.batch;
-  if (b.num_seqs == 0 || p.max_chunk_tokens == 0) return cudaSuccess;
-  if (s.n_heads <= 0 || s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0 || s.head_dim <= 0 ||
-      s.head_dim % 2 != 0 || s.head_dim > kMaxHeadDim || s.page_size <= 0 || b.num_seqs < 0 ||
-      b.num_seqs > 65535 || s.n_kv_heads > 65535 || p.max_chunk_tokens < 0 ||
-      b.page_table == nullptr || !Aligned4(p.q) || !Aligned4(p.k_cache) || !Aligned4(p.v_cache) ||
-      !Aligned4(p.out)) {
-    return cudaErrorInvalidValue;
-  }
+  if (b.num_seqs == 0 || p.max_chunk_tokens == 0) return absl::OkStatus();
+  ArgCheck check("LaunchPrefillAttention");
+  attention_internal::CheckAttentionArgs(check, s, b, p.q, p.k_cache, p.v_cache, p.out, 4);
+  check.Require(p.max_chunk_tokens > 0, "max_chunk_tokens %d must be >= 0", p.max_chunk_tokens)
+      .RequirePointer(b.page_table, "batch.page_table");
+  RETURN_IF_ERROR(check.status());
   PrefillArgs args{};
   args.token_start = b.token_start;
   args.num_tokens = b.num_tokens;
@@ -240,14 +238,21 @@ cudaError_t LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t
   args.scale_log2 = s.scale * kLog2e;
   const int64_t row_blocks =
       (static_cast<int64_t>(p.max_chunk_tokens) * args.group + kRows - 1) / kRows;
-  if (row_blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  RETURN_IF_ERROR(check
+                      .Require(row_blocks <= 0x7fffffff,
+                               "max_chunk_tokens %d x group %d needs %d row blocks, over 2^31 - 1",
+                               p.max_chunk_tokens, args.group, row_blocks)
+                      .status());
   const dim3 grid(static_cast<unsigned>(row_blocks), s.n_kv_heads, b.num_seqs);
-  return DispatchDType(s.dtype, [&](auto tag) -> cudaError_t {
-    using T = decltype(tag);
-    if (s.head_dim <= 64) return Launch<T, 64>(args, grid, stream);
-    if (s.head_dim <= 128) return Launch<T, 128>(args, grid, stream);
-    return Launch<T, 256>(args, grid, stream);
-  });
+  return CudaStatus(DispatchDType(s.dtype,
+                                  [&](auto tag) -> cudaError_t {
+                                    using T = decltype(tag);
+                                    if (s.head_dim <= 64) return Launch<T, 64>(args, grid, stream);
+                                    if (s.head_dim <= 128)
+                                      return Launch<T, 128>(args, grid, stream);
+                                    return Launch<T, 256>(args, grid, stream);
+                                  }),
+                    "LaunchPrefillAttention");
 }
 
 }  // namespace pagoda::worker::cuda

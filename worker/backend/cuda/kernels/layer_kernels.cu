@@ -1,3 +1,6 @@
+#include "common/status_macros.h"
+#include "worker/backend/cuda/arg_check.h"
+#include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
 #include "worker/backend/cuda/launch.cuh"
@@ -6,6 +9,7 @@ namespace pagoda::worker::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 0x7fffffff;  // one block per token or row: the grid's x limit
 
 __device__ __forceinline__ float BlockSum(float v) {
   __shared__ float partial[kThreads / 32];
@@ -140,64 +144,135 @@ int GridFor(size_t n) {
 
 }  // namespace
 
-cudaError_t LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
-  if (p.num_tokens == 0) return cudaSuccess;
-  return DispatchDType(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return LaunchKernel(EmbedKernel<T>, p.num_tokens, kThreads, 0, stream, p.tokens,
-                        static_cast<const T*>(p.table), p.x, p.dim);
-  });
+absl::Status LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchEmbed");
+  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
+                p.num_tokens, kMaxBlocks);
+  if (p.num_tokens == 0) return check.status();
+  check.Require(p.dim > 0, "dim %d must be positive", p.dim)
+      .RequirePointer(p.tokens, "tokens")
+      .RequirePointer(p.table, "table")
+      .RequirePointer(p.x, "x");
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    return LaunchKernel(EmbedKernel<T>, p.num_tokens, kThreads, 0,
+                                                        stream, p.tokens,
+                                                        static_cast<const T*>(p.table), p.x, p.dim);
+                                  }),
+                    "LaunchEmbed");
 }
 
-cudaError_t LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) {
-  if (p.num_rows == 0) return cudaSuccess;
-  return DispatchDType(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return LaunchKernel(RmsNormCastKernel<T>, p.num_rows, kThreads, 0, stream, p.x, p.rows,
-                        p.weight, static_cast<T*>(p.out), p.dim, p.eps);
-  });
+absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchRmsNormCast");
+  check.Require(p.num_rows >= 0 && p.num_rows <= kMaxBlocks, "num_rows %d must be in [0, %d]",
+                p.num_rows, kMaxBlocks);
+  if (p.num_rows == 0) return check.status();
+  check.Require(p.dim > 0, "dim %d must be positive", p.dim)
+      .Require(p.eps >= 0, "eps %g must be >= 0", p.eps)
+      .RequirePointer(p.x, "x")
+      .RequirePointer(p.weight, "weight")
+      .RequirePointer(p.out, "out");
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    return LaunchKernel(RmsNormCastKernel<T>, p.num_rows, kThreads,
+                                                        0, stream, p.x, p.rows, p.weight,
+                                                        static_cast<T*>(p.out), p.dim, p.eps);
+                                  }),
+                    "LaunchRmsNormCast");
 }
 
-cudaError_t LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
-  if (p.num_tokens == 0) return cudaSuccess;
+absl::Status LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchRopeTable");
+  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
+                p.num_tokens, kMaxBlocks);
+  if (p.num_tokens == 0) return check.status();
+  check
+      .Require(p.head_dim > 0 && p.head_dim % 2 == 0, "head_dim %d must be even and positive",
+               p.head_dim)
+      .Require(p.base > 0, "base %g must be positive", p.base)
+      .RequirePointer(p.positions, "positions")
+      .RequirePointer(p.rope, "rope", alignof(float2));
+  RETURN_IF_ERROR(check.status());
   const int threads = p.head_dim / 2 < 32 ? 32 : (p.head_dim / 2 > 128 ? 128 : p.head_dim / 2);
-  return LaunchKernel(RopeTableKernel, p.num_tokens, threads, 0, stream, p.positions, p.rope,
-                      p.head_dim, p.base);
+  return CudaStatus(LaunchKernel(RopeTableKernel, p.num_tokens, threads, 0, stream, p.positions,
+                                 p.rope, p.head_dim, p.base),
+                    "LaunchRopeTable");
 }
 
-cudaError_t LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {
-  if (p.num_tokens == 0) return cudaSuccess;
-  return DispatchDType(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return LaunchKernel(RopeKvWriteKernel<T>, p.num_tokens, kThreads, 0, stream, p);
-  });
+absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchRopeKvWrite");
+  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
+                p.num_tokens, kMaxBlocks);
+  if (p.num_tokens == 0) return check.status();
+  check
+      .Require(p.head_dim > 0 && p.head_dim % 2 == 0, "head_dim %d must be even and positive",
+               p.head_dim)
+      .Require(p.n_heads > 0, "n_heads %d must be positive", p.n_heads)
+      .Require(p.n_kv_heads > 0, "n_kv_heads %d must be positive", p.n_kv_heads)
+      .Require(p.page_size > 0, "page_size %d must be positive", p.page_size)
+      .Require(p.page_table_stride > 0, "page_table_stride %d must be positive",
+               p.page_table_stride)
+      .RequirePointer(p.qkv, "qkv")
+      .RequirePointer(p.rope, "rope", alignof(float2))
+      .RequirePointer(p.positions, "positions")
+      .RequirePointer(p.token_seq, "token_seq")
+      .RequirePointer(p.page_table, "page_table")
+      .RequirePointer(p.q_out, "q_out")
+      .RequirePointer(p.k_cache, "k_cache")
+      .RequirePointer(p.v_cache, "v_cache");
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    return LaunchKernel(RopeKvWriteKernel<T>, p.num_tokens,
+                                                        kThreads, 0, stream, p);
+                                  }),
+                    "LaunchRopeKvWrite");
 }
 
-cudaError_t LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
+absl::Status LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchSiluMul");
+  check.Require(p.num_tokens >= 0, "num_tokens %d must be >= 0", p.num_tokens)
+      .Require(p.ffn_dim >= 0, "ffn_dim %d must be >= 0", p.ffn_dim);
   const size_t n = static_cast<size_t>(p.num_tokens) * p.ffn_dim;
-  if (n == 0) return cudaSuccess;
-  return DispatchDType(p.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return LaunchKernel(SiluMulKernel<T>, GridFor(n), kThreads, 0, stream, p.gate_up,
-                        static_cast<T*>(p.out), p.num_tokens, p.ffn_dim);
-  });
+  if (n == 0 || !check.status().ok()) return check.status();
+  check.RequirePointer(p.gate_up, "gate_up").RequirePointer(p.out, "out");
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    return LaunchKernel(SiluMulKernel<T>, GridFor(n), kThreads, 0,
+                                                        stream, p.gate_up, static_cast<T*>(p.out),
+                                                        p.num_tokens, p.ffn_dim);
+                                  }),
+                    "LaunchSiluMul");
 }
 
-cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
-                             cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  return DispatchDType(dtype, [&](auto tag) {
-    using T = decltype(tag);
-    return LaunchKernel(FillRandomKernel<T>, GridFor(count), kThreads, 0, stream,
-                        static_cast<T*>(data), count, scale, 0.0f, seed);
-  });
+absl::Status LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
+                              cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(ArgCheck("LaunchFillRandom").RequirePointer(data, "data", 2).status());
+  return CudaStatus(DispatchDType(dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    return LaunchKernel(FillRandomKernel<T>, GridFor(count),
+                                                        kThreads, 0, stream, static_cast<T*>(data),
+                                                        count, scale, 0.0f, seed);
+                                  }),
+                    "LaunchFillRandom");
 }
 
-cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset, uint64_t seed,
-                                cudaStream_t stream) {
-  if (count == 0) return cudaSuccess;
-  return LaunchKernel(FillRandomF32Kernel, GridFor(count), kThreads, 0, stream, data, count, scale,
-                      offset, seed);
+absl::Status LaunchFillRandomF32(float* data, size_t count, float scale, float offset,
+                                 uint64_t seed, cudaStream_t stream) {
+  if (count == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(ArgCheck("LaunchFillRandomF32").RequirePointer(data, "data", 4).status());
+  return CudaStatus(LaunchKernel(FillRandomF32Kernel, GridFor(count), kThreads, 0, stream, data,
+                                 count, scale, offset, seed),
+                    "LaunchFillRandomF32");
 }
 
 }  // namespace pagoda::worker::cuda

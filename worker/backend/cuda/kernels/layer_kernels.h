@@ -4,8 +4,10 @@
 // cpu_kernels.h (RmsNorm, BuildRopeTables, ApplyRope, WriteKv, SwiGlu).
 //
 // Contract: launchers never allocate or synchronize, and their grids depend only on the
-// arguments (CUDA-graph safe). All pointers are device memory. The residual stream is float32;
-// GEMM inputs are the dtype.
+// arguments (CUDA-graph safe). All pointers are device memory. A launcher returns
+// INVALID_ARGUMENT naming the argument and its limit when its Params break a rule stated here
+// (sizes, null or misaligned pointers), otherwise the launch's own error (INTERNAL). The residual
+// stream is float32; GEMM inputs are the dtype.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "worker/backend/cuda/dtype.h"
 
 namespace pagoda::worker::cuda {
@@ -26,7 +29,7 @@ struct EmbedParams {
   int dim = 0;
   DType dtype = DType::kBf16;
 };
-cudaError_t LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
+absl::Status LaunchEmbed(const EmbedParams& p, cudaStream_t stream);
 
 // out[r][:] = dtype(x[src][:] / sqrt(mean(x[src]^2) + eps) * weight[:]), src = rows ? rows[r] : r.
 struct RmsNormCastParams {
@@ -39,7 +42,7 @@ struct RmsNormCastParams {
   float eps = 1e-5f;
   DType dtype = DType::kBf16;
 };
-cudaError_t LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream);
+absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream);
 
 // rope[t][i] = (cos, sin)(positions[t] * base^(-2i/head_dim)), the angle in double precision as
 // on the CPU. Padding tokens (position < 0) get angle 0.
@@ -50,7 +53,7 @@ struct RopeTableParams {
   int head_dim = 0;
   float base = 10000.0f;
 };
-cudaError_t LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream);
+absl::Status LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream);
 
 // From the fused QKV projection qkv[t] = [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] (float32):
 // q_out[t] = dtype(RoPE(q)); K = RoPE(k) and V = v are written to their pages,
@@ -73,7 +76,7 @@ struct RopeKvWriteParams {
   int page_size = 0;
   DType dtype = DType::kBf16;
 };
-cudaError_t LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream);
+absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream);
 
 // out[t][i] = dtype(silu(gate_up[t][i]) * gate_up[t][ffn_dim + i]).
 struct SiluMulParams {
@@ -83,13 +86,13 @@ struct SiluMulParams {
   int ffn_dim = 0;
   DType dtype = DType::kBf16;
 };
-cudaError_t LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream);
+absl::Status LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream);
 
 // Seeded uniform values in [-scale, scale] (a counter-based hash of (seed, index)): benchmark
 // weights and KV without a host copy. Never zeros.
-cudaError_t LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
-                             cudaStream_t stream);
-cudaError_t LaunchFillRandomF32(float* data, size_t count, float scale, float offset, uint64_t seed,
-                                cudaStream_t stream);
+absl::Status LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,
+                              cudaStream_t stream);
+absl::Status LaunchFillRandomF32(float* data, size_t count, float scale, float offset,
+                                 uint64_t seed, cudaStream_t stream);
 
 }  // namespace pagoda::worker::cuda

@@ -1,4 +1,7 @@
 // GPU token sampling: one block of kThreads per row (the algorithm is in sampling_kernel.cuh).
+#include "common/status_macros.h"
+#include "worker/backend/cuda/arg_check.h"
+#include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
 #include "worker/backend/cuda/sampling/sampling.h"
@@ -36,16 +39,19 @@ __global__ void CounterUniformKernel(const uint64_t* __restrict__ seeds,    // [
 
 size_t SampleWorkspaceBytes(int rows, int vocab) { return 0; }
 
-cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream) {
-  if (p.rows < 0 || p.vocab <= 0 || p.vocab > sampling_internal::kMaxVocab) {
-    return cudaErrorInvalidValue;
-  }
-  if (p.rows == 0) return cudaSuccess;
-  if (p.logits == nullptr || p.params == nullptr || p.out_tokens == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  return LaunchKernel(SampleKernel, p.rows, kThreads, 0, stream, p.logits, p.params, p.out_tokens,
-                      p.vocab);
+absl::Status LaunchSample(const SampleParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchSample");
+  check.Require(p.rows >= 0 && p.rows <= 0x7fffffff, "rows %d must be >= 0", p.rows)
+      .Require(p.vocab > 0 && p.vocab <= sampling_internal::kMaxVocab,
+               "vocab %d must be in [1, %d]", p.vocab, sampling_internal::kMaxVocab);
+  if (p.rows == 0 || !check.status().ok()) return check.status();
+  check.RequirePointer(p.logits, "logits")
+      .RequirePointer(p.params, "params")
+      .RequirePointer(p.out_tokens, "out_tokens");
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(LaunchKernel(SampleKernel, p.rows, kThreads, 0, stream, p.logits, p.params,
+                                 p.out_tokens, p.vocab),
+                    "LaunchSample");
 }
 
 cudaError_t LaunchCounterUniformForTesting(const uint64_t* seeds, const uint64_t* indices,

@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "worker/backend/cuda/kernel_args.h"
 
 namespace pagoda::worker::cuda {
@@ -39,8 +40,8 @@ struct SampleParams {
   int vocab = 0;
   void* workspace = nullptr;  // SampleWorkspaceBytes(rows, vocab) bytes (device)
 };
-// One block per row. cudaErrorInvalidValue when rows < 0, vocab <= 0 or vocab > 2^23, or a
-// pointer is null while rows > 0; otherwise the launch's own error.
-cudaError_t LaunchSample(const SampleParams& p, cudaStream_t stream);
+// One block per row. INVALID_ARGUMENT naming the argument when rows < 0, vocab <= 0 or
+// vocab > 2^23, or a pointer is null while rows > 0; otherwise the launch's own error (INTERNAL).
+absl::Status LaunchSample(const SampleParams& p, cudaStream_t stream);
 
 }  // namespace pagoda::worker::cuda
