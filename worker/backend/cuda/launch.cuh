@@ -1,6 +1,6 @@
 // LaunchKernel and PAGODA_DYNAMIC_SHARED: the two places where kernel code differs between nvcc
-// and the host emulator (emulation/cuda_emulation.h), so that the same launchers and kernels
-// also run in tests on machines without a GPU.
+// and the host emulator (tests/testing/cuda_emulation/cuda_emulation.h), so that the same launchers
+// and kernels also run in tests on machines without a GPU.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -2,7 +2,7 @@
 // scheduler runs the runnable fibers (in a shuffled order), then completes the warp collectives and
 // block barriers whose participants have all arrived, until every fiber has returned or none can
 // move.
-#include "worker/backend/cuda/emulation/cuda_emulation.h"
+#include "tests/testing/cuda_emulation/cuda_emulation.h"
 
 #include <sys/mman.h>
 #include <ucontext.h>

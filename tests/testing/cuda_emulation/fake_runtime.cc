@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "worker/backend/cuda/emulation/cuda_emulation.h"
+#include "tests/testing/cuda_emulation/cuda_emulation.h"
 
 namespace emulation = ::pagoda::worker::cuda::emulation;
 

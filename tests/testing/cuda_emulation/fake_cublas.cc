@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "common/fp16.h"
-#include "worker/backend/cuda/emulation/cuda_emulation.h"
+#include "tests/testing/cuda_emulation/cuda_emulation.h"
 
 namespace {
 
