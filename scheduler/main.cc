@@ -23,7 +23,7 @@
 #include "common/port_file.h"
 #include "common/signals.h"
 #include "common/tls.h"
-#include "scheduler/service/server.h"
+#include "scheduler/server/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the workers must load the same file)");

@@ -15,7 +15,7 @@
 
 #include "absl/time/time.h"
 #include "pagoda/worker/v1/worker_link.grpc.pb.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
 

@@ -9,7 +9,7 @@
 #include "common/detokenizer.h"
 #include "common/log.h"
 #include "common/utf8.h"
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 #include "scheduler/service/request_decoder.h"
 #include "scheduler/service/stop_matcher.h"
 

@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "pagoda/v1/generation.grpc.pb.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 #include "scheduler/service/served_model.h"
 
 namespace pagoda::scheduler {

@@ -1,7 +1,7 @@
 // Engine under concurrency, without a network: plans reach each worker in the order the core
 // built them, even when request handlers and the link thread build them at the same time
 // (overlap allows two plans in flight, and a reordered pair makes the worker fail the plan).
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 
 #include <gtest/gtest.h>
 

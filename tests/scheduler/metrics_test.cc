@@ -1,6 +1,6 @@
 // SchedulerMetrics on its own (names, labels, scrape-time gauges) and fed by a real Engine
 // driven by a scripted worker, without a network: counts must match the traffic exactly.
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
 namespace {

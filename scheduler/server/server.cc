@@ -1,4 +1,4 @@
-#include "scheduler/service/server.h"
+#include "scheduler/server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -13,9 +13,9 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "scheduler/link/link_service.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 #include "scheduler/service/generation_service.h"
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -1,10 +1,10 @@
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 
 #include <chrono>
 #include <deque>
 
 #include "common/log.h"
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 namespace pagoda::scheduler {
 namespace {

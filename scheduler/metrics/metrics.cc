@@ -1,4 +1,4 @@
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>

@@ -28,7 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "scheduler/core/scheduler.h"
-#include "scheduler/service/request_stream.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 

@@ -1,4 +1,4 @@
-#include "scheduler/service/request_stream.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 
