@@ -1,18 +1,22 @@
-// Engine: drives the sans-IO Scheduler from gRPC threads.
+// Engine: owns the sans-IO Scheduler and its iteration loop, and connects it to requests and
+// workers. Used by service/ (requests) and link/ (workers), which never use each other.
 //
-// Ownership: the Engine owns the core Scheduler and guards it with one mutex; every call into
-// the core happens under it, so the core stays single-threaded. Plans are sent to workers
-// outside the lock, through WorkerChannels owned by the link handlers.
+// Ownership and locking: the Engine owns the core Scheduler behind one mutex; every call into
+// the core happens under it, so the core stays single-threaded. Nothing under the lock blocks or
+// touches the network: the core's events go to RequestSinks (which only buffer), and plans go to
+// per-worker Outboxes (which only queue). After releasing the lock, the thread that did the work
+// hands the queued plans to their workers' channels first (the worker waits for them), then
+// flushes the sinks that got news (which may start gRPC writes).
 //
-// Flow: Submit() queues a request and kicks idle workers; a worker's result comes back through
-// OnWorkerResult(), which applies it, routes tokens to RequestStreams and sends that worker its
-// next plan. With overlap a worker has up to two plans in flight, and two threads (a handler's
-// Submit, a link's OnWorkerResult) may build them: each worker's Outbox takes its plans in the
-// order the core built them (under the lock) and writes them in that order (outside it).
+// The iteration loop is event-driven, with no thread of its own: a worker's result
+// (OnWorkerResult) applies the result, plans that worker's (and any idle worker's) next
+// iteration and routes the tokens; Submit, Finish, AttachWorker and DetachWorker do the same for
+// their events. With overlap a worker has up to two plans in flight and two threads may build
+// them: each worker's Outbox takes its plans in the order the core built them (under the lock)
+// and hands them to the channel in that order (outside it).
 //
-// Metrics (optional, injected): the engine times each Scheduler::Schedule call and reports
-// plans, tokens and finished requests to SchedulerMetrics as it routes the core's events; the
-// core itself knows nothing of them.
+// Metrics (optional, injected): the engine times each Scheduler::Schedule call, the turnaround
+// from a worker's result to its next plan, and reports plans, tokens and finished requests.
 //
 // Drain: after StartDrain() Submit refuses with UNAVAILABLE; what was submitted before runs on,
 // and WaitIdle() tells when it is all done. Workers stay attached throughout.
@@ -28,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "scheduler/core/scheduler.h"
-#include "scheduler/engine/request_stream.h"
+#include "scheduler/engine/request_sink.h"
 
 namespace pagoda::scheduler {
 
@@ -36,8 +40,10 @@ namespace pagoda::scheduler {
 class WorkerChannel {
  public:
   virtual ~WorkerChannel() = default;
-  // Sends a plan; false when the stream is broken (the link handler then detaches the worker).
-  virtual bool SendPlan(const Plan& plan) = 0;
+  // Queues a plan for writing and returns at once (never blocks on the network). A broken
+  // stream drops it: the link handler sees the break and detaches the worker, which re-queues
+  // the plan's sequences.
+  virtual void SendPlan(const Plan& plan) = 0;
 };
 
 struct WorkerStatus {
@@ -64,23 +70,26 @@ class Engine {
   Engine(const SchedulerOptions& options, std::function<double()> clock,
          SchedulerMetrics* metrics = nullptr);
 
-  // Queues a request whose updates go to `stream`. Errors are the core's validation errors,
-  // and UNAVAILABLE once draining.
-  absl::Status Submit(NewRequest request, std::shared_ptr<RequestStream> stream);
-  // Ends a request (client cancel, stop string, deadline) and frees its pages.
+  // Queues a request whose updates go to `sink`. Errors are the core's validation errors,
+  // and UNAVAILABLE once draining; on an error the sink is never called.
+  absl::Status Submit(NewRequest request, std::shared_ptr<RequestSink> sink);
+  // Ends a request (client cancel, stop string, deadline) and frees its pages. Unknown or
+  // finished ids are ignored.
   void Finish(RequestId id, FinishReason reason, const std::string& why);
   // The engine's clock (seconds), the time base of NewRequest::deadline.
   double Now() const { return clock_(); }
   RequestId NextRequestId();
 
-  // Attaches a worker. `on_attached(id)` runs before any plan can reach the worker (it sends
-  // the link's Accepted message).
-  WorkerId AttachWorker(const std::string& name, const WorkerInfo& info,
-                        std::shared_ptr<WorkerChannel> channel,
-                        const std::function<void(WorkerId)>& on_attached);
+  // A fresh worker id, for the link to announce (Accepted) before it attaches the worker.
+  WorkerId NextWorkerId();
+  // Attaches worker `id` (from NextWorkerId); plans may reach `channel` from now on.
+  void AttachWorker(WorkerId id, const std::string& name, const WorkerInfo& info,
+                    std::shared_ptr<WorkerChannel> channel);
   void DetachWorker(WorkerId id);
+  // A worker's result. `received` is when it arrived (absl::InfiniteFuture(): now), the start
+  // of the turnaround that ends when this worker's next plan is handed to its channel.
   void OnWorkerResult(WorkerId id, uint64_t iteration, const std::vector<SampledToken>& sampled,
-                      const std::string& error);
+                      const std::string& error, absl::Time received = absl::InfiniteFuture());
 
   EngineStatus Status();
   // Called (outside the lock) whenever the number of attached workers changes.
@@ -95,34 +104,38 @@ class Engine {
 
  private:
   class Outbox;
-  // Outboxes that received plans under the lock, to flush after it.
-  using Outgoing = std::shared_ptr<Outbox>;
+  // A submitted request, until the core finishes it.
+  struct Tracked {
+    std::shared_ptr<RequestSink> sink;
+    int32_t prompt_tokens = 0;
+    double arrival = 0;
+    double last_token = -1;  // when its previous token was routed; < 0 before the first
+  };
   struct AttachedWorker {
     std::string name;
     WorkerInfo info;
     std::shared_ptr<Outbox> outbox;
   };
-  // A submitted request, until the core finishes it.
-  struct Tracked {
-    std::shared_ptr<RequestStream> stream;
-    int32_t prompt_tokens = 0;
-    double arrival = 0;
-    double last_token = -1;  // when its previous token was routed; < 0 before the first
+  // What one pass under the lock leaves to do after it: plans to hand out, sinks to flush.
+  struct Outgoing {
+    std::vector<std::shared_ptr<Outbox>> outboxes;
+    std::vector<std::shared_ptr<RequestSink>> sinks;
   };
 
-  // Collects plans for every idle worker and routes core events; call with mu_ held.
-  std::vector<Outgoing> PlanAndRouteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RouteEventsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Plans for every worker that can take one and routes the core's events; call with mu_ held.
+  void PlanAndRouteLocked(Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RouteEventsLocked(Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a routed event to metrics_ (non-null); `now` is the engine's clock.
   void ObserveToken(Tracked& t, double now);
   void ObserveFinished(const Tracked& t, const Event& e);
-  void Send(std::vector<Outgoing> outgoing);
+  // Outside the lock: plans first (a worker waits for them), then the sinks.
+  void Deliver(Outgoing out);
 
   const std::function<double()> clock_;
   SchedulerMetrics* const metrics_;
   absl::Mutex mu_;
   Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<RequestId, Tracked> streams_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<RequestId, Tracked> tracked_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<WorkerId, AttachedWorker> workers_ ABSL_GUARDED_BY(mu_);
   WorkerId next_worker_id_ ABSL_GUARDED_BY(mu_) = 1;
   RequestId next_request_id_ ABSL_GUARDED_BY(mu_) = 1;

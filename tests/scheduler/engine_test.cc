@@ -11,6 +11,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -18,7 +19,7 @@ namespace {
 // Records plan order and hands plans to the scripted worker thread.
 class OrderCheckingChannel : public WorkerChannel {
  public:
-  bool SendPlan(const Plan& plan) override {
+  void SendPlan(const Plan& plan) override {
     // Writes take varying time, as encoding and a gRPC write do: a later plan may overtake an
     // earlier one unless the engine orders the writes.
     absl::SleepFor(absl::Microseconds(plan.iteration % 3 == 0 ? 200 : 0));
@@ -26,7 +27,6 @@ class OrderCheckingChannel : public WorkerChannel {
     if (plan.iteration <= last_iteration_) ++out_of_order_;
     last_iteration_ = plan.iteration;
     queue_.push_back(plan);
-    return true;
   }
   // The next plan, or nullopt after `timeout`.
   std::optional<Plan> Next(absl::Duration timeout) {
@@ -55,9 +55,9 @@ TEST(EngineTest, PlansReachTheWorkerInOrderUnderConcurrentSubmits) {
   options.max_plans_in_flight = 2;
   Engine engine(options, [] { return 0.0; });
   auto channel = std::make_shared<OrderCheckingChannel>();
-  const WorkerId worker =
-      engine.AttachWorker("w0", {.num_pages = 4096, .page_size = 4, .max_batch_tokens = 4096},
-                          channel, [](WorkerId) {});
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 4096, .page_size = 4, .max_batch_tokens = 4096},
+                      channel);
   std::atomic<bool> done{false};
   // The worker answers every plan, in the order received, sampling token 7 where asked.
   std::thread responder([&] {

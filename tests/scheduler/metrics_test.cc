@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -96,10 +97,7 @@ TEST(SchedulerMetricsTest, StateGaugesAreCopiedAtScrapeTimeAndLeftWorkersDisappe
 // Captures the engine's plans; the test answers them in order.
 class ScriptedChannel : public WorkerChannel {
  public:
-  bool SendPlan(const Plan& plan) override {
-    plans.push_back(plan);
-    return true;
-  }
+  void SendPlan(const Plan& plan) override { plans.push_back(plan); }
   std::deque<Plan> plans;
 };
 
@@ -112,8 +110,9 @@ TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
   Engine engine(
       options, [&] { return now; }, &metrics);
   auto channel = std::make_shared<ScriptedChannel>();
-  const WorkerId worker = engine.AttachWorker(
-      "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 1024}, channel, [](WorkerId) {});
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 1024},
+                      channel);
   constexpr int kMaxTokens = 4;
   NewRequest r;
   r.id = engine.NextRequestId();
