@@ -145,6 +145,8 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
                             const std::vector<SampledToken>& sampled, const std::string& error,
                             absl::Time received) {
   if (received == absl::InfiniteFuture()) received = absl::Now();
+  // The worker waits for its next plan, the clients for their tokens: plan first, hand the
+  // plans out, then route the tokens (a second, short hold of the lock) and flush the sinks.
   Outgoing out;
   std::shared_ptr<Outbox> own;  // this worker's outbox, for the turnaround
   {
@@ -160,7 +162,7 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
                    std::string(status.message()));
       }
     }
-    PlanAndRouteLocked(&out);
+    PlanLocked(now, &out);
     if (auto it = workers_.find(id); it != workers_.end()) own = it->second.outbox;
   }
   bool planned = false;
@@ -172,6 +174,10 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
     metrics_->OnTurnaround(absl::ToDoubleSeconds(absl::Now() - received));
   }
   out.outboxes.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    RouteEventsLocked(&out);
+  }
   Deliver(std::move(out));
 }
 
@@ -210,9 +216,7 @@ void Engine::ObserveFinished(const Tracked& t, const Event& e) {
       timings.first_scheduled >= 0 ? timings.first_scheduled - timings.arrival : -1);
 }
 
-void Engine::PlanAndRouteLocked(Outgoing* out) {
-  RouteEventsLocked(out);
-  const double now = clock_();
+void Engine::PlanLocked(double now, Outgoing* out) {
   for (auto& [id, worker] : workers_) {
     // Up to max_plans_in_flight plans per worker (overlap): keep asking until it says no.
     for (;;) {
@@ -223,7 +227,12 @@ void Engine::PlanAndRouteLocked(Outgoing* out) {
       if (worker.outbox->Push(std::move(*plan))) out->outboxes.push_back(worker.outbox);
     }
   }
-  // Scheduling may have finished requests (deadlines): route those events too.
+}
+
+void Engine::PlanAndRouteLocked(Outgoing* out) {
+  PlanLocked(clock_(), out);
+  // Events of what came before and of scheduling (deadlines), in the order the core emitted
+  // them.
   RouteEventsLocked(out);
 }
 

@@ -122,7 +122,9 @@ class Engine {
     std::vector<std::shared_ptr<RequestSink>> sinks;
   };
 
-  // Plans for every worker that can take one and routes the core's events; call with mu_ held.
+  // Plans for every worker that can take one; call with mu_ held.
+  void PlanLocked(double now, Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PlanLocked, then routes the core's events.
   void PlanAndRouteLocked(Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RouteEventsLocked(Outgoing* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a routed event to metrics_ (non-null); `now` is the engine's clock.

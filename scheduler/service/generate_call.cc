@@ -140,7 +140,6 @@ bool GenerateCall::OnFinished(Event event) {
 
 void GenerateCall::Flush() {
   for (;;) {
-    std::vector<int32_t> tokens;
     std::optional<Event> final;
     std::optional<grpc::Status> end;
     {
@@ -153,7 +152,8 @@ void GenerateCall::Flush() {
         return;
       } else {
         writing_ = true;
-        tokens.swap(pending_);
+        taken_.clear();
+        taken_.swap(pending_);  // the two buffers trade places: no allocation per message
         if (final_) {
           final = std::move(final_);
           final_.reset();
@@ -166,7 +166,7 @@ void GenerateCall::Flush() {
       Finish(*std::move(end));
       return;
     }
-    if (Write(tokens, std::move(final))) return;
+    if (Write(taken_, std::move(final))) return;
     absl::MutexLock lock(&mu_);
     writing_ = false;  // nothing was sent: look again
   }

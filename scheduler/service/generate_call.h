@@ -89,6 +89,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
 
   // Owned by the writer (see the header comment).
   pagoda::v1::GenerateResponse response_;
+  std::vector<int32_t> taken_;  // the tokens being written
   common::StreamingDetokenizer detok_;
   StopMatcher stops_;
   std::string matched_stop_;  // set once a stop string matched; later tokens are dropped
