@@ -125,12 +125,21 @@ def percentile(before, after, p):
     lo, prev = e, c
   return lo
 
+def counter(path, name):
+  for line in open(path):
+    if line.startswith(name + " "): return float(line.split()[1])
+  return float("nan")
+
+# Plans the workers got and tokens per plan: a worker kept busy gets one plan per step, each
+# carrying every one of its sequences.
+plans = (counter(f"{d}/after.prom", "pagoda_iteration_tokens_count") -
+         counter(f"{d}/before.prom", "pagoda_iteration_tokens_count"))
 b, a = buckets(f"{d}/before.prom"), buckets(f"{d}/after.prom")
 p50, p99 = percentile(b, a, 50) * 1e6, percentile(b, a, 99) * 1e6
 tokens = m["output_tokens"]
 print("\t".join(str(x) for x in [label, workers, streams, tokens, m["output_throughput"],
       sched_cpu, sched_cpu / tokens * 1e6, client_cpu, workers_cpu, m["duration_s"], p50, p99,
-      m["ttft_ms"]["p99"]]))
+      m["ttft_ms"]["p99"], plans]))
 PY
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
@@ -148,20 +157,25 @@ python3 - "$results" "$step_ms" <<'PY'
 import math, sys
 rows = [l.rstrip("\n").split("\t") for l in open(sys.argv[1]) if l.strip()]
 step = float(sys.argv[2]) / 1000
-print(f"\nstreaming: synthetic workers at {sys.argv[2]} ms steps; CPU in seconds over each run")
-hdr = ["scheduler", "workers", "streams", "tokens", "tok/s", "ideal", "sched CPU s",
-       "us/token", "client CPU s", "workers CPU s", "turn p50 us", "turn p99 us", "TTFT p99 ms"]
-print("  ".join(f"{h:>13}" for h in hdr))
+fmt = lambda v, f="{:.0f}": "n/a" if math.isnan(v) else f.format(v)
+print(f"\nstreaming: synthetic workers at {sys.argv[2]} ms steps. ideal tok/s = streams / step "
+      "(every sequence advancing every step); plans/s/worker (ideal 1 / step) and tokens/plan "
+      "(ideal streams / workers) say whether the workers were kept busy; CPU seconds over the "
+      "run; turnaround = a worker's result in -> its next plan out")
+hdr = ["scheduler", "workers", "streams", "tokens", "tok/s", "tok/s/ideal", "plans/s/worker",
+       "tokens/plan", "sched CPU s", "us/token", "client CPU s", "workers CPU s", "turn p50 us",
+       "turn p99 us", "TTFT p99 ms"]
+print(" ".join(f"{h:>14}" for h in hdr))
 by = {}
 for r in rows:
   label, w, s = r[0], int(r[1]), int(r[2])
-  tokens, tps, cpu, us, client, wcpu, dur, p50, p99, ttft99 = map(float, r[3:])
-  ideal = w * min(s / w, s) / step  # every worker busy with streams/workers sequences
+  tokens, tps, cpu, us, client, wcpu, dur, p50, p99, ttft99, plans = map(float, r[3:])
   by[(label, w, s)] = us
-  fmt = lambda v: "n/a" if math.isnan(v) else f"{v:.0f}"
-  print("  ".join(f"{x:>13}" for x in [label, w, s, int(tokens), f"{tps:.0f}", f"{ideal:.0f}",
-        f"{cpu:.2f}", f"{us:.2f}", f"{client:.2f}", f"{wcpu:.2f}", fmt(p50), fmt(p99),
-        f"{ttft99:.1f}"]))
+  print(" ".join(f"{x:>14}" for x in [
+      label, w, s, int(tokens), f"{tps:.0f}", f"{tps / (s / step):.2f}",
+      fmt(plans / dur / w), fmt(tokens / plans, "{:.1f}") if plans > 0 else "n/a",
+      f"{cpu:.2f}", f"{us:.2f}", f"{client:.2f}", f"{wcpu:.2f}", fmt(p50), fmt(p99),
+      f"{ttft99:.1f}"]))
 for (label, w, s), us in sorted(by.items()):
   if label == "this" and ("baseline", w, s) in by:
     print(f"scheduler CPU per token, baseline / this, {w} worker(s), {s} streams: "
