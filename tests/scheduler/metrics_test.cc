@@ -41,7 +41,8 @@ TEST(SchedulerMetricsTest, EveryMetricHasHelpAndType) {
   for (const char* name :
        {"pagoda_time_to_first_token_seconds", "pagoda_inter_token_latency_seconds",
         "pagoda_e2e_request_latency_seconds", "pagoda_request_queue_time_seconds",
-        "pagoda_iteration_tokens", "pagoda_iteration_planning_seconds"}) {
+        "pagoda_iteration_tokens", "pagoda_iteration_planning_seconds",
+        "pagoda_scheduler_turnaround_seconds"}) {
     EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " histogram")) << name;
     EXPECT_TRUE(absl::StrContains(text, std::string("# HELP ") + name + " ")) << name;
   }
@@ -152,6 +153,9 @@ TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
   EXPECT_EQ(Value(text, "pagoda_iteration_tokens_count"), plans);
   EXPECT_EQ(Value(text, "pagoda_iteration_tokens_sum"), planned_tokens);
   EXPECT_EQ(Value(text, "pagoda_iteration_planning_seconds_count"), plans);
+  // A result followed by a plan for its worker: every plan but the one Submit built, at most.
+  EXPECT_GE(Value(text, "pagoda_scheduler_turnaround_seconds_count"), 1);
+  EXPECT_LE(Value(text, "pagoda_scheduler_turnaround_seconds_count"), plans - 1);
 }
 
 }  // namespace
