@@ -12,10 +12,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
-#include "scheduler/link/link_service.h"
 #include "scheduler/engine/engine.h"
-#include "scheduler/service/generation_service.h"
+#include "scheduler/link/link_service.h"
 #include "scheduler/metrics/metrics.h"
+#include "scheduler/service/generation_service.h"
 
 namespace pagoda::scheduler {
 namespace {
