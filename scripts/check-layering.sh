@@ -53,8 +53,16 @@ rule scheduler/core 'scheduler/(engine|service|http|link|text)/.*' \
   'scheduler/core depends on nothing above it'
 rule scheduler/text 'scheduler/(core|engine|service|http|link)/.*' \
   'scheduler/text depends only on common/'
-rule scheduler/engine 'scheduler/(service|http|link)/.*' \
+rule scheduler/metrics 'scheduler/(engine|service|http|link|server)/.*' \
+  'scheduler/metrics depends only on the core'
+rule scheduler/engine 'scheduler/(service|http|link|server)/.*' \
   'scheduler/engine is used by the service and the link, never the reverse'
+rule scheduler/service 'scheduler/(link|http|server)/.*' \
+  'scheduler/service and the other front ends (link, http) never include each other'
+rule scheduler/http 'scheduler/(link|service|server)/.*' \
+  'scheduler/http and the other front ends (link, service) never include each other'
+rule scheduler/link 'scheduler/(service|http|server)/.*' \
+  'scheduler/link and the front ends (service, http) never include each other'
 
 # The worker's layers: runner drives model and backend, never the reverse.
 for dir in worker/model worker/backend worker/sampling; do

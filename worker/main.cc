@@ -1,11 +1,14 @@
 // pagoda-worker: holds the weights and the KV arena, executes the scheduler's plans.
 //
-//   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda [--kv-pages N]
+//   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda|synthetic [--kv-pages N]
 //                 [--page-size N] [--max-batch-tokens N] [--threads N] [--log-level info]
 //                 [--dtype bf16|fp16] [--gpu-memory-fraction F] [--device N]
 //                 [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]
-//                 [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
+//                 [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--synthetic-step-ms MS]
 //
+// --backend synthetic computes no model (it reads only the model file's metadata, for the
+// fingerprint and the vocabulary size): it answers each plan after --synthetic-step-ms with
+// deterministic tokens, to measure and test the scheduler; see synthetic_backend.h.
 // SIGTERM or SIGINT stops it promptly: the scheduler re-queues what it was running.
 #include <signal.h>
 #include <unistd.h>
@@ -19,12 +22,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "common/gguf_reader.h"
 #include "common/link_token.h"
 #include "common/log.h"
 #include "common/port_file.h"
 #include "common/signals.h"
 #include "common/tls.h"
 #include "worker/backend/factory.h"
+#include "worker/backend/synthetic/synthetic_backend.h"
 #include "worker/model/llama_model.h"
 #include "worker/runner/health.h"
 #include "worker/runner/link_client.h"
@@ -32,7 +37,12 @@
 
 ABSL_FLAG(std::string, scheduler, "127.0.0.1:50051", "scheduler address to attach to");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the same file as the scheduler's)");
-ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda");
+ABSL_FLAG(std::string, backend, "cpu",
+          "compute backend: cpu, cuda, or synthetic (NOT a model: no weights are loaded and "
+          "the tokens are a hash of the sequence, after --synthetic-step-ms per plan; for "
+          "measuring and testing the scheduler only)");
+ABSL_FLAG(double, synthetic_step_ms, 5,
+          "synthetic: milliseconds each plan takes (a GPU step's time), whatever its size");
 ABSL_FLAG(int32_t, kv_pages, 0,
           "KV pages in the arena; 0 = fill --kv-cache-mib (cpu) or --gpu-memory-fraction (cuda)");
 ABSL_FLAG(int32_t, kv_cache_mib, 256, "cpu: KV arena size in MiB when --kv-pages is 0");
@@ -112,13 +122,60 @@ absl::Status StartEndpoints(pagoda::worker::HealthServer& health,
   return absl::OkStatus();
 }
 
+// A backend with what the link registers: the model file's fingerprint and its config.
+struct LoadedBackend {
+  std::unique_ptr<pagoda::worker::Backend> backend;
+  std::string fingerprint;
+  pagoda::common::ModelConfig config;
+};
+
+// The synthetic backend reads the file's metadata only: no weights are loaded or used.
+absl::StatusOr<LoadedBackend> LoadSynthetic(const std::string& path,
+                                            const pagoda::worker::BackendOptions& o) {
+  namespace pw = pagoda::worker;
+  absl::StatusOr<std::unique_ptr<pagoda::common::GgufFile>> file =
+      pagoda::common::GgufFile::Open(path);
+  if (!file.ok())
+    return absl::Status(file.status().code(), path + ": " + std::string(file.status().message()));
+  absl::StatusOr<pagoda::common::ModelConfig> config = pagoda::common::ReadModelConfig(**file);
+  if (!config.ok()) {
+    return absl::Status(config.status().code(),
+                        path + ": " + std::string(config.status().message()));
+  }
+  pw::SyntheticBackendOptions synthetic;
+  synthetic.page_size = o.page_size;
+  // Pages as a 2-byte KV type would give a GPU (the synthetic arena holds one int per slot).
+  synthetic.num_pages =
+      o.num_pages > 0 ? o.num_pages
+                      : pw::PagesForBytes(*config, o.page_size, 2, int64_t{o.kv_cache_mib} << 20);
+  synthetic.step = absl::Milliseconds(absl::GetFlag(FLAGS_synthetic_step_ms));
+  auto backend = pw::SyntheticBackend::Create(*config, synthetic);
+  if (!backend.ok()) return backend.status();
+  PAGODA_LOG(kWarning, "worker",
+             "synthetic backend: NO MODEL is computed; every plan takes %.3f ms and its tokens "
+             "are a hash of each sequence (for measuring and testing the scheduler only)",
+             absl::GetFlag(FLAGS_synthetic_step_ms));
+  return LoadedBackend{*std::move(backend), (*file)->Fingerprint(), *config};
+}
+
+absl::StatusOr<LoadedBackend> LoadBackend(const std::string& path,
+                                          const pagoda::worker::BackendOptions& options) {
+  if (options.backend == "synthetic") return LoadSynthetic(path, options);
+  auto model = pagoda::worker::LlamaModel::Load(path);  // its errors name the path
+  if (!model.ok()) return model.status();
+  auto backend = pagoda::worker::CreateBackend(*model, options);
+  if (!backend.ok()) return backend.status();
+  return LoadedBackend{*std::move(backend), (*model)->fingerprint(), (*model)->config()};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   namespace pw = pagoda::worker;
   pagoda::common::BlockTerminationSignals();
   absl::SetProgramUsageMessage(
-      "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda [--kv-pages N]");
+      "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda|synthetic "
+      "[--kv-pages N]");
   pagoda::common::ParseFlags(argc, argv);
   pagoda::common::LogLevel level;
   if (!pagoda::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
@@ -153,8 +210,6 @@ int main(int argc, char** argv) {
     return Fail(std::string(s.message()));
   }
 
-  auto model = pw::LlamaModel::Load(model_path);
-  if (!model.ok()) return Fail(absl::StrFormat("%s: %s", model_path, model.status().message()));
   pw::BackendOptions backend_options;
   backend_options.backend = absl::GetFlag(FLAGS_backend);
   backend_options.page_size = page_size;
@@ -166,23 +221,26 @@ int main(int argc, char** argv) {
   backend_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   backend_options.device = absl::GetFlag(FLAGS_device);
   backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
-  auto backend = pw::CreateBackend(*model, backend_options);
-  if (!backend.ok()) return Fail(std::string(backend.status().message()));
+  absl::StatusOr<LoadedBackend> loaded = LoadBackend(model_path, backend_options);
+  if (!loaded.ok()) {
+    return Fail(std::string(loaded.status().message()));
+  }
+  std::unique_ptr<pw::Backend> backend = std::move(loaded->backend);
   PAGODA_LOG(kInfo, "worker",
              "loaded %s: %d layers, dim %d; %s backend, KV arena %d pages of %d tokens", model_path,
-             (*model)->config().n_layers, (*model)->config().dim, (*backend)->name(),
-             (*backend)->num_pages(), page_size);
-  metrics.SetKvArenaBytes(static_cast<int64_t>((*backend)->kv_bytes()));
-  if (const size_t device = (*backend)->device_bytes(); device > 0) {
+             loaded->config.n_layers, loaded->config.dim, backend->name(), backend->num_pages(),
+             page_size);
+  metrics.SetKvArenaBytes(static_cast<int64_t>(backend->kv_bytes()));
+  if (const size_t device = backend->device_bytes(); device > 0) {
     metrics.SetDeviceMemoryUsedBytes(static_cast<int64_t>(device));
   }
 
-  pw::Runner runner(*std::move(backend));
+  pw::Runner runner(std::move(backend));
   runner.SetStepObserver([&](const pw::StepTiming& t) { metrics.ObserveStep(t); });
   pw::LinkClientOptions link;
   link.scheduler_address = absl::GetFlag(FLAGS_scheduler);
   link.worker_name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
-  link.model_fingerprint = (*model)->fingerprint();
+  link.model_fingerprint = loaded->fingerprint;
   link.backend_name = runner.backend().name();
   link.max_batch_tokens = max_batch_tokens;
   if (const std::string path = absl::GetFlag(FLAGS_link_token_file); !path.empty()) {

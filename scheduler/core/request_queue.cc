@@ -37,7 +37,13 @@ std::optional<RequestQueue::Entry> RequestQueue::Peek(double now) const {
 
 void RequestQueue::Pop(const Entry& entry) {
   auto& q = classes_[static_cast<int>(entry.priority)];
-  if (!q.empty() && q.front().id == entry.id) q.pop_front();
+  if (!q.empty() && q.front().id == entry.id) {
+    q.pop_front();
+    return;
+  }
+  // A preemption between Peek and Pop may have put its victim in front of the entry (same
+  // class): the entry must still leave the queue, or it would be both queued and running.
+  Remove(entry.id, entry.priority);
 }
 
 bool RequestQueue::Remove(RequestId id, Priority priority) {

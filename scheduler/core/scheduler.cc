@@ -301,12 +301,27 @@ bool Scheduler::IsPlacedOn(const WorkerState& w, const Sequence& s) const {
                            -static_cast<int64_t>(x.id));
   };
   if (workers_.size() == 1) return true;
+  if (HasBurstShare(w, s)) return true;
   const WorkerState* best = nullptr;
   for (const auto& [id, x] : workers_) {
     if (CeilDiv(MaxPositions(s), x->info.page_size) > x->info.num_pages) continue;
     if (best == nullptr || key(*x) > key(*best)) best = x.get();
   }
   return best == &w;
+}
+
+bool Scheduler::HasBurstShare(const WorkerState& w, const Sequence& s) const {
+  // One request per plan would ramp a burst of N requests over N / workers steps (the worker
+  // that admits one no longer has the most free KV). With at least one waiting request per
+  // worker, a worker under its fair share of everything running and waiting takes the head
+  // when it plans, provided the whole request fits its free pages without preempting anyone.
+  if (waiting_.size() < workers_.size()) return false;
+  if (w.running.size() >= static_cast<size_t>(options_.max_running)) return false;
+  if (CeilDiv(MaxPositions(s), w.info.page_size) > w.pool.num_free()) return false;
+  size_t running = 0;
+  for (const auto& [id, x] : workers_) running += x->running.size();
+  const size_t share = (running + waiting_.size() + workers_.size() - 1) / workers_.size();
+  return w.running.size() < share;
 }
 
 bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt) {

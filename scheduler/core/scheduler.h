@@ -107,6 +107,8 @@ class Scheduler {
   void ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes);
   void AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double now);
   bool IsPlacedOn(const WorkerState& w, const Sequence& s) const;
+  // During a burst (waiting >= workers): `w` is under its fair share and `s` fits its free KV.
+  bool HasBurstShare(const WorkerState& w, const Sequence& s) const;
   bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt);
   bool EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt);
   Sequence* PickVictim(WorkerState& w, int below_class, double now);

@@ -1,6 +1,9 @@
 #include "scheduler/link/link_service.h"
 
 #include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -14,44 +17,11 @@ namespace pagoda::scheduler {
 namespace {
 
 namespace wv1 = pagoda::worker::v1;
-using Stream = grpc::ServerReaderWriter<wv1::SchedulerMessage, wv1::WorkerMessage>;
-
-class StreamChannel final : public WorkerChannel {
- public:
-  explicit StreamChannel(Stream* stream) : stream_(stream) {}
-
-  bool SendPlan(const Plan& plan) override {
-    wv1::SchedulerMessage msg;
-    EncodePlan(plan, msg.mutable_plan());
-    absl::MutexLock lock(&mu_);
-    if (stream_ == nullptr) return false;
-    return stream_->Write(msg);
-  }
-
-  bool SendAccepted(WorkerId id, absl::Duration heartbeat_interval) {
-    wv1::SchedulerMessage msg;
-    msg.mutable_accepted()->set_worker_id(id);
-    msg.mutable_accepted()->set_heartbeat_interval_ms(
-        static_cast<uint32_t>(absl::ToInt64Milliseconds(heartbeat_interval)));
-    absl::MutexLock lock(&mu_);
-    return stream_ != nullptr && stream_->Write(msg);
-  }
-
-  // After Close() no write touches the stream (the handler is about to return).
-  void Close() {
-    absl::MutexLock lock(&mu_);
-    stream_ = nullptr;
-  }
-
- private:
-  absl::Mutex mu_;
-  Stream* stream_ ABSL_GUARDED_BY(mu_);
-};
 
 // Cancels a link that stays silent for `timeout`; Touch() on every message from the worker.
 class Watchdog {
  public:
-  Watchdog(grpc::ServerContext* context, absl::Duration timeout, std::string what)
+  Watchdog(grpc::CallbackServerContext* context, absl::Duration timeout, std::string what)
       : timeout_(timeout) {
     if (timeout <= absl::ZeroDuration()) return;
     Touch();
@@ -85,6 +55,156 @@ class Watchdog {
 
 }  // namespace
 
+// One attached (or attaching) worker: the stream's reactor and the engine's WorkerChannel.
+// Held by shared_ptr: by itself until OnDone, and by the engine's outbox while attached.
+// Reactions are serialized by gRPC per operation kind; the write queue is shared with the
+// threads that hand plans over, hence mu_. Whoever sets writing_ owns out_ until OnWriteDone.
+class LinkService::Link final
+    : public grpc::ServerBidiReactor<wv1::WorkerMessage, wv1::SchedulerMessage>,
+      public WorkerChannel {
+ public:
+  Link(LinkService* service, grpc::CallbackServerContext* context)
+      : service_(service), context_(context) {}
+
+  void Start(std::shared_ptr<Link> self) {
+    self_ = std::move(self);
+    if (grpc::Status auth = service_->Authenticate(*context_); !auth.ok()) return End(auth);
+    // Watches from the first byte: a peer that never registers does not hold a link forever.
+    watchdog_ = std::make_unique<Watchdog>(context_, service_->options_.worker_timeout,
+                                           "worker link from " + context_->peer());
+    StartRead(&in_);
+  }
+
+  void SendPlan(const Plan& plan) override {
+    wv1::SchedulerMessage msg;
+    EncodePlan(plan, msg.mutable_plan());
+    Enqueue(std::move(msg));
+  }
+
+  void OnReadDone(bool ok) override {
+    const absl::Time received = absl::Now();
+    if (!ok) {
+      if (id_ == 0) {
+        return End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "the first message on a worker link must be Register"));
+      }
+      End(grpc::Status::OK);
+      service_->engine_->DetachWorker(id_);
+      return;
+    }
+    watchdog_->Touch();
+    if (id_ == 0) {
+      if (!Register()) return;
+    } else if (in_.has_result()) {
+      const wv1::IterationResult& r = in_.result();
+      service_->engine_->OnWorkerResult(id_, r.iteration(), DecodeSampled(r), r.error(), received);
+    }
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::optional<grpc::Status> finish;
+    bool write = false;
+    {
+      absl::MutexLock lock(&mu_);
+      writing_ = false;
+      if (!ok) {  // a broken stream: the pending read fails too, and detaches the worker
+        closed_ = true;
+        queue_.clear();
+      }
+      write = ClaimNextLocked();
+      if (!write && finish_ && !finished_) {
+        finished_ = true;
+        finish = finish_;
+      }
+    }
+    if (write) StartWrite(&out_);
+    if (finish) Finish(*finish);
+  }
+
+  void OnDone() override {
+    watchdog_.reset();                              // before the context goes
+    std::shared_ptr<Link> self = std::move(self_);  // may be the last reference
+  }
+
+ private:
+  // Validates the Register message in in_, announces the id and attaches; false after a refusal.
+  bool Register() {
+    if (!in_.has_register_()) {
+      End(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                       "the first message on a worker link must be Register"));
+      return false;
+    }
+    const wv1::Register& reg = in_.register_();
+    if (grpc::Status valid = service_->ValidateRegister(reg); !valid.ok()) {
+      PAGODA_LOG(kWarning, "link", "refused worker %s from %s: %s", reg.worker_name(),
+                 context_->peer(), valid.error_message());
+      End(valid);
+      return false;
+    }
+    WorkerInfo info;
+    info.num_pages = static_cast<int32_t>(reg.num_pages());
+    info.page_size = static_cast<int32_t>(reg.page_size());
+    info.max_batch_tokens = static_cast<int32_t>(reg.max_batch_tokens());
+    id_ = service_->engine_->NextWorkerId();
+    wv1::SchedulerMessage accepted;
+    accepted.mutable_accepted()->set_worker_id(id_);
+    accepted.mutable_accepted()->set_heartbeat_interval_ms(
+        static_cast<uint32_t>(absl::ToInt64Milliseconds(service_->options_.worker_timeout / 4)));
+    Enqueue(std::move(accepted));  // first in the queue: before any plan
+    service_->engine_->AttachWorker(id_, reg.worker_name(), info, self_);
+    return true;
+  }
+
+  void Enqueue(wv1::SchedulerMessage msg) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (closed_) return;
+      queue_.push_back(std::move(msg));
+      if (!ClaimNextLocked()) return;
+    }
+    StartWrite(&out_);
+  }
+
+  // Takes the next queued message into out_ when no write is in flight; true when the caller
+  // must now start writing it (outside the lock: gRPC may run reactions inline).
+  bool ClaimNextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || closed_ || queue_.empty()) return false;
+    writing_ = true;
+    out_ = std::move(queue_.front());
+    queue_.pop_front();
+    return true;
+  }
+
+  // Ends the call with `status` once no write is in flight; later plans are dropped.
+  void End(grpc::Status status) {
+    {
+      absl::MutexLock lock(&mu_);
+      closed_ = true;
+      queue_.clear();
+      if (finish_) return;
+      finish_ = status;
+      if (writing_) return;  // OnWriteDone finishes
+      finished_ = true;
+    }
+    Finish(std::move(status));
+  }
+
+  LinkService* const service_;
+  grpc::CallbackServerContext* const context_;
+  std::shared_ptr<Link> self_;
+  std::unique_ptr<Watchdog> watchdog_;
+  wv1::WorkerMessage in_;      // the read in flight's message (reads are one at a time)
+  WorkerId id_ = 0;            // 0 until registered; touched by read reactions only
+  wv1::SchedulerMessage out_;  // the write in flight's message
+  absl::Mutex mu_;
+  std::deque<wv1::SchedulerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<grpc::Status> finish_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 LinkService::LinkService(Engine* engine, LinkOptions options)
     : engine_(engine), options_(std::move(options)) {}
 
@@ -104,7 +224,7 @@ grpc::Status LinkService::ValidateRegister(const wv1::Register& reg) const {
   return grpc::Status::OK;
 }
 
-grpc::Status LinkService::Authenticate(const grpc::ServerContext& context) const {
+grpc::Status LinkService::Authenticate(const grpc::CallbackServerContext& context) const {
   if (options_.link_token.empty()) return grpc::Status::OK;
   const auto& metadata = context.client_metadata();
   auto it = metadata.find(common::kLinkTokenMetadataKey);
@@ -119,40 +239,11 @@ grpc::Status LinkService::Authenticate(const grpc::ServerContext& context) const
                       present ? "wrong link token" : "this scheduler requires a link token");
 }
 
-grpc::Status LinkService::Attach(grpc::ServerContext* context, Stream* stream) {
-  if (grpc::Status auth = Authenticate(*context); !auth.ok()) return auth;
-  // Watches from the first byte: a peer that never registers does not hold a thread forever.
-  Watchdog watchdog(context, options_.worker_timeout, "worker link from " + context->peer());
-  wv1::WorkerMessage msg;
-  if (!stream->Read(&msg) || !msg.has_register_()) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        "the first message on a worker link must be Register");
-  }
-  const wv1::Register reg = msg.register_();
-  grpc::Status valid = ValidateRegister(reg);
-  if (!valid.ok()) {
-    PAGODA_LOG(kWarning, "link", "refused worker %s from %s: %s", reg.worker_name(),
-               context->peer(), valid.error_message());
-    return valid;
-  }
-  auto channel = std::make_shared<StreamChannel>(stream);
-  WorkerInfo info;
-  info.num_pages = static_cast<int32_t>(reg.num_pages());
-  info.page_size = static_cast<int32_t>(reg.page_size());
-  info.max_batch_tokens = static_cast<int32_t>(reg.max_batch_tokens());
-  // Accepted must precede the first plan: hold the channel closed to plans until it is sent.
-  const WorkerId id = engine_->AttachWorker(reg.worker_name(), info, channel, [&](WorkerId wid) {
-    channel->SendAccepted(wid, options_.worker_timeout / 4);
-  });
-  while (stream->Read(&msg)) {
-    watchdog.Touch();
-    if (!msg.has_result()) continue;
-    const wv1::IterationResult& r = msg.result();
-    engine_->OnWorkerResult(id, r.iteration(), DecodeSampled(r), r.error());
-  }
-  channel->Close();
-  engine_->DetachWorker(id);
-  return grpc::Status::OK;
+grpc::ServerBidiReactor<wv1::WorkerMessage, wv1::SchedulerMessage>* LinkService::Attach(
+    grpc::CallbackServerContext* context) {
+  auto link = std::make_shared<Link>(this, context);
+  link->Start(link);
+  return link.get();
 }
 
 }  // namespace pagoda::scheduler

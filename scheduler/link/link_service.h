@@ -1,9 +1,13 @@
-// LinkService: the scheduler's end of pagoda.worker.v1.WorkerLink/Attach.
+// LinkService: the scheduler's end of pagoda.worker.v1.WorkerLink/Attach, on gRPC's callback
+// API: no thread per worker for the stream, and no blocking I/O anywhere.
 //
-// One handler thread per attached worker: it validates the Register message (the model
-// fingerprint must equal the scheduler's), attaches the worker to the Engine, then reads
-// results until the stream ends, and detaches the worker. Plans are written by the Engine
-// through a StreamChannel; the channel's mutex keeps writes from outliving the handler.
+// Each Attach is one reactor (a Link). It validates the Register message (the model fingerprint
+// must equal the scheduler's), takes a worker id from the Engine, queues the Accepted message,
+// then attaches the worker: Accepted is first in the link's write queue, so it precedes every
+// plan without any write happening under the engine's lock. Results are handed to the Engine
+// from the read reaction; plans come back through the Link's WorkerChannel side, which only
+// queues and starts the next write when none is in flight (one write at a time, in order). A
+// read that fails (the worker left, the stream broke or was cancelled) detaches the worker.
 //
 // With a link token, an Attach without the right one ends UNAUTHENTICATED before anything is
 // read. With a worker timeout, a watchdog cancels a link that has been silent (no result and
@@ -15,7 +19,7 @@
 
 #include "absl/time/time.h"
 #include "pagoda/worker/v1/worker_link.grpc.pb.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
 
@@ -25,17 +29,18 @@ struct LinkOptions {
   absl::Duration worker_timeout = absl::ZeroDuration();  // zero: no heartbeat watch
 };
 
-class LinkService final : public pagoda::worker::v1::WorkerLink::Service {
+class LinkService final : public pagoda::worker::v1::WorkerLink::CallbackService {
  public:
   LinkService(Engine* engine, LinkOptions options);
 
-  grpc::Status Attach(grpc::ServerContext* context,
-                      grpc::ServerReaderWriter<pagoda::worker::v1::SchedulerMessage,
-                                               pagoda::worker::v1::WorkerMessage>* stream) override;
+  grpc::ServerBidiReactor<pagoda::worker::v1::WorkerMessage, pagoda::worker::v1::SchedulerMessage>*
+  Attach(grpc::CallbackServerContext* context) override;
 
  private:
+  class Link;
+
   grpc::Status ValidateRegister(const pagoda::worker::v1::Register& reg) const;
-  grpc::Status Authenticate(const grpc::ServerContext& context) const;
+  grpc::Status Authenticate(const grpc::CallbackServerContext& context) const;
 
   Engine* engine_;
   const LinkOptions options_;

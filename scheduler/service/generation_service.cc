@@ -1,27 +1,23 @@
 #include "scheduler/service/generation_service.h"
 
-#include <grpcpp/support/method_handler.h>
+#include <grpcpp/impl/codegen/server_callback_handlers.h>
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "absl/strings/str_format.h"
-#include "common/detokenizer.h"
 #include "common/log.h"
 #include "common/utf8.h"
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
+#include "scheduler/service/generate_call.h"
 #include "scheduler/service/request_decoder.h"
-#include "scheduler/service/stop_matcher.h"
 
 namespace pagoda::scheduler {
 namespace {
 
 namespace v1 = pagoda::v1;
 
-// How often the watcher looks for cancelled calls.
-constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
-// A handler's longest sleep without news: a safety net, since the watcher wakes it.
-constexpr absl::Duration kIdleWait = absl::Seconds(1);
 constexpr size_t kMaxClientIdBytes = 256;
 constexpr float kMaxTemperature = 100.0f;
 constexpr int kMaxStopStrings = 16;
@@ -32,17 +28,17 @@ constexpr char kTokenizeMethod[] = "/pagoda.v1.Generation/Tokenize";
 constexpr char kGetModelInfoMethod[] = "/pagoda.v1.Generation/GetModelInfo";
 constexpr char kGetServerStatusMethod[] = "/pagoda.v1.Generation/GetServerStatus";
 
-// A unary method handler of GenerationService.
+// A unary callback method: `answer` fills the response and returns the status, inline.
 template <class Request, class Response>
-grpc::internal::RpcServiceMethod* UnaryMethod(
-    const char* name, GenerationService* service,
-    grpc::Status (GenerationService::*method)(grpc::ServerContext*, const Request*, Response*)) {
-  return new grpc::internal::RpcServiceMethod(
-      name, grpc::internal::RpcMethod::NORMAL_RPC,
-      new grpc::internal::RpcMethodHandler<GenerationService, Request, Response, Request, Response>(
-          [method](GenerationService* s, grpc::ServerContext* context, const Request* request,
-                   Response* response) { return (s->*method)(context, request, response); },
-          service));
+grpc::internal::MethodHandler* UnaryHandler(
+    std::function<grpc::Status(const Request&, Response*)> answer) {
+  return new grpc::internal::CallbackUnaryHandler<Request, Response>(
+      [answer = std::move(answer)](grpc::CallbackServerContext* context, const Request* request,
+                                   Response* response) {
+        grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+        reactor->Finish(answer(*request, response));
+        return reactor;
+      });
 }
 
 // The bytes of a received message; gRPC may hold them in several slices.
@@ -55,11 +51,6 @@ std::string Flatten(const grpc::ByteBuffer& buffer) {
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   }
   return bytes;
-}
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  // absl and gRPC share the canonical code numbering.
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 absl::Status Invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
@@ -78,28 +69,6 @@ absl::StatusOr<Priority> ToPriority(v1::Priority p) {
     default:
       return Invalid(absl::StrFormat("unknown priority %d; use PRIORITY_LOW..CRITICAL", p));
   }
-}
-
-v1::FinishReason ToProto(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return v1::FINISH_REASON_LENGTH;
-    case FinishReason::kStop:
-      return v1::FINISH_REASON_STOP;
-    case FinishReason::kEos:
-      return v1::FINISH_REASON_EOS;
-    case FinishReason::kCancelled:
-      return v1::FINISH_REASON_CANCELLED;
-    case FinishReason::kError:
-      return v1::FINISH_REASON_ERROR;
-    case FinishReason::kContext:
-      return v1::FINISH_REASON_CONTEXT;
-    case FinishReason::kStopString:
-      return v1::FINISH_REASON_STOP_STRING;
-    case FinishReason::kDeadline:
-      return v1::FINISH_REASON_CANCELLED;  // the stream ends with DEADLINE_EXCEEDED instead
-  }
-  return v1::FINISH_REASON_UNSPECIFIED;
 }
 
 absl::Status ValidateSampling(const v1::SamplingParams& p, SamplingParams* out) {
@@ -133,39 +102,6 @@ absl::Status ValidateStops(const v1::GenerateRequest& request) {
   return absl::OkStatus();
 }
 
-void FillFinished(const Event& e, v1::Finished* out) {
-  out->set_reason(ToProto(e.reason));
-  out->mutable_usage()->set_prompt_tokens(e.prompt_tokens);
-  out->mutable_usage()->set_completion_tokens(e.completion_tokens);
-  out->mutable_usage()->set_cached_tokens(e.cached_tokens);
-  const RequestTimings& t = e.timings;
-  auto* stats = out->mutable_stats();
-  stats->set_preemptions(e.preemptions);
-  stats->set_e2e_seconds(t.finished - t.arrival);
-  if (t.first_scheduled >= 0) stats->set_queue_seconds(t.first_scheduled - t.arrival);
-  if (t.first_token >= 0) {
-    stats->set_time_to_first_token_s(t.first_token - t.arrival);
-    if (e.completion_tokens > 1) {
-      stats->set_mean_time_per_output_token_s((t.finished - t.first_token) /
-                                              (e.completion_tokens - 1));
-    }
-  }
-}
-
-// The stream's status for the core's final event.
-grpc::Status FinalStatus(const Event& e) {
-  switch (e.reason) {
-    case FinishReason::kError:
-      return grpc::Status(grpc::StatusCode::INTERNAL, e.message);
-    case FinishReason::kCancelled:
-      return grpc::Status(grpc::StatusCode::CANCELLED, e.message);
-    case FinishReason::kDeadline:
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, e.message);
-    default:
-      return grpc::Status::OK;
-  }
-}
-
 }  // namespace
 
 GenerationService::GenerationService(Engine* engine, const ServedModel* model,
@@ -174,42 +110,36 @@ GenerationService::GenerationService(Engine* engine, const ServedModel* model,
   for (int32_t id = 0; id < model_->tokenizer.vocab_size(); ++id) {
     max_token_bytes_ = std::max(max_token_bytes_, model_->tokenizer.TokenBytes(id).size());
   }
-  // Registered as the generated code would, except that Generate and Tokenize take their
-  // requests as bytes.
-  AddMethod(new grpc::internal::RpcServiceMethod(
-      kGenerateMethod, grpc::internal::RpcMethod::SERVER_STREAMING,
-      new grpc::internal::ServerStreamingHandler<GenerationService, grpc::ByteBuffer,
-                                                 v1::GenerateResponse>(
-          [](GenerationService* service, grpc::ServerContext* context,
-             const grpc::ByteBuffer* request, grpc::ServerWriter<v1::GenerateResponse>* writer) {
-            return service->GenerateBytes(context, request, writer);
-          },
-          this)));
-  AddMethod(UnaryMethod(kTokenizeMethod, this, &GenerationService::TokenizeBytes));
-  AddMethod(UnaryMethod(kGetModelInfoMethod, this, &GenerationService::GetModelInfo));
-  AddMethod(UnaryMethod(kGetServerStatusMethod, this, &GenerationService::GetServerStatus));
-  watcher_ = std::thread([this] { WatchCancellations(); });
+  // Registered as the generated CallbackService would, except that Generate and Tokenize take
+  // their requests as bytes.
+  const std::pair<const char*, grpc::internal::RpcMethod::RpcType> methods[] = {
+      {kGenerateMethod, grpc::internal::RpcMethod::SERVER_STREAMING},
+      {kTokenizeMethod, grpc::internal::RpcMethod::NORMAL_RPC},
+      {kGetModelInfoMethod, grpc::internal::RpcMethod::NORMAL_RPC},
+      {kGetServerStatusMethod, grpc::internal::RpcMethod::NORMAL_RPC}};
+  for (const auto& [name, type] : methods) {
+    AddMethod(new grpc::internal::RpcServiceMethod(name, type, nullptr));
+  }
+  MarkMethodCallback(
+      0, new grpc::internal::CallbackServerStreamingHandler<grpc::ByteBuffer, v1::GenerateResponse>(
+             [this](grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
+               return Generate(context, request);
+             }));
+  MarkMethodCallback(1, UnaryHandler<grpc::ByteBuffer, v1::TokenizeResponse>(
+                            [this](const grpc::ByteBuffer& request, v1::TokenizeResponse* out) {
+                              return Tokenize(request, out);
+                            }));
+  MarkMethodCallback(2, UnaryHandler<v1::GetModelInfoRequest, v1::ModelInfo>(
+                            [this](const v1::GetModelInfoRequest&, v1::ModelInfo* out) {
+                              return GetModelInfo(out);
+                            }));
+  MarkMethodCallback(3, UnaryHandler<v1::GetServerStatusRequest, v1::ServerStatus>(
+                            [this](const v1::GetServerStatusRequest&, v1::ServerStatus* out) {
+                              return GetServerStatus(out);
+                            }));
 }
 
-GenerationService::~GenerationService() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
-  watcher_.join();
-}
-
-void GenerationService::WatchCancellations() {
-  absl::MutexLock lock(&mu_);
-  auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), kCancelPoll)) {
-    // IsCancelled() is thread-safe: on a sync call it polls the call's own completion queue
-    // without blocking (gRPC allows several pluckers, the handler's Write being another).
-    for (const auto& [context, stream] : streaming_) {
-      if (context->IsCancelled()) stream->Wake();
-    }
-  }
-}
+GenerationService::~GenerationService() = default;
 
 absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest& request) const {
   const common::Tokenizer& tok = model_->tokenizer;
@@ -282,148 +212,26 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   return r;
 }
 
-grpc::Status GenerationService::Generate(grpc::ServerContext* context,
-                                         const v1::GenerateRequest* request,
-                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  return Serve(context, *request, absl::OkStatus(), writer);
-}
-
-grpc::Status GenerationService::GenerateBytes(grpc::ServerContext* context,
-                                              const grpc::ByteBuffer* request,
-                                              grpc::ServerWriter<v1::GenerateResponse>* writer) {
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request) {
   v1::GenerateRequest decoded;
   absl::Status status = CheckRequestSize(request->Length(), limits_.max_request_bytes);
   if (status.ok()) status = DecodeRequest(Flatten(*request), limits_.max_request_bytes, &decoded);
-  return Serve(context, decoded, status, writer);
+  return GenerateCall::Start(this, context, decoded, status);
 }
 
-grpc::Status GenerationService::Serve(grpc::ServerContext* context,
-                                      const v1::GenerateRequest& request,
-                                      const absl::Status& decoded,
-                                      grpc::ServerWriter<v1::GenerateResponse>* writer) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++active_calls_;
-  }
-  const double start = engine_->Now();
-  Outcome out;
-  if (decoded.ok()) {
-    Run(context, request, writer, &out);
-  } else {
-    out.status = ToGrpc(decoded);
-  }
-  Report(out, request.request_id(), engine_->Now() - start);
+void GenerationService::CallStarted(std::shared_ptr<GenerateCall> call) {
   absl::MutexLock lock(&mu_);
-  --active_calls_;
-  return out.status;
+  GenerateCall* key = call.get();
+  calls_.emplace(key, std::move(call));
 }
 
-void GenerationService::Run(grpc::ServerContext* context, const v1::GenerateRequest& proto,
-                            grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
-  absl::StatusOr<NewRequest> r = Validate(proto);
-  if (!r.ok()) {
-    out->status = ToGrpc(r.status());
-    return;
-  }
-  r->id = engine_->NextRequestId();
-  out->id = r->id;
-  out->prompt_tokens = static_cast<int32_t>(r->prompt.size());
-  const auto deadline = context->deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    const std::chrono::duration<double> left = deadline - std::chrono::system_clock::now();
-    r->deadline = engine_->Now() + left.count();
-  }
-  auto stream = std::make_shared<RequestStream>();
-  if (absl::Status s = engine_->Submit(*r, stream); !s.ok()) {
-    out->status = ToGrpc(s);
-    return;
-  }
-  Stream(context, *r, proto, std::move(stream), writer, out);
+void GenerationService::CallEnded(GenerateCall* call) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(call);
 }
 
-void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& request,
-                               const v1::GenerateRequest& proto,
-                               std::shared_ptr<RequestStream> stream,
-                               grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
-  // Watched for cancellation from here until the handler returns.
-  {
-    absl::MutexLock lock(&mu_);
-    streaming_[context] = stream;
-    if (aborting_.load()) stream->Wake();  // AbortAll ran before this call was watched
-  }
-  struct Unwatch {
-    GenerationService* service;
-    grpc::ServerContext* context;
-    ~Unwatch() {
-      absl::MutexLock lock(&service->mu_);
-      service->streaming_.erase(context);
-    }
-  } unwatch{this, context};
-  common::StreamingDetokenizer detok(model_->tokenizer);
-  StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
-  std::string matched_stop;  // set once a stop string matched; later tokens are dropped
-  for (;;) {
-    RequestStream::Update update = stream->Wait(kIdleWait);
-    if (context->IsCancelled()) {
-      const bool expired = context->deadline() <= std::chrono::system_clock::now();
-      engine_->Finish(request.id, expired ? FinishReason::kDeadline : FinishReason::kCancelled,
-                      expired ? "deadline exceeded" : "cancelled by the client");
-      out->status = expired ? grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded")
-                            : grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
-      return;
-    }
-    if (!update.finished) {
-      // A drain that ran out of time; a request whose end already arrived still gets it.
-      if (std::optional<std::string> why = AbortMessage()) {
-        engine_->Finish(request.id, FinishReason::kCancelled, *why);
-        out->status = grpc::Status(grpc::StatusCode::UNAVAILABLE, *why);
-        return;
-      }
-    }
-    v1::GenerateResponse response;
-    response.set_request_id(proto.request_id());
-    std::string text;
-    for (int32_t t : update.tokens) {
-      if (!matched_stop.empty()) break;
-      response.add_token_ids(t);
-      ++out->sent_tokens;
-      StopMatcher::Result m = stops.Push(detok.Push(t));
-      text += m.text;
-      if (m.matched) {
-        matched_stop = m.stop;
-        engine_->Finish(request.id, FinishReason::kStopString, "");
-      }
-    }
-    std::optional<Event> final;
-    if (update.finished) {
-      final = std::move(update.finished);
-      if (matched_stop.empty()) {
-        text += stops.Push(detok.Flush()).text + stops.Flush();
-      } else {
-        // The match wins even when the core finished for another reason in the same
-        // iteration; tokens past the match were never sent.
-        final->reason = FinishReason::kStopString;
-        final->completion_tokens = out->sent_tokens;
-      }
-      FillFinished(*final, response.mutable_finished());
-      response.mutable_finished()->set_matched_stop(matched_stop);
-    }
-    if (response.token_ids_size() == 0 && !final) continue;
-    response.set_text(std::move(text));
-    if (!writer->Write(response)) {
-      engine_->Finish(request.id, FinishReason::kCancelled, "the client went away");
-      out->status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-      return;
-    }
-    if (final) {
-      out->status = FinalStatus(*final);
-      out->finished = std::move(final);
-      return;
-    }
-  }
-}
-
-void GenerationService::Report(const Outcome& out, const std::string& client_id,
+void GenerationService::Report(const GenerateOutcome& out, const std::string& client_id,
                                double handler_seconds) {
   const grpc::StatusCode code = out.status.error_code();
   if (metrics_ != nullptr) {
@@ -457,10 +265,14 @@ void GenerationService::Report(const Outcome& out, const std::string& client_id,
 }
 
 void GenerationService::AbortAll(const std::string& message) {
-  absl::MutexLock lock(&mu_);
-  abort_message_ = message;
-  aborting_.store(true);
-  for (const auto& [context, stream] : streaming_) stream->Wake();
+  std::vector<std::shared_ptr<GenerateCall>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    abort_message_ = message;
+    aborting_.store(true);
+    for (const auto& [key, call] : calls_) calls.push_back(call);
+  }
+  for (const std::shared_ptr<GenerateCall>& call : calls) call->Abort(message);
 }
 
 std::optional<std::string> GenerationService::AbortMessage() {
@@ -471,36 +283,27 @@ std::optional<std::string> GenerationService::AbortMessage() {
 
 bool GenerationService::WaitNoActiveCalls(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return active_calls_ == 0; };
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); };
   return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
 }
 
-grpc::Status GenerationService::TokenizeBytes(grpc::ServerContext* context,
-                                              const grpc::ByteBuffer* request,
-                                              v1::TokenizeResponse* response) {
-  v1::TokenizeRequest decoded;
-  absl::Status status = CheckRequestSize(request->Length(), limits_.max_request_bytes);
-  if (status.ok()) status = DecodeRequest(Flatten(*request), limits_.max_request_bytes, &decoded);
-  if (!status.ok()) return ToGrpc(status);
-  return Tokenize(context, &decoded, response);
-}
-
-grpc::Status GenerationService::Tokenize(grpc::ServerContext* context,
-                                         const v1::TokenizeRequest* request,
+grpc::Status GenerationService::Tokenize(const grpc::ByteBuffer& request,
                                          v1::TokenizeResponse* response) {
-  if (!common::IsValidUtf8(request->text())) {
+  v1::TokenizeRequest decoded;
+  absl::Status status = CheckRequestSize(request.Length(), limits_.max_request_bytes);
+  if (status.ok()) status = DecodeRequest(Flatten(request), limits_.max_request_bytes, &decoded);
+  if (!status.ok()) return ToGrpcStatus(status);
+  if (!common::IsValidUtf8(decoded.text())) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "text is not valid UTF-8");
   }
-  for (int32_t id : model_->tokenizer.Encode(request->text(), request->add_bos())) {
+  for (int32_t id : model_->tokenizer.Encode(decoded.text(), decoded.add_bos())) {
     response->add_token_ids(id);
     response->add_pieces(std::string(model_->tokenizer.Piece(id)));
   }
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* context,
-                                             const v1::GetModelInfoRequest* request,
-                                             v1::ModelInfo* response) {
+grpc::Status GenerationService::GetModelInfo(v1::ModelInfo* response) {
   const common::ModelConfig& c = model_->config;
   response->set_name(c.name);
   response->set_architecture(c.architecture);
@@ -513,9 +316,7 @@ grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status GenerationService::GetServerStatus(grpc::ServerContext* context,
-                                                const v1::GetServerStatusRequest* request,
-                                                v1::ServerStatus* response) {
+grpc::Status GenerationService::GetServerStatus(v1::ServerStatus* response) {
   EngineStatus s = engine_->Status();
   response->set_requests_waiting(static_cast<uint32_t>(s.waiting));
   response->set_requests_running(static_cast<uint32_t>(s.running));

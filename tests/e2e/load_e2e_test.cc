@@ -30,8 +30,8 @@ constexpr int kConnections = 8;
 constexpr int kPromptTokens = 8;
 constexpr int kMaxTokens = 32;
 constexpr int kVocab = 600;
-// The scheduler's resident memory must stay under this during and after the run. It holds one
-// handler thread per open stream (gRPC's sync server), whose stacks are mostly untouched.
+// The scheduler's resident memory must stay under this during and after the run (it serves
+// every stream from gRPC's callback threads: no thread per stream).
 constexpr int64_t kSchedulerRssBoundKiB = 256 * 1024;
 // Each phase (1,000 streams of kMaxTokens tokens) must be done by then on a loaded 2-core
 // machine: a stream past it fails (lost).

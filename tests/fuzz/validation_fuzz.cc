@@ -25,7 +25,7 @@
 #include "google/protobuf/stubs/logging.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/core/scheduler.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 #include "scheduler/service/generation_service.h"
 #include "scheduler/service/request_decoder.h"
 #include "scheduler/service/served_model.h"

@@ -1,7 +1,9 @@
 // Engine under concurrency, without a network: plans reach each worker in the order the core
 // built them, even when request handlers and the link thread build them at the same time
-// (overlap allows two plans in flight, and a reordered pair makes the worker fail the plan).
-#include "scheduler/service/engine.h"
+// (overlap allows two plans in flight, and a reordered pair makes the worker fail the plan);
+// a worker's next plan leaves before the result's tokens are flushed to their sinks; a sink
+// may call into the engine from Flush (a stop string does).
+#include "scheduler/engine/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -11,6 +13,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -18,7 +21,7 @@ namespace {
 // Records plan order and hands plans to the scripted worker thread.
 class OrderCheckingChannel : public WorkerChannel {
  public:
-  bool SendPlan(const Plan& plan) override {
+  void SendPlan(const Plan& plan) override {
     // Writes take varying time, as encoding and a gRPC write do: a later plan may overtake an
     // earlier one unless the engine orders the writes.
     absl::SleepFor(absl::Microseconds(plan.iteration % 3 == 0 ? 200 : 0));
@@ -26,7 +29,6 @@ class OrderCheckingChannel : public WorkerChannel {
     if (plan.iteration <= last_iteration_) ++out_of_order_;
     last_iteration_ = plan.iteration;
     queue_.push_back(plan);
-    return true;
   }
   // The next plan, or nullopt after `timeout`.
   std::optional<Plan> Next(absl::Duration timeout) {
@@ -55,9 +57,9 @@ TEST(EngineTest, PlansReachTheWorkerInOrderUnderConcurrentSubmits) {
   options.max_plans_in_flight = 2;
   Engine engine(options, [] { return 0.0; });
   auto channel = std::make_shared<OrderCheckingChannel>();
-  const WorkerId worker =
-      engine.AttachWorker("w0", {.num_pages = 4096, .page_size = 4, .max_batch_tokens = 4096},
-                          channel, [](WorkerId) {});
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 4096, .page_size = 4, .max_batch_tokens = 4096},
+                      channel);
   std::atomic<bool> done{false};
   // The worker answers every plan, in the order received, sampling token 7 where asked.
   std::thread responder([&] {
@@ -101,6 +103,147 @@ TEST(EngineTest, PlansReachTheWorkerInOrderUnderConcurrentSubmits) {
   responder.join();
   EXPECT_EQ(channel->out_of_order(), 0);
   EXPECT_EQ(finished_ok.load(), kThreads * kRequestsPerThread);
+}
+
+// Numbers the events of a test in the order they happen, across channel and sinks.
+class Sequencer {
+ public:
+  int Next() { return next_.fetch_add(1); }
+
+ private:
+  std::atomic<int> next_{0};
+};
+
+class RecordingChannel : public WorkerChannel {
+ public:
+  explicit RecordingChannel(Sequencer* seq) : seq_(seq) {}
+  void SendPlan(const Plan& plan) override {
+    absl::MutexLock lock(&mu_);
+    plans_.push_back(plan);
+    sent_at_.push_back(seq_->Next());
+  }
+  Plan plan(size_t i) {
+    absl::MutexLock lock(&mu_);
+    return plans_.at(i);
+  }
+  int sent_at(size_t i) {
+    absl::MutexLock lock(&mu_);
+    return sent_at_.at(i);
+  }
+  size_t size() {
+    absl::MutexLock lock(&mu_);
+    return plans_.size();
+  }
+
+ private:
+  Sequencer* seq_;
+  absl::Mutex mu_;
+  std::vector<Plan> plans_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> sent_at_ ABSL_GUARDED_BY(mu_);
+};
+
+// A sink that records when it was flushed, and can end its request from Flush once it holds
+// `stop_after` tokens, as the service does on a stop string.
+class RecordingSink : public RequestSink {
+ public:
+  RecordingSink(Sequencer* seq, Engine* engine, RequestId id, size_t stop_after)
+      : seq_(seq), engine_(engine), id_(id), stop_after_(stop_after) {}
+  bool OnToken(int32_t token) override {
+    absl::MutexLock lock(&mu_);
+    tokens_.push_back(token);
+    return true;
+  }
+  bool OnFinished(Event event) override {
+    absl::MutexLock lock(&mu_);
+    finished_ = std::move(event);
+    return true;
+  }
+  void Flush() override {
+    bool stop = false;
+    {
+      absl::MutexLock lock(&mu_);
+      flushed_at_.push_back(seq_->Next());
+      stop = stop_after_ > 0 && tokens_.size() >= stop_after_ && !stopped_;
+      stopped_ = stopped_ || stop;
+    }
+    if (stop) engine_->Finish(id_, FinishReason::kStopString, "");  // not under mu_
+  }
+  std::vector<int> flushed_at() {
+    absl::MutexLock lock(&mu_);
+    return flushed_at_;
+  }
+  std::optional<Event> finished() {
+    absl::MutexLock lock(&mu_);
+    return finished_;
+  }
+
+ private:
+  Sequencer* seq_;
+  Engine* engine_;
+  const RequestId id_;
+  const size_t stop_after_;
+  absl::Mutex mu_;
+  std::vector<int32_t> tokens_ ABSL_GUARDED_BY(mu_);
+  std::optional<Event> finished_ ABSL_GUARDED_BY(mu_);
+  std::vector<int> flushed_at_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// Answers plan `i` of `channel` with token 7 for every sampling step.
+void Answer(Engine& engine, WorkerId worker, RecordingChannel& channel, size_t i) {
+  const Plan plan = channel.plan(i);
+  std::vector<SampledToken> sampled;
+  for (const PlanStep& s : plan.steps) {
+    if (s.sample) sampled.push_back({s.seq_id, 7});
+  }
+  engine.OnWorkerResult(worker, plan.iteration, sampled, "");
+}
+
+TEST(EngineTest, NextPlanLeavesBeforeTheTokensAreFlushed) {
+  SchedulerOptions options;
+  options.context_length = 64;
+  options.max_plans_in_flight = 1;
+  Engine engine(options, [] { return 0.0; });
+  Sequencer seq;
+  auto channel = std::make_shared<RecordingChannel>(&seq);
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 64},
+                      channel);
+  NewRequest r;
+  r.id = engine.NextRequestId();
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 4;
+  auto sink = std::make_shared<RecordingSink>(&seq, &engine, r.id, 0);
+  ASSERT_TRUE(engine.Submit(r, sink).ok());
+  ASSERT_EQ(channel->size(), 1u);  // the prefill
+  Answer(engine, worker, *channel, 0);
+  ASSERT_EQ(channel->size(), 2u);  // the first decode
+  ASSERT_EQ(sink->flushed_at().size(), 1u);
+  EXPECT_LT(channel->sent_at(1), sink->flushed_at()[0]);
+}
+
+TEST(EngineTest, SinkMayEndItsRequestFromFlush) {
+  SchedulerOptions options;
+  options.context_length = 64;
+  options.max_plans_in_flight = 2;
+  Engine engine(options, [] { return 0.0; });
+  Sequencer seq;
+  auto channel = std::make_shared<RecordingChannel>(&seq);
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 64},
+                      channel);
+  NewRequest r;
+  r.id = engine.NextRequestId();
+  r.prompt = {1, 2, 3};
+  r.max_tokens = 20;
+  auto sink = std::make_shared<RecordingSink>(&seq, &engine, r.id, 2);
+  ASSERT_TRUE(engine.Submit(r, sink).ok());
+  for (size_t i = 0; i < channel->size() && !sink->finished(); ++i) {
+    Answer(engine, worker, *channel, i);
+  }
+  ASSERT_TRUE(sink->finished().has_value());
+  EXPECT_EQ(sink->finished()->reason, FinishReason::kStopString);
+  EXPECT_EQ(engine.Status().running, 0u);
 }
 
 }  // namespace

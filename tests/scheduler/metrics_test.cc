@@ -1,6 +1,6 @@
 // SchedulerMetrics on its own (names, labels, scrape-time gauges) and fed by a real Engine
 // driven by a scripted worker, without a network: counts must match the traffic exactly.
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -40,7 +41,8 @@ TEST(SchedulerMetricsTest, EveryMetricHasHelpAndType) {
   for (const char* name :
        {"pagoda_time_to_first_token_seconds", "pagoda_inter_token_latency_seconds",
         "pagoda_e2e_request_latency_seconds", "pagoda_request_queue_time_seconds",
-        "pagoda_iteration_tokens", "pagoda_iteration_planning_seconds"}) {
+        "pagoda_iteration_tokens", "pagoda_iteration_planning_seconds",
+        "pagoda_scheduler_turnaround_seconds"}) {
     EXPECT_TRUE(absl::StrContains(text, std::string("# TYPE ") + name + " histogram")) << name;
     EXPECT_TRUE(absl::StrContains(text, std::string("# HELP ") + name + " ")) << name;
   }
@@ -96,10 +98,7 @@ TEST(SchedulerMetricsTest, StateGaugesAreCopiedAtScrapeTimeAndLeftWorkersDisappe
 // Captures the engine's plans; the test answers them in order.
 class ScriptedChannel : public WorkerChannel {
  public:
-  bool SendPlan(const Plan& plan) override {
-    plans.push_back(plan);
-    return true;
-  }
+  void SendPlan(const Plan& plan) override { plans.push_back(plan); }
   std::deque<Plan> plans;
 };
 
@@ -112,8 +111,9 @@ TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
   Engine engine(
       options, [&] { return now; }, &metrics);
   auto channel = std::make_shared<ScriptedChannel>();
-  const WorkerId worker = engine.AttachWorker(
-      "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 1024}, channel, [](WorkerId) {});
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 1024},
+                      channel);
   constexpr int kMaxTokens = 4;
   NewRequest r;
   r.id = engine.NextRequestId();
@@ -153,6 +153,9 @@ TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
   EXPECT_EQ(Value(text, "pagoda_iteration_tokens_count"), plans);
   EXPECT_EQ(Value(text, "pagoda_iteration_tokens_sum"), planned_tokens);
   EXPECT_EQ(Value(text, "pagoda_iteration_planning_seconds_count"), plans);
+  // A result followed by a plan for its worker: every plan but the one Submit built, at most.
+  EXPECT_GE(Value(text, "pagoda_scheduler_turnaround_seconds_count"), 1);
+  EXPECT_LE(Value(text, "pagoda_scheduler_turnaround_seconds_count"), plans - 1);
 }
 
 }  // namespace

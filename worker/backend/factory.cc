@@ -67,7 +67,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const Lla
   if (options.backend == "cpu") return CreateCpu(std::move(model), options);
   if (options.backend == "cuda") return CreateCuda(std::move(model), options);
   return absl::InvalidArgumentError(
-      absl::StrFormat("unsupported --backend \"%s\"; supported: cpu, cuda", options.backend));
+      absl::StrFormat("unsupported --backend \"%s\"; supported: cpu, cuda (and synthetic, "
+                      "which pagoda-worker builds from the file's metadata alone)",
+                      options.backend));
 }
 
 }  // namespace pagoda::worker

@@ -5,6 +5,7 @@
 #include <deque>
 #include <map>
 #include <random>
+#include <set>
 
 namespace pagoda::scheduler {
 namespace {
@@ -468,6 +469,24 @@ TEST(SchedulerTest, PlacementPrefersMostFreeKvThenFewestRunning) {
   auto q = t.Schedule(2, 0);
   ASSERT_TRUE(q.has_value());
   EXPECT_EQ(q->steps[0].seq_id, 2u);
+}
+
+// A burst (at least one waiting request per worker): each worker takes its fair share of the
+// burst in its first plan, instead of one request per plan (the one with the most free KV
+// changes after every admission).
+TEST(SchedulerTest, BurstIsSharedAmongWorkersInOnePlanEach) {
+  Scheduler s(Options(/*budget=*/256));
+  for (WorkerId w = 1; w <= 4; ++w) s.AddWorker(w, Worker(64));
+  for (RequestId id = 1; id <= 16; ++id) ASSERT_TRUE(s.AddRequest(Request(id, 4, 4), 0).ok());
+  std::set<RequestId> admitted;
+  for (WorkerId w = 1; w <= 4; ++w) {
+    auto p = s.Schedule(w, 0);
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->steps.size(), 4u) << "worker " << w;
+    for (const PlanStep& step : p->steps) admitted.insert(step.seq_id);
+  }
+  EXPECT_EQ(admitted.size(), 16u);
+  EXPECT_EQ(s.num_waiting(), 0u);
 }
 
 }  // namespace

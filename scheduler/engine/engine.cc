@@ -1,10 +1,11 @@
-#include "scheduler/service/engine.h"
+#include "scheduler/engine/engine.h"
 
 #include <chrono>
 #include <deque>
 
+#include "absl/time/clock.h"
 #include "common/log.h"
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -17,20 +18,23 @@ double SteadySeconds() {
 
 }  // namespace
 
-// One worker's plans between the core and the stream. Push() runs under the engine lock, so the
-// queue holds plans in the order the core built them; Flush() runs outside it and writes them
-// in that order, one writer at a time (a slow stream delays only its own worker's plans).
+// One worker's plans between the core and the channel. Push() runs under the engine lock, so
+// the queue holds plans in the order the core built them; Flush() runs outside it and hands
+// them to the channel in that order, one flusher at a time. The channel only queues, so a
+// flush never waits for the network.
 class Engine::Outbox {
  public:
   explicit Outbox(std::shared_ptr<WorkerChannel> channel) : channel_(std::move(channel)) {}
 
-  void Push(Plan plan) {
+  // True when the queue was empty (the caller then owes it a Flush()).
+  bool Push(Plan plan) {
     absl::MutexLock lock(&mu_);
     queue_.push_back(std::move(plan));
+    return queue_.size() == 1;
   }
 
   void Flush() {
-    absl::MutexLock writing(&send_mu_);
+    absl::MutexLock sending(&send_mu_);
     for (;;) {
       Plan plan;
       {
@@ -39,15 +43,13 @@ class Engine::Outbox {
         plan = std::move(queue_.front());
         queue_.pop_front();
       }
-      // A failed send means a broken stream: the link handler sees it too and detaches the
-      // worker, which re-queues the plan's sequences.
       channel_->SendPlan(plan);
     }
   }
 
  private:
   const std::shared_ptr<WorkerChannel> channel_;
-  absl::Mutex send_mu_;  // held while writing; taken before mu_
+  absl::Mutex send_mu_;  // held while handing plans over; taken before mu_
   absl::Mutex mu_;
   std::deque<Plan> queue_ ABSL_GUARDED_BY(mu_);
 };
@@ -61,8 +63,13 @@ RequestId Engine::NextRequestId() {
   return next_request_id_++;
 }
 
-absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestStream> stream) {
-  std::vector<Outgoing> outgoing;
+WorkerId Engine::NextWorkerId() {
+  absl::MutexLock lock(&mu_);
+  return next_worker_id_++;
+}
+
+absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestSink> sink) {
+  Outgoing out;
   {
     absl::MutexLock lock(&mu_);
     if (draining_) {
@@ -73,53 +80,48 @@ absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestStream> s
     }
     const RequestId id = request.id;
     const double now = clock_();
-    Tracked tracked{std::move(stream), static_cast<int32_t>(request.prompt.size()), now};
+    Tracked tracked{std::move(sink), static_cast<int32_t>(request.prompt.size()), now};
     absl::Status status = scheduler_.AddRequest(std::move(request), now);
     if (!status.ok()) return status;
-    streams_[id] = std::move(tracked);
-    outgoing = PlanAndRouteLocked();
+    tracked_[id] = std::move(tracked);
+    PlanAndRouteLocked(&out);
   }
-  Send(std::move(outgoing));
+  Deliver(std::move(out));
   return absl::OkStatus();
 }
 
 void Engine::Finish(RequestId id, FinishReason reason, const std::string& why) {
-  std::vector<Outgoing> outgoing;
+  Outgoing out;
   {
     absl::MutexLock lock(&mu_);
     scheduler_.Finish(id, reason, why, clock_());
-    outgoing = PlanAndRouteLocked();
+    PlanAndRouteLocked(&out);
   }
-  Send(std::move(outgoing));
+  Deliver(std::move(out));
 }
 
-WorkerId Engine::AttachWorker(const std::string& name, const WorkerInfo& info,
-                              std::shared_ptr<WorkerChannel> channel,
-                              const std::function<void(WorkerId)>& on_attached) {
-  std::vector<Outgoing> outgoing;
+void Engine::AttachWorker(WorkerId id, const std::string& name, const WorkerInfo& info,
+                          std::shared_ptr<WorkerChannel> channel) {
+  Outgoing out;
   std::function<void(size_t)> callback;
   size_t count = 0;
-  WorkerId id = 0;
   {
     absl::MutexLock lock(&mu_);
-    id = next_worker_id_++;
-    on_attached(id);  // under the lock: no plan for `id` can be built before it
     workers_[id] = AttachedWorker{name, info, std::make_shared<Outbox>(std::move(channel))};
     scheduler_.AddWorker(id, info);
-    outgoing = PlanAndRouteLocked();
+    PlanAndRouteLocked(&out);
     callback = workers_changed_;
     count = workers_.size();
   }
   PAGODA_LOG(kInfo, "scheduler", "worker %d attached: %s, %d pages of %d tokens", id, name,
              info.num_pages, info.page_size);
   if (callback) callback(count);
-  Send(std::move(outgoing));
-  return id;
+  Deliver(std::move(out));
 }
 
 void Engine::DetachWorker(WorkerId id) {
   AttachedWorker detached;
-  std::vector<Outgoing> outgoing;
+  Outgoing out;
   std::function<void(size_t)> callback;
   size_t count = 0;
   {
@@ -129,19 +131,24 @@ void Engine::DetachWorker(WorkerId id) {
     detached = std::move(it->second);
     workers_.erase(it);
     scheduler_.RemoveWorker(id);
-    outgoing = PlanAndRouteLocked();
+    PlanAndRouteLocked(&out);
     callback = workers_changed_;
     count = workers_.size();
   }
   PAGODA_LOG(kInfo, "scheduler", "worker %d detached: %s, %d pages; its sequences are re-queued",
              id, detached.name, detached.info.num_pages);
   if (callback) callback(count);
-  Send(std::move(outgoing));
+  Deliver(std::move(out));
 }
 
 void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
-                            const std::vector<SampledToken>& sampled, const std::string& error) {
-  std::vector<Outgoing> outgoing;
+                            const std::vector<SampledToken>& sampled, const std::string& error,
+                            absl::Time received) {
+  if (received == absl::InfiniteFuture()) received = absl::Now();
+  // The worker waits for its next plan, the clients for their tokens: plan first, hand the
+  // plans out, then route the tokens (a second, short hold of the lock) and flush the sinks.
+  Outgoing out;
+  std::shared_ptr<Outbox> own;  // this worker's outbox, for the turnaround
   {
     absl::MutexLock lock(&mu_);
     const double now = clock_();
@@ -155,25 +162,39 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
                    std::string(status.message()));
       }
     }
-    outgoing = PlanAndRouteLocked();
+    PlanLocked(now, &out);
+    if (auto it = workers_.find(id); it != workers_.end()) own = it->second.outbox;
   }
-  Send(std::move(outgoing));
+  bool planned = false;
+  for (std::shared_ptr<Outbox>& outbox : out.outboxes) {
+    outbox->Flush();
+    planned = planned || outbox == own;
+  }
+  if (planned && metrics_ != nullptr) {
+    metrics_->OnTurnaround(absl::ToDoubleSeconds(absl::Now() - received));
+  }
+  out.outboxes.clear();
+  {
+    absl::MutexLock lock(&mu_);
+    RouteEventsLocked(&out);
+  }
+  Deliver(std::move(out));
 }
 
-void Engine::RouteEventsLocked() {
+void Engine::RouteEventsLocked(Outgoing* out) {
   std::vector<Event> events = scheduler_.TakeEvents();
   const double now = events.empty() || metrics_ == nullptr ? 0 : clock_();
   for (Event& e : events) {
-    auto it = streams_.find(e.id);
-    if (it == streams_.end()) continue;
+    auto it = tracked_.find(e.id);
+    if (it == tracked_.end()) continue;
     Tracked& t = it->second;
     if (e.kind == Event::Kind::kToken) {
       if (metrics_ != nullptr) ObserveToken(t, now);
-      t.stream->PushToken(e.token);
+      if (t.sink->OnToken(e.token)) out->sinks.push_back(t.sink);
     } else {
       if (metrics_ != nullptr) ObserveFinished(t, e);
-      t.stream->PushFinished(std::move(e));
-      streams_.erase(it);
+      if (t.sink->OnFinished(std::move(e))) out->sinks.push_back(std::move(t.sink));
+      tracked_.erase(it);
     }
   }
 }
@@ -195,10 +216,7 @@ void Engine::ObserveFinished(const Tracked& t, const Event& e) {
       timings.first_scheduled >= 0 ? timings.first_scheduled - timings.arrival : -1);
 }
 
-std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
-  RouteEventsLocked();
-  std::vector<Outgoing> outgoing;
-  const double now = clock_();
+void Engine::PlanLocked(double now, Outgoing* out) {
   for (auto& [id, worker] : workers_) {
     // Up to max_plans_in_flight plans per worker (overlap): keep asking until it says no.
     for (;;) {
@@ -206,17 +224,21 @@ std::vector<Engine::Outgoing> Engine::PlanAndRouteLocked() {
       std::optional<Plan> plan = scheduler_.Schedule(id, now);
       if (!plan) break;
       if (metrics_ != nullptr) metrics_->OnPlan(plan->num_tokens, SteadySeconds() - start);
-      worker.outbox->Push(std::move(*plan));
-      if (outgoing.empty() || outgoing.back() != worker.outbox) outgoing.push_back(worker.outbox);
+      if (worker.outbox->Push(std::move(*plan))) out->outboxes.push_back(worker.outbox);
     }
   }
-  // Scheduling may have finished requests (deadlines): route those events too.
-  RouteEventsLocked();
-  return outgoing;
 }
 
-void Engine::Send(std::vector<Outgoing> outgoing) {
-  for (Outgoing& outbox : outgoing) outbox->Flush();
+void Engine::PlanAndRouteLocked(Outgoing* out) {
+  PlanLocked(clock_(), out);
+  // Events of what came before and of scheduling (deadlines), in the order the core emitted
+  // them.
+  RouteEventsLocked(out);
+}
+
+void Engine::Deliver(Outgoing out) {
+  for (std::shared_ptr<Outbox>& outbox : out.outboxes) outbox->Flush();
+  for (std::shared_ptr<RequestSink>& sink : out.sinks) sink->Flush();
 }
 
 EngineStatus Engine::Status() {
@@ -246,13 +268,13 @@ void Engine::SetWorkersChangedCallback(std::function<void(size_t)> callback) {
 size_t Engine::StartDrain() {
   absl::MutexLock lock(&mu_);
   draining_ = true;
-  return streams_.size();
+  return tracked_.size();
 }
 
 bool Engine::WaitIdle(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
-  // streams_ holds exactly the submitted requests the core has not finished.
-  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return streams_.empty(); };
+  // tracked_ holds exactly the submitted requests the core has not finished.
+  auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return tracked_.empty(); };
   return mu_.AwaitWithDeadline(absl::Condition(&idle), deadline);
 }
 

@@ -1,9 +1,8 @@
-// RequestStream: the mailbox between the engine and one Generate handler.
+// RequestStream: a RequestSink that a thread waits on (tests and in-process callers).
 //
-// The engine pushes tokens and, last, the finish event; the handler thread waits for them.
-// Wake() ends a wait with nothing new, so that the handler looks at its call again (the client
-// cancelled, the server is aborting). Thread-safe; shared by std::shared_ptr so either side may
-// go away first.
+// The engine pushes tokens and, last, the finish event; Wait() returns what arrived. Wake()
+// ends a wait with nothing new. Thread-safe; shared by std::shared_ptr so either side may go
+// away first. The gRPC service does not use it: its calls are their own sinks.
 #pragma once
 
 #include <optional>
@@ -12,18 +11,20 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "scheduler/core/types.h"
+#include "scheduler/engine/request_sink.h"
 
 namespace pagoda::scheduler {
 
-class RequestStream {
+class RequestStream final : public RequestSink {
  public:
   struct Update {
     std::vector<int32_t> tokens;    // new tokens, in order
     std::optional<Event> finished;  // set once, after the last token
   };
 
-  void PushToken(int32_t token);
-  void PushFinished(Event event);
+  bool OnToken(int32_t token) override;
+  bool OnFinished(Event event) override;
+  void Flush() override {}  // waiters are woken by the pushes themselves
   void Wake();
   // Waits up to `timeout` for news or a Wake(); returns what arrived since the last call (maybe
   // nothing).

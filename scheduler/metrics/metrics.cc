@@ -1,4 +1,4 @@
-#include "scheduler/service/metrics.h"
+#include "scheduler/metrics/metrics.h"
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
@@ -35,6 +35,11 @@ const Histogram::BucketBoundaries kIterationTokenBuckets = {
 // Planning is meant to cost tens of microseconds (ARCHITECTURE.md §5).
 const Histogram::BucketBoundaries kPlanningBuckets = {
     5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 0.1};
+
+// A worker's result in -> its next plan out: meant to stay well under 100 us (issue 15).
+const Histogram::BucketBoundaries kTurnaroundBuckets = {5e-6, 1e-5,   2e-5, 3e-5, 5e-5, 7.5e-5,
+                                                        1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 7.5e-4,
+                                                        1e-3, 2e-3,   5e-3, 1e-2, 5e-2};
 
 prometheus::Gauge& AddGauge(prometheus::Registry& r, const std::string& name,
                             const std::string& help) {
@@ -112,6 +117,10 @@ SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Re
                     "Input tokens per plan (one iteration of one worker).", kIterationTokenBuckets);
   planning_ = &AddHistogram(r, "pagoda_iteration_planning_seconds",
                             "Time the scheduler core took to build one plan.", kPlanningBuckets);
+  turnaround_ = &AddHistogram(r, "pagoda_scheduler_turnaround_seconds",
+                              "A worker's result received to that worker's next plan handed to "
+                              "the transport (decode, apply, plan, encode).",
+                              kTurnaroundBuckets);
   scrape_view_ = std::make_shared<ScrapeView>(this);
 }
 
@@ -121,6 +130,8 @@ void SchedulerMetrics::OnPlan(int32_t num_tokens, double planning_seconds) {
   iteration_tokens_->Observe(num_tokens);
   planning_->Observe(planning_seconds);
 }
+
+void SchedulerMetrics::OnTurnaround(double seconds) { turnaround_->Observe(seconds); }
 
 void SchedulerMetrics::OnFirstToken(double time_to_first_token_seconds, int32_t prompt_tokens) {
   ttft_->Observe(time_to_first_token_seconds);

@@ -1,15 +1,17 @@
-#include "scheduler/service/request_stream.h"
+#include "scheduler/engine/request_stream.h"
 
 namespace pagoda::scheduler {
 
-void RequestStream::PushToken(int32_t token) {
+bool RequestStream::OnToken(int32_t token) {
   absl::MutexLock lock(&mu_);
   pending_.tokens.push_back(token);
+  return false;
 }
 
-void RequestStream::PushFinished(Event event) {
+bool RequestStream::OnFinished(Event event) {
   absl::MutexLock lock(&mu_);
   pending_.finished = std::move(event);
+  return false;
 }
 
 void RequestStream::Wake() {

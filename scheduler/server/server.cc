@@ -1,4 +1,4 @@
-#include "scheduler/service/server.h"
+#include "scheduler/server/server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
@@ -12,10 +12,10 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
+#include "scheduler/engine/engine.h"
 #include "scheduler/link/link_service.h"
-#include "scheduler/service/engine.h"
+#include "scheduler/metrics/metrics.h"
 #include "scheduler/service/generation_service.h"
-#include "scheduler/service/metrics.h"
 
 namespace pagoda::scheduler {
 namespace {

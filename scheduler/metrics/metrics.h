@@ -63,6 +63,8 @@ class SchedulerMetrics {
   // --- events from the Engine ---
   // A plan was built: its input tokens and the time Scheduler::Schedule took to build it.
   void OnPlan(int32_t num_tokens, double planning_seconds);
+  // A worker's result arrived `seconds` before the next plan for that worker left.
+  void OnTurnaround(double seconds);
   // A request's first generated token (or its first sample, when that ended it: EOS, stop id).
   void OnFirstToken(double time_to_first_token_seconds, int32_t prompt_tokens);
   // A generated token, and the time since the previous token of the same request (< 0: first).
@@ -119,6 +121,7 @@ class SchedulerMetrics {
   prometheus::Histogram* queue_;
   prometheus::Histogram* iteration_tokens_;
   prometheus::Histogram* planning_;
+  prometheus::Histogram* turnaround_;
 
   mutable absl::Mutex refresh_mu_;
   std::function<EngineGauges()> source_ ABSL_GUARDED_BY(refresh_mu_);

@@ -1,0 +1,133 @@
+// SyntheticBackend: tokens are a function of the sequence's tokens read back from its pages,
+// whatever the batching; unwritten pages are refused; every step lasts the step time.
+#include "worker/backend/synthetic/synthetic_backend.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "absl/time/clock.h"
+
+namespace pagoda::worker {
+namespace {
+
+constexpr int kPage = 4;
+
+common::ModelConfig Config() {
+  common::ModelConfig c;
+  c.vocab_size = 97;
+  c.context_length = 128;
+  return c;
+}
+
+std::unique_ptr<SyntheticBackend> Make(int pages, absl::Duration step = absl::ZeroDuration()) {
+  auto backend =
+      SyntheticBackend::Create(Config(), {.page_size = kPage, .num_pages = pages, .step = step});
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  return *std::move(backend);
+}
+
+// Generates `n` tokens for `prompt` on `pages`, prefilling in chunks of `chunk` tokens.
+std::vector<int32_t> Generate(SyntheticBackend& b, std::vector<int32_t> seq,
+                              const std::vector<int32_t>& pages, int chunk, int n) {
+  std::vector<int32_t> out;
+  int32_t done = 0;
+  const SampleInput greedy;
+  while (static_cast<int>(out.size()) < n) {
+    const int32_t take = std::min<int32_t>(chunk, static_cast<int32_t>(seq.size()) - done);
+    SeqInput in{std::span<const int32_t>(seq.data() + done, take), done, pages,
+                done + take == static_cast<int32_t>(seq.size())};
+    std::vector<int32_t> tokens;
+    EXPECT_TRUE(b.ForwardSample({&in, 1},
+                                in.want_logits ? std::span(&greedy, 1) : std::span<SampleInput>(),
+                                &tokens)
+                    .ok());
+    done += take;
+    if (!in.want_logits) continue;
+    out.push_back(tokens.at(0));
+    seq.push_back(tokens.at(0));
+  }
+  return out;
+}
+
+TEST(SyntheticBackendTest, TokensFollowTheSequenceWhateverTheChunking) {
+  auto b = Make(64);
+  const std::vector<int32_t> prompt = {5, 17, 3, 88, 41, 2, 9};
+  const std::vector<int32_t> pages = {7, 2, 30, 11, 40, 0};  // positions [0, 24)
+  const std::vector<int32_t> whole = Generate(*b, prompt, pages, 64, 12);
+  // The reference: each token is SyntheticNextToken of everything before it.
+  std::vector<int32_t> seq = prompt;
+  for (int32_t t : whole) {
+    EXPECT_EQ(t, SyntheticNextToken(seq, Config().vocab_size));
+    EXPECT_GE(t, 0);
+    EXPECT_LT(t, Config().vocab_size);
+    seq.push_back(t);
+  }
+  // Other pages, one-token chunks: the same tokens.
+  EXPECT_EQ(Generate(*b, prompt, {1, 3, 5, 9, 13, 21}, 1, 12), whole);
+  // A different prompt gives different tokens (a hash, not a constant).
+  EXPECT_NE(Generate(*b, {5, 17, 3, 88, 41, 2, 10}, pages, 3, 12), whole);
+}
+
+TEST(SyntheticBackendTest, BatchedEqualsAlone) {
+  auto b = Make(256);
+  std::mt19937 rng(3);
+  std::vector<std::vector<int32_t>> seqs(8);
+  std::vector<std::vector<int32_t>> pages(8);
+  std::vector<std::span<const int32_t>> chunks;
+  std::vector<SeqInput> batch;
+  for (int s = 0; s < 8; ++s) {
+    for (int i = 0; i < 5 + s; ++i) seqs[s].push_back(static_cast<int32_t>(rng() % 97));
+    for (int p = 0; p < 4; ++p) pages[s].push_back(s * 4 + p);
+    batch.push_back({seqs[s], 0, pages[s], true});
+  }
+  std::vector<SampleInput> samples(8);
+  std::vector<int32_t> tokens;
+  ASSERT_TRUE(b->ForwardSample(batch, samples, &tokens).ok());
+  ASSERT_EQ(tokens.size(), 8u);
+  for (int s = 0; s < 8; ++s) EXPECT_EQ(tokens[s], SyntheticNextToken(seqs[s], 97));
+  // Forward's logits are one-hot at the same tokens.
+  std::vector<float> logits;
+  ASSERT_TRUE(b->Forward(batch, &logits).ok());
+  ASSERT_EQ(logits.size(), 8u * 97);
+  for (int s = 0; s < 8; ++s) {
+    const float* row = logits.data() + s * 97;
+    EXPECT_EQ(std::max_element(row, row + 97) - row, tokens[s]);
+  }
+}
+
+TEST(SyntheticBackendTest, RefusesUnwrittenPositionsAndBadBatches) {
+  auto b = Make(16);
+  const std::vector<int32_t> token = {4};
+  const std::vector<int32_t> pages = {3, 4};
+  // Decoding at position 5 on pages nothing wrote: the scheduler lost the prefill.
+  SeqInput in{token, 5, pages, true};
+  const SampleInput greedy;
+  std::vector<int32_t> out;
+  absl::Status s = b->ForwardSample({&in, 1}, {&greedy, 1}, &out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("position 0"), std::string::npos) << s;
+  // A page outside the arena is refused as by every backend.
+  const std::vector<int32_t> bad_pages = {16};
+  SeqInput bad{token, 0, bad_pages, true};
+  EXPECT_EQ(b->ForwardSample({&bad, 1}, {&greedy, 1}, &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(SyntheticBackend::Create(Config(), {.page_size = 0, .num_pages = 4}).ok());
+  EXPECT_FALSE(SyntheticBackend::Create(Config(), {.page_size = 4, .num_pages = 0}).ok());
+}
+
+TEST(SyntheticBackendTest, EveryStepLastsAtLeastTheStepTime) {
+  auto b = Make(16, absl::Milliseconds(20));
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  const std::vector<int32_t> pages = {0};
+  SeqInput in{prompt, 0, pages, true};
+  const SampleInput greedy;
+  std::vector<int32_t> out;
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(b->ForwardSample({&in, 1}, {&greedy, 1}, &out).ok());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
+  EXPECT_EQ(b->name(), "synthetic");
+}
+
+}  // namespace
+}  // namespace pagoda::worker

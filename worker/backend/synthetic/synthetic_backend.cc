@@ -1,0 +1,104 @@
+#include "worker/backend/synthetic/synthetic_backend.h"
+
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace pagoda::worker {
+
+int32_t SyntheticNextToken(std::span<const int32_t> tokens, int32_t vocab_size) {
+  uint64_t h = 0xcbf29ce484222325ull ^ static_cast<uint64_t>(tokens.size());
+  for (int32_t t : tokens) h = (h ^ static_cast<uint32_t>(t)) * 0x100000001b3ull;
+  // A murmur-style finalizer, so that neighbouring histories give unrelated tokens.
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  h ^= h >> 33;
+  return static_cast<int32_t>(h % static_cast<uint64_t>(vocab_size));
+}
+
+absl::StatusOr<std::unique_ptr<SyntheticBackend>> SyntheticBackend::Create(
+    const common::ModelConfig& config, const SyntheticBackendOptions& options) {
+  if (options.page_size <= 0 || options.num_pages <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("synthetic backend: page_size (%d) and num_pages (%d) must be positive",
+                        options.page_size, options.num_pages));
+  }
+  if (options.step < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("synthetic backend: the step time must be >= 0");
+  }
+  if (config.vocab_size <= 0) {
+    return absl::InvalidArgumentError("synthetic backend: the model's vocab_size must be > 0");
+  }
+  return std::unique_ptr<SyntheticBackend>(new SyntheticBackend(config, options));
+}
+
+SyntheticBackend::SyntheticBackend(const common::ModelConfig& config,
+                                   const SyntheticBackendOptions& options)
+    : config_(config),
+      options_(options),
+      slots_(static_cast<size_t>(options.num_pages) * options.page_size, -1) {}
+
+int32_t& SyntheticBackend::Slot(const SeqInput& in, int32_t position) {
+  const int32_t page = in.pages[position / options_.page_size];
+  return slots_[static_cast<size_t>(page) * options_.page_size + position % options_.page_size];
+}
+
+absl::StatusOr<int32_t> SyntheticBackend::NextToken(const SeqInput& in, size_t entry) {
+  const int32_t end = in.start_pos + static_cast<int32_t>(in.tokens.size());
+  history_.resize(static_cast<size_t>(end));
+  for (int32_t p = 0; p < end; ++p) {
+    const int32_t token = Slot(in, p);
+    if (token < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("batch entry %d reads position %d, which no earlier step wrote (page %d)",
+                          entry, p, in.pages[p / options_.page_size]));
+    }
+    history_[p] = token;
+  }
+  return SyntheticNextToken(history_, config_.vocab_size);
+}
+
+absl::Status SyntheticBackend::Step(std::span<const SeqInput> batch, std::vector<int32_t>* tokens) {
+  RETURN_IF_ERROR(ValidateBatch(batch, config_, options_.page_size, options_.num_pages));
+  for (const SeqInput& in : batch) {
+    for (size_t i = 0; i < in.tokens.size(); ++i) {
+      Slot(in, in.start_pos + static_cast<int32_t>(i)) = in.tokens[i];
+    }
+  }
+  tokens->clear();
+  for (size_t s = 0; s < batch.size(); ++s) {
+    if (!batch[s].want_logits) continue;
+    ASSIGN_OR_RETURN(int32_t next, NextToken(batch[s], s));
+    tokens->push_back(next);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyntheticBackend::Forward(std::span<const SeqInput> batch,
+                                       std::vector<float>* logits) {
+  const absl::Time start = absl::Now();
+  std::vector<int32_t> tokens;
+  absl::Status status = Step(batch, &tokens);
+  if (status.ok()) {
+    const size_t vocab = static_cast<size_t>(config_.vocab_size);
+    logits->assign(tokens.size() * vocab, 0.0f);
+    for (size_t r = 0; r < tokens.size(); ++r) (*logits)[r * vocab + tokens[r]] = 1.0f;
+  }
+  absl::SleepFor(options_.step - (absl::Now() - start));
+  return status;
+}
+
+absl::Status SyntheticBackend::ForwardSample(std::span<const SeqInput> batch,
+                                             std::span<const SampleInput> samples,
+                                             std::vector<int32_t>* tokens) {
+  const absl::Time start = absl::Now();
+  absl::Status status = Step(batch, tokens);
+  if (status.ok() && tokens->size() != samples.size()) {
+    status = absl::InvalidArgumentError(absl::StrFormat(
+        "%d sampling entries for %d sequences that want logits", samples.size(), tokens->size()));
+  }
+  absl::SleepFor(options_.step - (absl::Now() - start));
+  return status;
+}
+
+}  // namespace pagoda::worker

@@ -1,0 +1,71 @@
+// SyntheticBackend: a worker backend that computes no model, for measuring and testing the
+// scheduler and the worker link at GPU rates on any machine (pagoda-worker --backend synthetic).
+//
+// Contract:
+//  * It answers every Forward/ForwardSample after a fixed step time (options.step), whatever
+//    the batch holds, as a GPU whose decode steps are bound by reading the weights would.
+//  * Its "KV arena" holds the token id written at each page slot, nothing else: Forward writes
+//    each new token at its position's page slot, and a sampled token is SyntheticNextToken() of
+//    the tokens read back from the sequence's pages for positions [0, last new position]. So the
+//    output is a function of the sequence's tokens and position only (batch-invariant, equal
+//    after a preemption and recompute), and a wrong page table changes the output: a test that
+//    compares the streamed tokens with SyntheticNextToken() over prompt + output checks the
+//    scheduler's batching, page tables and routing end to end.
+//  * Reading a slot that no Forward wrote is InvalidArgument naming the entry and position.
+//  * Forward's logits are one-hot at the synthetic token (greedy sampling gives the same token);
+//    ForwardSample ignores the sampling parameters: every request behaves as greedy.
+//  * Batches are validated like every backend's (ValidateBatch). One thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model_config.h"
+#include "worker/backend/backend.h"
+
+namespace pagoda::worker {
+
+struct SyntheticBackendOptions {
+  int page_size = 16;
+  int num_pages = 0;                            // must be positive
+  absl::Duration step = absl::Milliseconds(5);  // every call takes at least this long
+};
+
+// The token that follows `tokens` (the sequence's tokens at positions 0..tokens.size()-1), in
+// [0, vocab_size): an FNV-1a hash of the tokens and their count, finalized and reduced.
+int32_t SyntheticNextToken(std::span<const int32_t> tokens, int32_t vocab_size);
+
+class SyntheticBackend final : public Backend {
+ public:
+  static absl::StatusOr<std::unique_ptr<SyntheticBackend>> Create(
+      const common::ModelConfig& config, const SyntheticBackendOptions& options);
+
+  absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
+  absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
+                             std::vector<int32_t>* tokens) override;
+
+  int page_size() const override { return options_.page_size; }
+  int num_pages() const override { return options_.num_pages; }
+  const common::ModelConfig& config() const override { return config_; }
+  std::string name() const override { return "synthetic"; }
+  size_t kv_bytes() const override { return slots_.size() * sizeof(int32_t); }
+
+ private:
+  SyntheticBackend(const common::ModelConfig& config, const SyntheticBackendOptions& options);
+  // Validates, writes the new tokens and appends the token of every want_logits entry.
+  absl::Status Step(std::span<const SeqInput> batch, std::vector<int32_t>* tokens);
+  absl::StatusOr<int32_t> NextToken(const SeqInput& in, size_t entry);
+  int32_t& Slot(const SeqInput& in, int32_t position);
+
+  const common::ModelConfig config_;
+  const SyntheticBackendOptions options_;
+  std::vector<int32_t> slots_;    // [num_pages * page_size]: the token at each slot, -1 unwritten
+  std::vector<int32_t> history_;  // scratch: one sequence's tokens read back from its pages
+};
+
+}  // namespace pagoda::worker
