@@ -10,6 +10,7 @@ packages=(
   prometheus-cpp-dev prometheus
   gnuplot-nox
   openssl
+  libpcre2-dev
 )
 
 missing=()

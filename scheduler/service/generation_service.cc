@@ -6,12 +6,12 @@
 #include <cmath>
 
 #include "absl/strings/str_format.h"
-#include "common/detokenizer.h"
 #include "common/log.h"
 #include "common/utf8.h"
 #include "scheduler/service/metrics.h"
 #include "scheduler/service/request_decoder.h"
-#include "scheduler/service/stop_matcher.h"
+#include "scheduler/text/detokenizer.h"
+#include "scheduler/text/stop_matcher.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -212,7 +212,7 @@ void GenerationService::WatchCancellations() {
 }
 
 absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest& request) const {
-  const common::Tokenizer& tok = model_->tokenizer;
+  const text::Tokenizer& tok = model_->tokenizer;
   const int32_t vocab = tok.vocab_size();
   const int32_t context = model_->config.context_length;
   NewRequest r;
@@ -359,8 +359,8 @@ void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& r
       service->streaming_.erase(context);
     }
   } unwatch{this, context};
-  common::StreamingDetokenizer detok(model_->tokenizer);
-  StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
+  text::StreamingDetokenizer detok(model_->tokenizer);
+  text::StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
   std::string matched_stop;  // set once a stop string matched; later tokens are dropped
   for (;;) {
     RequestStream::Update update = stream->Wait(kIdleWait);
@@ -387,7 +387,7 @@ void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& r
       if (!matched_stop.empty()) break;
       response.add_token_ids(t);
       ++out->sent_tokens;
-      StopMatcher::Result m = stops.Push(detok.Push(t));
+      text::StopMatcher::Result m = stops.Push(detok.Push(t));
       text += m.text;
       if (m.matched) {
         matched_stop = m.stop;

@@ -2,7 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/gguf_reader.h"
-#include "common/gguf_vocab.h"
+#include "scheduler/text/gguf_vocab.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -18,7 +18,7 @@ absl::StatusOr<ServedModel> LoadServedModel(const std::string& path) {
   if (!file.ok()) return InFile(path, file.status());
   auto config = common::ReadModelConfig(**file);
   if (!config.ok()) return InFile(path, config.status());
-  auto tokenizer = common::LoadGgufTokenizer(**file);
+  auto tokenizer = text::LoadGgufTokenizer(**file);
   if (!tokenizer.ok()) return InFile(path, tokenizer.status());
   if (tokenizer->vocab_size() != config->vocab_size) {
     return absl::InvalidArgumentError(

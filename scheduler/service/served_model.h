@@ -6,7 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
 namespace pagoda::scheduler {
 
@@ -14,7 +14,7 @@ struct ServedModel {
   std::string path;
   std::string fingerprint;
   common::ModelConfig config;
-  common::Tokenizer tokenizer;
+  text::Tokenizer tokenizer;
 };
 
 // Reads the GGUF metadata of `path`; errors name the file and what was wrong.

@@ -11,37 +11,37 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
-#include "common/detokenizer.h"
 #include "common/gguf_reader.h"
-#include "common/gguf_vocab.h"
 #include "common/synthetic_vocab.h"
 #include "common/utf8.h"
+#include "scheduler/text/detokenizer.h"
+#include "scheduler/text/gguf_vocab.h"
 
 namespace pagoda::fuzz {
 namespace {
 
-std::unique_ptr<common::Tokenizer> BuildSyntheticTokenizer() {
+std::unique_ptr<scheduler::text::Tokenizer> BuildSyntheticTokenizer() {
   auto synthetic = common::BuildSyntheticVocab(kSyntheticFuzzVocab, /*seed=*/7);
   if (!synthetic.ok()) {
     FuzzFail(absl::StrCat("synthetic vocabulary: ", synthetic.status().ToString()));
   }
-  common::Vocab vocab;
+  scheduler::text::Vocab vocab;
   vocab.pieces = std::move(synthetic->tokens);
   vocab.scores = std::move(synthetic->scores);
   for (int32_t type : synthetic->token_types) {
-    vocab.types.push_back(static_cast<common::TokenType>(type));
+    vocab.types.push_back(static_cast<scheduler::text::TokenType>(type));
   }
   vocab.bos_id = common::kSyntheticBosId;
   vocab.eos_id = common::kSyntheticEosId;
   vocab.unk_id = common::kSyntheticUnkId;
-  auto tokenizer = common::Tokenizer::Create(std::move(vocab));
+  auto tokenizer = scheduler::text::Tokenizer::Create(std::move(vocab));
   if (!tokenizer.ok()) {
     FuzzFail(absl::StrCat("synthetic tokenizer: ", tokenizer.status().ToString()));
   }
-  return std::make_unique<common::Tokenizer>(*std::move(tokenizer));
+  return std::make_unique<scheduler::text::Tokenizer>(*std::move(tokenizer));
 }
 
-std::unique_ptr<common::Tokenizer> LoadTestModelTokenizer() {
+std::unique_ptr<scheduler::text::Tokenizer> LoadTestModelTokenizer() {
   const char* env = std::getenv("PAGODA_TEST_MODELS");
   const std::filesystem::path dir =
       env != nullptr && *env != '\0'
@@ -52,20 +52,21 @@ std::unique_ptr<common::Tokenizer> LoadTestModelTokenizer() {
   if (!std::filesystem::is_regular_file(path, ec)) return nullptr;
   auto file = common::GgufFile::Open(path.string());
   if (!file.ok()) FuzzFail(absl::StrCat("test model: ", file.status().ToString()));
-  auto tokenizer = common::LoadGgufTokenizer(**file);
+  auto tokenizer = scheduler::text::LoadGgufTokenizer(**file);
   if (!tokenizer.ok()) {
     FuzzFail(absl::StrCat("test model tokenizer: ", tokenizer.status().ToString()));
   }
-  return std::make_unique<common::Tokenizer>(*std::move(tokenizer));
+  return std::make_unique<scheduler::text::Tokenizer>(*std::move(tokenizer));
 }
 
 // Whether "▁" is a piece that text can produce.
-bool HasSpacePiece(const common::Tokenizer& tokenizer) {
+bool HasSpacePiece(const scheduler::text::Tokenizer& tokenizer) {
   for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
-    const common::TokenType type = tokenizer.Type(id);
+    const scheduler::text::TokenType type = tokenizer.Type(id);
     if (tokenizer.Piece(id) == "\xE2\x96\x81" &&
-        (type == common::TokenType::kNormal || type == common::TokenType::kUserDefined ||
-         type == common::TokenType::kUndefined)) {
+        (type == scheduler::text::TokenType::kNormal ||
+         type == scheduler::text::TokenType::kUserDefined ||
+         type == scheduler::text::TokenType::kUndefined)) {
       return true;
     }
   }
@@ -79,18 +80,18 @@ void FuzzFail(std::string_view what) {
   std::abort();
 }
 
-const common::Tokenizer& SyntheticTokenizer() {
-  static const common::Tokenizer* const tokenizer = BuildSyntheticTokenizer().release();
+const scheduler::text::Tokenizer& SyntheticTokenizer() {
+  static const scheduler::text::Tokenizer* const tokenizer = BuildSyntheticTokenizer().release();
   return *tokenizer;
 }
 
-const common::Tokenizer* TestModelTokenizer() {
-  static const common::Tokenizer* const tokenizer = LoadTestModelTokenizer().release();
+const scheduler::text::Tokenizer* TestModelTokenizer() {
+  static const scheduler::text::Tokenizer* const tokenizer = LoadTestModelTokenizer().release();
   return tokenizer;
 }
 
-void CheckStreaming(const common::Tokenizer& tokenizer, std::span<const int32_t> ids) {
-  common::StreamingDetokenizer detok(tokenizer);
+void CheckStreaming(const scheduler::text::Tokenizer& tokenizer, std::span<const int32_t> ids) {
+  scheduler::text::StreamingDetokenizer detok(tokenizer);
   std::string raw, streamed;
   for (int32_t id : ids) {
     raw += tokenizer.TokenBytes(id);
@@ -118,13 +119,15 @@ std::string SpaceMarkersAsSpaces(std::string_view text) {
   return absl::StrReplaceAll(absl::string_view(text.data(), text.size()), {{"\xE2\x96\x81", " "}});
 }
 
-void CheckRoundTrip(const common::Tokenizer& tokenizer, std::string_view text) {
+void CheckRoundTrip(const scheduler::text::Tokenizer& tokenizer, std::string_view text) {
   const std::vector<int32_t> ids = tokenizer.Encode(text, /*add_bos=*/true);
   if (ids.empty() || ids[0] != tokenizer.bos_id()) FuzzFail("Encode did not start with BOS");
   for (size_t i = 1; i < ids.size(); ++i) {
-    const common::TokenType type = tokenizer.Type(ids[i]);
-    if (ids[i] < 0 || ids[i] >= tokenizer.vocab_size() || type == common::TokenType::kControl ||
-        type == common::TokenType::kUnknown || type == common::TokenType::kUnused) {
+    const scheduler::text::TokenType type = tokenizer.Type(ids[i]);
+    if (ids[i] < 0 || ids[i] >= tokenizer.vocab_size() ||
+        type == scheduler::text::TokenType::kControl ||
+        type == scheduler::text::TokenType::kUnknown ||
+        type == scheduler::text::TokenType::kUnused) {
       FuzzFail(absl::StrFormat("Encode produced id %d (type %d) at %d; vocabulary size %d", ids[i],
                                static_cast<int>(type), i, tokenizer.vocab_size()));
     }

@@ -55,7 +55,7 @@ std::vector<int32_t> AsIds(std::string_view bytes, int32_t vocab_size) {
   return ids;
 }
 
-void CheckTokenizer(const common::Tokenizer& tokenizer, std::string_view bytes) {
+void CheckTokenizer(const scheduler::text::Tokenizer& tokenizer, std::string_view bytes) {
   CheckRoundTrip(tokenizer, bytes);
   CheckStreaming(tokenizer, AsIds(bytes, tokenizer.vocab_size()));
 }
@@ -63,7 +63,8 @@ void CheckTokenizer(const common::Tokenizer& tokenizer, std::string_view bytes) 
 void TestOneInput(std::string_view bytes) {
   CheckUtf8(bytes);
   CheckTokenizer(SyntheticTokenizer(), bytes);
-  if (const common::Tokenizer* trained = TestModelTokenizer()) CheckTokenizer(*trained, bytes);
+  if (const scheduler::text::Tokenizer* trained = TestModelTokenizer())
+    CheckTokenizer(*trained, bytes);
 }
 
 }  // namespace

@@ -32,7 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 
 // GGUF tokenizer.ggml.token_type values (the same numbering as SentencePiece's piece types).
 enum class TokenType : int32_t {
@@ -101,4 +101,4 @@ class Tokenizer {
   std::vector<std::string> token_text_;                    // TokenBytes, precomputed
 };
 
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

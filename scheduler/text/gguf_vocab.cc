@@ -1,4 +1,4 @@
-#include "common/gguf_vocab.h"
+#include "scheduler/text/gguf_vocab.h"
 
 #include <limits>
 #include <optional>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 namespace {
 
 constexpr char kTokensKey[] = "tokenizer.ggml.tokens";
@@ -19,7 +19,7 @@ bool LooksLikeByteToken(const std::string& piece) {
 
 // Checks the tokens array's length, and that an optional per-token array (scores, types) has
 // the same length, before anything is copied out of the file.
-absl::StatusOr<uint64_t> CheckArrayLengths(const GgufFile& file) {
+absl::StatusOr<uint64_t> CheckArrayLengths(const common::GgufFile& file) {
   const std::optional<uint64_t> n = file.GetArrayLength(kTokensKey);
   if (!n || *n == 0) return absl::InvalidArgumentError("GGUF has no tokenizer.ggml.tokens array");
   if (*n > kMaxGgufVocabSize) {
@@ -40,7 +40,7 @@ absl::StatusOr<uint64_t> CheckArrayLengths(const GgufFile& file) {
 
 // A special token id: absent -> `fallback`; otherwise an integer in [0, INT32_MAX], or -1 for
 // "none" where `allow_none`.
-absl::StatusOr<int32_t> SpecialId(const GgufFile& file, const char* key, int32_t fallback,
+absl::StatusOr<int32_t> SpecialId(const common::GgufFile& file, const char* key, int32_t fallback,
                                   bool allow_none) {
   if (!file.HasKey(key)) return fallback;
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
@@ -54,7 +54,7 @@ absl::StatusOr<int32_t> SpecialId(const GgufFile& file, const char* key, int32_t
 
 }  // namespace
 
-absl::StatusOr<Vocab> ReadGgufVocab(const GgufFile& file) {
+absl::StatusOr<Vocab> ReadGgufVocab(const common::GgufFile& file) {
   std::optional<std::string> model = file.GetString("tokenizer.ggml.model");
   if (!model) return absl::InvalidArgumentError("GGUF has no tokenizer (tokenizer.ggml.model)");
   if (*model != "llama") {
@@ -93,9 +93,9 @@ absl::StatusOr<Vocab> ReadGgufVocab(const GgufFile& file) {
   return vocab;
 }
 
-absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& file) {
+absl::StatusOr<Tokenizer> LoadGgufTokenizer(const common::GgufFile& file) {
   ASSIGN_OR_RETURN(Vocab vocab, ReadGgufVocab(file));
   return Tokenizer::Create(std::move(vocab));
 }
 
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

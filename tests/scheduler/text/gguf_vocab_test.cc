@@ -1,6 +1,6 @@
 // ReadGgufVocab on well-formed and hostile tokenizer metadata: every malformed array or id is an
 // InvalidArgument error naming the key and the limit, found before any array is materialized.
-#include "common/gguf_vocab.h"
+#include "scheduler/text/gguf_vocab.h"
 
 #include <cstdint>
 #include <string>
@@ -10,8 +10,12 @@
 #include "common/synthetic_vocab.h"
 #include "gtest/gtest.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 namespace {
+
+using ::pagoda::common::BuildSyntheticVocab;
+using ::pagoda::common::GgufFile;
+using ::pagoda::common::GgufWriter;
 
 // A llama tokenizer of the 300-piece synthetic vocabulary; `types` false leaves token_type out.
 GgufWriter VocabWriter(bool types = true) {
@@ -124,4 +128,4 @@ TEST(GgufVocab, RejectsHugeVocabulariesBeforeMaterializingThem) {
 }
 
 }  // namespace
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

@@ -9,9 +9,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 
 // The most pieces a GGUF vocabulary may have: 16x the largest real vocabularies (~256K).
 inline constexpr uint64_t kMaxGgufVocabSize = uint64_t{1} << 22;
@@ -20,9 +20,9 @@ inline constexpr uint64_t kMaxGgufVocabSize = uint64_t{1} << 22;
 // array (1..kMaxGgufVocabSize pieces). Scores default to 0 and token types to normal (with
 // <0xXX> pieces as bytes) when their array is absent; when present it must have one entry per
 // token. Special token ids must be integers in [0, 2^31) (the unknown token's may be -1: none).
-absl::StatusOr<Vocab> ReadGgufVocab(const GgufFile& file);
+absl::StatusOr<Vocab> ReadGgufVocab(const common::GgufFile& file);
 
 // ReadGgufVocab + Tokenizer::Create.
-absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& file);
+absl::StatusOr<Tokenizer> LoadGgufTokenizer(const common::GgufFile& file);
 
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

@@ -1,4 +1,4 @@
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "common/utf8.h"
-#include "tests/common/test_vocabs.h"
+#include "tests/scheduler/text/test_vocabs.h"
 #include "tests/testing/test_models.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 namespace {
+
+using ::pagoda::common::ScanUtf8Char;
+using ::pagoda::common::Utf8Char;
+using ::pagoda::common::Utf8CharKind;
 
 using ::pagoda::testing::kFirstSyntheticPiece;
 using ::pagoda::testing::MakeSyntheticVocab;
@@ -395,4 +399,4 @@ TEST_F(TokenizerTok512Test, RoundTripsArbitraryText) {
 }
 
 }  // namespace
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

@@ -1,4 +1,4 @@
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
 #include <cstdint>
 #include <limits>
@@ -11,7 +11,11 @@
 #include "common/status_macros.h"
 #include "common/utf8.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
+
+using common::ScanUtf8Char;
+using common::Utf8Char;
+using common::Utf8CharKind;
 namespace {
 
 constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // "▁" U+2581
@@ -257,4 +261,4 @@ TokenType Tokenizer::Type(int32_t id) const {
   return vocab_.types[id];
 }
 
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text
