@@ -46,7 +46,7 @@ absl::Status AddRandom(GgufWriter& w, const RandomModelOptions& o, const std::st
   return w.AddFloatTensor(name, dims, type, values);
 }
 
-void AddMetadata(GgufWriter& w, const RandomModelOptions& o, const SyntheticVocab& vocab) {
+void AddMetadata(GgufWriter& w, const RandomModelOptions& o) {
   w.AddString("general.architecture", "llama");
   w.AddString("general.name", o.name);
   w.AddUint32("llama.context_length", static_cast<uint32_t>(o.context_length));
@@ -58,6 +58,9 @@ void AddMetadata(GgufWriter& w, const RandomModelOptions& o, const SyntheticVoca
   w.AddUint32("llama.rope.dimension_count", static_cast<uint32_t>(o.dim / o.n_heads));
   w.AddFloat32("llama.rope.freq_base", o.rope_base);
   w.AddFloat32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
+}
+
+void AddSyntheticTokenizer(GgufWriter& w, const SyntheticVocab& vocab) {
   w.AddString("tokenizer.ggml.model", "llama");
   w.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
   w.AddFloat32Array("tokenizer.ggml.scores", vocab.scores);
@@ -106,9 +109,14 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
 
 absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& o) {
   RETURN_IF_ERROR(ValidateRandomModelOptions(o));
-  ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab_size, o.seed));
   GgufWriter w;
-  AddMetadata(w, o, vocab);
+  AddMetadata(w, o);
+  if (o.write_tokenizer) {
+    o.write_tokenizer(w);
+  } else {
+    ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab_size, o.seed));
+    AddSyntheticTokenizer(w, vocab);
+  }
   const int64_t dim = o.dim, ffn = o.ffn_dim, vocab_n = o.vocab_size;
   const int64_t kv_dim = static_cast<int64_t>(o.dim / o.n_heads) * o.n_kv_heads;
   const float s_dim = 1.0f / std::sqrt(static_cast<float>(dim));

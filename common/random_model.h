@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -30,6 +31,9 @@ struct RandomModelOptions {
   bool tie_output = false;  // omit output.weight (tied to token_embd)
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
+  // When set, writes the tokenizer.* metadata instead of the synthetic vocabulary (e.g. one
+  // imported from Hugging Face by tools/hf_tokenizer); vocab_size must be that tokenizer's.
+  std::function<void(GgufWriter&)> write_tokenizer;
 };
 
 // Checks sizes and divisibility; errors say which option and which limit.

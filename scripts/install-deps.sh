@@ -10,7 +10,7 @@ packages=(
   prometheus-cpp-dev prometheus
   gnuplot-nox
   openssl
-  libpcre2-dev
+  libpcre2-dev libicu-dev
 )
 
 missing=()

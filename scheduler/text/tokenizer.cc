@@ -1,60 +1,41 @@
 #include "scheduler/text/tokenizer.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
-#include <queue>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
+#include "scheduler/text/bpe_encoder.h"
+#include "scheduler/text/spm_encoder.h"
 
 namespace pagoda::scheduler::text {
-
-using common::ScanUtf8Char;
-using common::Utf8Char;
-using common::Utf8CharKind;
 namespace {
 
-constexpr std::string_view kSpaceMarker = "\xE2\x96\x81";  // "▁" U+2581
-
-bool IsMergeable(TokenType type) {
-  return type == TokenType::kNormal || type == TokenType::kUserDefined ||
-         type == TokenType::kUndefined;
-}
-
-// `piece` with every "▁" turned back into ' '.
-std::string UnescapeSpaces(std::string_view piece) {
-  std::string text;
-  text.reserve(piece.size());
-  size_t i = 0;
-  while (i < piece.size()) {
-    if (piece.substr(i, kSpaceMarker.size()) == kSpaceMarker) {
-      text.push_back(' ');
-      i += kSpaceMarker.size();
-    } else {
-      text.push_back(piece[i++]);
-    }
+absl::Status CheckSpecialIds(const Vocab& vocab, int32_t size) {
+  auto check_id = [size](const char* what, int32_t id) -> absl::Status {
+    if ((id >= 0 && id < size) || id == -1) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer ", what, " id ", id,
+                                                   " is outside the vocabulary [0, ", size,
+                                                   ") (or -1 for none)"));
+  };
+  RETURN_IF_ERROR(check_id("BOS", vocab.bos_id));
+  RETURN_IF_ERROR(check_id("EOS", vocab.eos_id));
+  RETURN_IF_ERROR(check_id("EOT", vocab.eot_id));
+  RETURN_IF_ERROR(check_id("EOM", vocab.eom_id));
+  RETURN_IF_ERROR(check_id("unknown-token", vocab.unk_id));
+  RETURN_IF_ERROR(check_id("padding", vocab.pad_id));
+  if (vocab.add_bos && vocab.bos_id < 0) {
+    return absl::InvalidArgumentError("tokenizer asks to add BOS but has no BOS id");
   }
-  return text;
-}
-
-int HexDigit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  return -1;
-}
-
-// Parses "<0xHH>" into its byte value, or returns -1.
-int ParseBytePiece(std::string_view piece) {
-  if (piece.size() != 6 || piece.substr(0, 3) != "<0x" || piece[5] != '>') return -1;
-  const int hi = HexDigit(piece[3]);
-  const int lo = HexDigit(piece[4]);
-  if (hi < 0 || lo < 0) return -1;
-  return hi * 16 + lo;
+  if (vocab.add_eos && vocab.eos_id < 0) {
+    return absl::InvalidArgumentError("tokenizer asks to add EOS but has no EOS id");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateShape(const Vocab& vocab) {
@@ -70,195 +51,173 @@ absl::Status ValidateShape(const Vocab& vocab) {
         absl::StrCat("tokenizer vocabulary sizes disagree: ", n, " pieces, ", vocab.scores.size(),
                      " scores, ", vocab.types.size(), " token types; all three must be equal"));
   }
-  const int32_t size = static_cast<int32_t>(n);
-  auto check_id = [size](const char* what, int32_t id, bool allow_none) -> absl::Status {
-    if ((id >= 0 && id < size) || (allow_none && id == -1)) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat("tokenizer ", what, " id ", id,
-                                                   " is outside the vocabulary [0, ", size, ")",
-                                                   allow_none ? " (or -1 for none)" : ""));
-  };
-  RETURN_IF_ERROR(check_id("BOS", vocab.bos_id, false));
-  RETURN_IF_ERROR(check_id("EOS", vocab.eos_id, false));
-  RETURN_IF_ERROR(check_id("unknown-token", vocab.unk_id, true));
+  RETURN_IF_ERROR(CheckSpecialIds(vocab, static_cast<int32_t>(n)));
   for (size_t id = 0; id < n; ++id) {
     const int32_t type = static_cast<int32_t>(vocab.types[id]);
     if (type < 0 || type > static_cast<int32_t>(TokenType::kByte)) {
       return absl::InvalidArgumentError(
           absl::StrCat("token ", id, " has type ", type, "; valid types are 0..6"));
     }
+    if (!common::IsValidUtf8(vocab.pieces[id])) {
+      return absl::InvalidArgumentError(absl::StrCat("token ", id, " has piece \"",
+                                                     absl::CEscape(vocab.pieces[id]),
+                                                     "\", which is not well-formed UTF-8"));
+    }
   }
   return absl::OkStatus();
 }
 
-// A run of the normalized text: symbols form a doubly linked list; a symbol merged into its
-// left neighbour keeps length 0.
-struct Symbol {
-  size_t start;
-  size_t length;
-  int32_t prev;
-  int32_t next;
-};
-
-// A candidate merge of two adjacent symbols; `length` detects candidates made stale by an
-// earlier merge of either side.
-struct Bigram {
-  float score;
-  int32_t left;
-  int32_t right;
-  size_t length;
-};
-
-// Orders the max-heap: highest score first, then leftmost.
-struct BigramLess {
-  bool operator()(const Bigram& a, const Bigram& b) const {
-    return a.score < b.score || (a.score == b.score && a.left > b.left);
-  }
-};
-
-// Splits text into one symbol per UTF-8 character; each ill-formed byte is its own symbol.
-std::vector<Symbol> SplitCharacters(std::string_view text) {
-  std::vector<Symbol> symbols;
-  symbols.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    const Utf8Char c = ScanUtf8Char(text.substr(i));
-    const size_t length = c.kind == Utf8CharKind::kValid ? c.length : 1;
-    const int32_t index = static_cast<int32_t>(symbols.size());
-    symbols.push_back({i, length, index - 1, index + 1});
-    i += length;
-  }
-  if (!symbols.empty()) symbols.back().next = -1;
-  return symbols;
+bool IsSpecial(TokenType type) {
+  return type == TokenType::kControl || type == TokenType::kUserDefined;
 }
 
 }  // namespace
 
 absl::StatusOr<Tokenizer> Tokenizer::Create(Vocab vocab) {
   RETURN_IF_ERROR(ValidateShape(vocab));
-  Tokenizer tokenizer(std::move(vocab));
-  RETURN_IF_ERROR(tokenizer.BuildTables());
+  Tokenizer tokenizer;
+  if (vocab.model == TokenizerModel::kSentencePiece) {
+    ASSIGN_OR_RETURN(SpmEncoder spm, SpmEncoder::Create(vocab));
+    tokenizer.spm_ = std::make_shared<const SpmEncoder>(std::move(spm));
+  } else {
+    ASSIGN_OR_RETURN(BpeEncoder bpe, BpeEncoder::Create(vocab));
+    tokenizer.bpe_ = std::make_shared<const BpeEncoder>(std::move(bpe));
+  }
+  vocab.merges.clear();  // only the encoder needs them
+  vocab.merges.shrink_to_fit();
+  tokenizer.vocab_ = std::make_shared<const Vocab>(std::move(vocab));
+  RETURN_IF_ERROR(tokenizer.BuildTokenText());
+  tokenizer.BuildSpecialTables();
   return tokenizer;
 }
 
-absl::Status Tokenizer::BuildTables() {
+absl::Status Tokenizer::BuildTokenText() {
   const int32_t n = vocab_size();
-  for (int32_t& id : byte_to_id_) id = -1;
-  token_text_.resize(n);
-  piece_to_id_.reserve(n);
+  auto text = std::make_shared<std::vector<std::string>>(n);
   for (int32_t id = 0; id < n; ++id) {
-    const std::string& piece = vocab_.pieces[id];
-    const TokenType type = vocab_.types[id];
-    if (type == TokenType::kByte) {
-      const int byte = ParseBytePiece(piece);
-      if (byte < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "byte token ", id, " has piece \"", absl::CEscape(piece), "\"; expected <0xHH>"));
-      }
-      if (byte_to_id_[byte] < 0) byte_to_id_[byte] = id;
-      token_text_[id] = std::string(1, static_cast<char>(byte));
-    } else if (IsMergeable(type)) {
-      token_text_[id] = UnescapeSpaces(piece);
-      piece_to_id_.try_emplace(piece, id);  // the first (lowest) id wins
+    const std::string& piece = vocab_->pieces[id];
+    switch (vocab_->types[id]) {
+      case TokenType::kByte:
+        if (const int byte = ParseBytePiece(piece); byte >= 0) {
+          (*text)[id] = std::string(1, static_cast<char>(byte));
+        } else if (bpe_ != nullptr) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "byte token ", id, " has piece \"", absl::CEscape(piece), "\"; expected <0xHH>"));
+        }
+        break;
+      case TokenType::kNormal:
+      case TokenType::kUndefined:
+        if (bpe_ != nullptr) {
+          (*text)[id] = ByteLevelDecode(piece).value_or(piece);
+        } else {
+          (*text)[id] = UnescapeSpaces(piece);
+        }
+        break;
+      case TokenType::kUserDefined:
+        (*text)[id] = bpe_ != nullptr ? piece : UnescapeSpaces(piece);
+        break;
+      case TokenType::kControl:
+      case TokenType::kUnknown:
+      case TokenType::kUnused:
+        break;
     }
   }
-  for (int byte = 0; byte < 256; ++byte) {
-    if (byte_to_id_[byte] < 0) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "tokenizer vocabulary lacks the byte token <0x%02X> (type byte) needed for byte "
-          "fallback; all 256 byte tokens must be present",
-          byte));
-    }
-  }
+  token_text_ = std::move(text);
   return absl::OkStatus();
 }
 
-int32_t Tokenizer::FindPiece(std::string_view piece) const {
-  auto it = piece_to_id_.find(absl::string_view(piece.data(), piece.size()));
-  return it == piece_to_id_.end() ? -1 : it->second;
+void Tokenizer::BuildSpecialTables() {
+  auto by_byte = std::make_shared<std::vector<std::vector<int32_t>>>(256);
+  for (int32_t id = 0; id < vocab_size(); ++id) {
+    if (!IsSpecial(vocab_->types[id]) || vocab_->pieces[id].empty()) continue;
+    special_ids_.push_back(id);
+    (*by_byte)[static_cast<uint8_t>(vocab_->pieces[id][0])].push_back(id);
+  }
+  for (std::vector<int32_t>& ids : *by_byte) {
+    // Longest first; among equal pieces the lowest id wins (stable sort keeps id order).
+    std::stable_sort(ids.begin(), ids.end(), [this](int32_t a, int32_t b) {
+      return vocab_->pieces[a].size() > vocab_->pieces[b].size();
+    });
+  }
+  special_by_byte_ = std::move(by_byte);
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
+int32_t Tokenizer::MatchSpecial(std::string_view text) const {
+  for (int32_t id : (*special_by_byte_)[static_cast<uint8_t>(text[0])]) {
+    if (text.starts_with(vocab_->pieces[id])) return id;
+  }
+  return -1;
+}
+
+void Tokenizer::EncodeText(std::string_view text, std::vector<int32_t>& out) const {
+  if (spm_ != nullptr) {
+    spm_->Encode(text, out);
+  } else {
+    bpe_->Encode(text, out);
+  }
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_special,
+                                       bool parse_special) const {
   std::vector<int32_t> out;
-  if (add_bos) out.push_back(vocab_.bos_id);
-  if (text.empty()) return out;
-  std::string normalized;
-  normalized.reserve(text.size() + kSpaceMarker.size() * 8);
-  if (vocab_.add_space_prefix) normalized.append(kSpaceMarker);
-  for (char c : text) {
-    if (c == ' ') {
-      normalized.append(kSpaceMarker);
-    } else {
-      normalized.push_back(c);
-    }
-  }
-  out.reserve(out.size() + normalized.size() / 2 + 1);
-  EncodeNormalized(normalized, out);
-  return out;
-}
-
-void Tokenizer::EncodeNormalized(std::string_view text, std::vector<int32_t>& out) const {
-  std::vector<Symbol> symbols = SplitCharacters(text);
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramLess> queue;
-  auto try_add = [&](int32_t left, int32_t right) {
-    if (left < 0 || right < 0) return;
-    const size_t length = symbols[left].length + symbols[right].length;
-    const int32_t id = FindPiece(text.substr(symbols[left].start, length));
-    if (id >= 0) queue.push({vocab_.scores[id], left, right, length});
-  };
-  for (size_t i = 1; i < symbols.size(); ++i) {
-    try_add(static_cast<int32_t>(i - 1), static_cast<int32_t>(i));
-  }
-  while (!queue.empty()) {
-    const Bigram bigram = queue.top();
-    queue.pop();
-    Symbol& left = symbols[bigram.left];
-    Symbol& right = symbols[bigram.right];
-    // Stale: one side was merged away, or `right` grew by absorbing its own neighbour.
-    if (left.length == 0 || right.length == 0 || left.length + right.length != bigram.length) {
-      continue;
-    }
-    left.length += right.length;
-    right.length = 0;
-    left.next = right.next;
-    if (right.next >= 0) symbols[right.next].prev = bigram.left;
-    try_add(left.prev, bigram.left);
-    try_add(bigram.left, left.next);
-  }
-  for (int32_t i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) {
-    const std::string_view piece = text.substr(symbols[i].start, symbols[i].length);
-    const int32_t id = FindPiece(piece);
-    if (id >= 0) {
+  if (add_special && vocab_->add_bos) out.push_back(vocab_->bos_id);
+  if (!parse_special || special_ids_.empty()) {
+    EncodeText(text, out);
+  } else {
+    size_t done = 0;  // text[0, done) is encoded
+    for (size_t i = 0; i < text.size(); ++i) {
+      const int32_t id = MatchSpecial(text.substr(i));
+      if (id < 0) continue;
+      EncodeText(text.substr(done, i - done), out);
       out.push_back(id);
-      continue;
+      done = i + vocab_->pieces[id].size();
+      i = done - 1;
     }
-    for (char byte : piece) out.push_back(byte_to_id_[static_cast<uint8_t>(byte)]);
+    EncodeText(text.substr(done), out);
   }
+  if (add_special && vocab_->add_eos) out.push_back(vocab_->eos_id);
+  return out;
 }
 
 std::string_view Tokenizer::Piece(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
-  return vocab_.pieces[id];
+  return vocab_->pieces[id];
 }
 
 std::string Tokenizer::TokenBytes(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return {};
-  return token_text_[id];
+  return (*token_text_)[id];
 }
 
-std::string Tokenizer::Decode(std::span<const int32_t> ids) const {
+std::string Tokenizer::Decode(std::span<const int32_t> ids, bool render_special) const {
   std::string out;
   for (int32_t id : ids) {
-    if (id >= 0 && id < vocab_size()) out.append(token_text_[id]);
+    if (id < 0 || id >= vocab_size()) continue;
+    if (render_special && vocab_->types[id] == TokenType::kControl) {
+      out.append(vocab_->pieces[id]);
+    } else {
+      out.append((*token_text_)[id]);
+    }
   }
-  if (vocab_.add_space_prefix && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  if (spm_ != nullptr && vocab_->add_space_prefix && !out.empty() && out[0] == ' ') {
+    out.erase(0, 1);
+  }
   return out;
+}
+
+std::vector<int32_t> Tokenizer::EndOfGenerationIds() const {
+  std::vector<int32_t> ids;
+  for (int32_t id : {vocab_->eos_id, vocab_->eot_id, vocab_->eom_id}) {
+    if (id >= 0 && std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  }
+  return ids;
 }
 
 bool Tokenizer::IsControl(int32_t id) const { return Type(id) == TokenType::kControl; }
 
 TokenType Tokenizer::Type(int32_t id) const {
   if (id < 0 || id >= vocab_size()) return TokenType::kUndefined;
-  return vocab_.types[id];
+  return vocab_->types[id];
 }
 
 }  // namespace pagoda::scheduler::text

@@ -1,104 +1,106 @@
-// SentencePiece-style BPE tokenizer with scores and byte fallback (llama.cpp's "spm"/"llama").
+// Tokenizer: text <-> token ids for the two vocabulary families of GGUF files,
+// SentencePiece-style BPE ("llama", spm_encoder.h) and GPT-2 byte-level BPE ("gpt2",
+// bpe_encoder.h), plus what both share: special tokens, BOS/EOS, decoding.
 //
 // Contract:
-//  * A Tokenizer is immutable after Create() and safe to share between threads for reading.
-//  * Create() guarantees: pieces, scores and types have one entry per id; bos/eos ids are in
-//    range (unk may be -1 for "none"); all 256 byte tokens "<0x00>".."<0xFF>" exist with type
-//    kByte, so every input byte has an encoding and Encode() never produces unk.
-//  * Encode() matches llama.cpp on llama-family vocabularies: optional space prefix, ' ' -> "▁",
-//    split into UTF-8 characters (ill-formed bytes become one-byte symbols), merge the adjacent
-//    pair whose concatenation is a vocabulary piece with the highest score (ties: leftmost),
-//    then map each symbol to its id or, if it is not a piece, to byte tokens. O(n log n).
-//  * Only pieces of type kNormal, kUserDefined and kUndefined take part in merging; control,
-//    unknown, unused and byte pieces are never produced from text (so "<s>" in a prompt is text).
-//    When a piece appears twice, the lower id wins.
-//  * Decode(Encode(text, b)) == text for every text when add_space_prefix is set (the prefix
-//    space is dropped again), except that a literal "▁" in the text decodes as ' ' (as in
-//    SentencePiece). This needs "▁" itself to be a mergeable piece, as in every SentencePiece
-//    vocabulary; without it a space falls back to the byte tokens of "▁" and decodes as those
-//    three bytes (as in llama.cpp). Decode returns raw bytes, which may be ill-formed UTF-8 when
-//    the ids split a character; text sent to clients goes through StreamingDetokenizer or
-//    SanitizeUtf8.
-//  * Ids outside [0, vocab_size()) produce no text and are not control tokens.
+//  * A Tokenizer is immutable after Create(), cheap to copy (the encoders are shared), and safe
+//    to share between threads for reading.
+//  * Create() guarantees: pieces, scores and types have one entry per id; every pieces is
+//    well-formed UTF-8; special ids (bos, eos, eot, eom, unk, pad) are in range or -1 for none;
+//    bos is not -1 when add_bos, eos not -1 when add_eos; plus the encoder's own requirements.
+//    Errors name the offending id, piece or merge.
+//  * Encode(text, add_special, parse_special): with `parse_special`, every control or
+//    user-defined piece found in the text (leftmost, then longest) becomes its id and the text
+//    between them is encoded by the model; without it, no control or user-defined token is ever
+//    produced by the byte-level model (so "<|eot_id|>" in a user's prompt is text), and the
+//    SentencePiece model merges user-defined pieces as ordinary ones. `add_special` puts BOS in
+//    front when add_bos and EOS at the end when add_eos.
+//  * Decode(Encode(text, false, parse)) == text for every text (byte-level BPE: NFC'd text for
+//    qwen2; SentencePiece: when add_space_prefix, and a literal "▁" decodes as ' '), with
+//    `render_special` when parse was on. Decode returns raw bytes, which may be ill-formed
+//    UTF-8 when the ids split a character; text sent to clients goes through
+//    StreamingDetokenizer or SanitizeUtf8.
+//  * TokenBytes: control, unknown and unused tokens give "" (they are not text); ids outside
+//    [0, vocab_size()) give "" and are not control tokens.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
-#include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "scheduler/text/vocab.h"
 
 namespace pagoda::scheduler::text {
 
-// GGUF tokenizer.ggml.token_type values (the same numbering as SentencePiece's piece types).
-enum class TokenType : int32_t {
-  kUndefined = 0,
-  kNormal = 1,
-  kUnknown = 2,
-  kControl = 3,
-  kUserDefined = 4,
-  kUnused = 5,
-  kByte = 6,
-};
-
-// The vocabulary as stored in a GGUF file (tokenizer.ggml.*). Pieces use "▁" (U+2581) for space.
-struct Vocab {
-  std::vector<std::string> pieces;
-  std::vector<float> scores;
-  std::vector<TokenType> types;
-  int32_t bos_id = 1;
-  int32_t eos_id = 2;
-  int32_t unk_id = 0;  // -1: the vocabulary has no unknown token
-  bool add_bos = true;
-  bool add_space_prefix = true;
-};
+class SpmEncoder;
+class BpeEncoder;
 
 class Tokenizer {
  public:
   // Validates `vocab` and builds the lookup tables. Errors name the offending id or piece.
   static absl::StatusOr<Tokenizer> Create(Vocab vocab);
 
-  // Token ids for `text` (any bytes), with BOS in front when `add_bos`. Empty text gives just
-  // BOS (or nothing).
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const;
+  // Token ids for `text` (any bytes). Empty text gives just the added special tokens.
+  std::vector<int32_t> Encode(std::string_view text, bool add_special,
+                              bool parse_special = false) const;
 
-  // The raw vocabulary piece (e.g. "▁Once", "<0x0A>", "<s>"); empty for an out-of-range id.
+  // The raw vocabulary piece (e.g. "▁Once", "<0x0A>", "Ġthe", "<s>"); empty for an
+  // out-of-range id.
   std::string_view Piece(int32_t id) const;
 
-  // Bytes this token contributes to text: a byte token gives its byte, "▁" becomes ' ', and
-  // control, unknown and unused tokens give "".
+  // Bytes this token contributes to text: a byte token gives its byte, "▁" becomes ' ',
+  // byte-level pieces their bytes, user-defined tokens their piece, and control, unknown and
+  // unused tokens "".
   std::string TokenBytes(int32_t id) const;
 
-  // Decodes a whole sequence: concatenated TokenBytes, minus the one leading space that
-  // add_space_prefix introduced (the ids are taken to start a text, after an optional BOS).
-  std::string Decode(std::span<const int32_t> ids) const;
+  // Decodes a whole sequence: concatenated TokenBytes (with `render_special`, control tokens
+  // give their piece), minus the one leading space that add_space_prefix introduced
+  // (SentencePiece; the ids are taken to start a text, after an optional BOS).
+  std::string Decode(std::span<const int32_t> ids, bool render_special = false) const;
 
-  int32_t vocab_size() const { return static_cast<int32_t>(vocab_.pieces.size()); }
-  int32_t bos_id() const { return vocab_.bos_id; }
-  int32_t eos_id() const { return vocab_.eos_id; }
-  int32_t unk_id() const { return vocab_.unk_id; }
-  bool add_bos() const { return vocab_.add_bos; }
-  bool add_space_prefix() const { return vocab_.add_space_prefix; }
+  // The ids that end a generation: EOS, EOT and EOM, those the vocabulary has, without repeats.
+  std::vector<int32_t> EndOfGenerationIds() const;
+
+  // Control and user-defined tokens in id order: the pieces Encode(.., parse_special) matches.
+  const std::vector<int32_t>& special_ids() const { return special_ids_; }
+
+  int32_t vocab_size() const { return static_cast<int32_t>(vocab_->pieces.size()); }
+  TokenizerModel model() const { return vocab_->model; }
+  PreTokenizerKind pre() const { return vocab_->pre; }
+  int32_t bos_id() const { return vocab_->bos_id; }
+  int32_t eos_id() const { return vocab_->eos_id; }
+  int32_t eot_id() const { return vocab_->eot_id; }
+  int32_t eom_id() const { return vocab_->eom_id; }
+  int32_t unk_id() const { return vocab_->unk_id; }
+  int32_t pad_id() const { return vocab_->pad_id; }
+  bool add_bos() const { return vocab_->add_bos; }
+  bool add_eos() const { return vocab_->add_eos; }
+  bool add_space_prefix() const { return vocab_->add_space_prefix; }
+  const std::string& chat_template() const { return vocab_->chat_template; }
   bool IsControl(int32_t id) const;
   TokenType Type(int32_t id) const;
 
  private:
-  explicit Tokenizer(Vocab vocab) : vocab_(std::move(vocab)) {}
+  Tokenizer() = default;
 
-  absl::Status BuildTables();
-  // Appends the ids of the normalized (already "▁"-escaped) text to `out`.
-  void EncodeNormalized(std::string_view normalized, std::vector<int32_t>& out) const;
-  // Id of a piece that text may produce, or -1.
-  int32_t FindPiece(std::string_view piece) const;
+  void BuildSpecialTables();
+  absl::Status BuildTokenText();
+  // Appends the model's ids for text that holds no special token.
+  void EncodeText(std::string_view text, std::vector<int32_t>& out) const;
+  // The special token whose piece starts `text` (the longest), or -1.
+  int32_t MatchSpecial(std::string_view text) const;
 
-  Vocab vocab_;
-  absl::flat_hash_map<std::string, int32_t> piece_to_id_;  // mergeable pieces only
-  int32_t byte_to_id_[256] = {};                           // byte fallback
-  std::vector<std::string> token_text_;                    // TokenBytes, precomputed
+  std::shared_ptr<const Vocab> vocab_;
+  std::shared_ptr<const SpmEncoder> spm_;  // exactly one of spm_ and bpe_ is set
+  std::shared_ptr<const BpeEncoder> bpe_;
+  std::shared_ptr<const std::vector<std::string>> token_text_;  // TokenBytes, precomputed
+  std::vector<int32_t> special_ids_;
+  // Special ids by the first byte of their piece, longest piece first.
+  std::shared_ptr<const std::vector<std::vector<int32_t>>> special_by_byte_;
 };
 
 }  // namespace pagoda::scheduler::text

@@ -120,8 +120,8 @@ TEST(TokenizerCreateTest, RejectsSpecialIdsOutOfRange) {
   vocab.bos_id = 260;
   ExpectInvalid(Tokenizer::Create(vocab).status(), "BOS id 260 is outside the vocabulary [0, 260)");
   vocab.bos_id = 1;
-  vocab.eos_id = -1;
-  ExpectInvalid(Tokenizer::Create(vocab).status(), "EOS id -1");
+  vocab.eos_id = -3;
+  ExpectInvalid(Tokenizer::Create(vocab).status(), "EOS id -3");
   vocab.eos_id = 2;
   vocab.unk_id = -2;
   ExpectInvalid(Tokenizer::Create(vocab).status(), "unknown-token id -2");
