@@ -60,6 +60,8 @@ void AddMetadata(GgufWriter& w, const RandomModelOptions& o) {
   w.AddFloat32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
 }
 
+}  // namespace
+
 void AddSyntheticTokenizer(GgufWriter& w, const SyntheticVocab& vocab) {
   w.AddString("tokenizer.ggml.model", "llama");
   w.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
@@ -71,8 +73,6 @@ void AddSyntheticTokenizer(GgufWriter& w, const SyntheticVocab& vocab) {
   w.AddBool("tokenizer.ggml.add_bos_token", true);
   w.AddBool("tokenizer.ggml.add_eos_token", false);
 }
-
-}  // namespace
 
 absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
   const std::pair<const char*, int> sizes[] = {

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
 #include "common/gguf_writer.h"
+#include "common/synthetic_vocab.h"
 
 namespace pagoda::common {
 
@@ -38,6 +39,10 @@ struct RandomModelOptions {
 
 // Checks sizes and divisibility; errors say which option and which limit.
 absl::Status ValidateRandomModelOptions(const RandomModelOptions& options);
+
+// Writes `vocab` as the tokenizer.* metadata (model "llama", BOS/EOS/unknown ids of
+// synthetic_vocab.h, add_bos): what BuildRandomModel writes without `write_tokenizer`.
+void AddSyntheticTokenizer(GgufWriter& w, const SyntheticVocab& vocab);
 
 // Builds the complete model in a writer (metadata, tokenizer, tensors).
 absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& options);

@@ -507,8 +507,7 @@ grpc::Status GenerationService::GetModelInfo(grpc::ServerContext* context,
   response->set_fingerprint(model_->fingerprint);
   response->set_vocab_size(c.vocab_size);
   response->set_context_length(c.context_length);
-  response->set_bos_token_id(model_->tokenizer.bos_id());
-  response->set_eos_token_id(model_->tokenizer.eos_id());
+  FillTokenizerInfo(model_->tokenizer, response);
   response->set_attached_workers(static_cast<uint32_t>(engine_->Status().workers.size()));
   return grpc::Status::OK;
 }

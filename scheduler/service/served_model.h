@@ -6,6 +6,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
+#include "pagoda/v1/generation.pb.h"
 #include "scheduler/text/tokenizer.h"
 
 namespace pagoda::scheduler {
@@ -19,5 +20,9 @@ struct ServedModel {
 
 // Reads the GGUF metadata of `path`; errors name the file and what was wrong.
 absl::StatusOr<ServedModel> LoadServedModel(const std::string& path);
+
+// Fills ModelInfo's tokenizer fields: BOS, EOS, EOT, EOM, the end-of-generation ids, the special
+// tokens, the tokenizer kind and the chat template.
+void FillTokenizerInfo(const text::Tokenizer& tokenizer, v1::ModelInfo* info);
 
 }  // namespace pagoda::scheduler

@@ -40,11 +40,12 @@ absl::StatusOr<uint64_t> CheckArrayLengths(const common::GgufFile& file) {
 }
 
 // A special token id: absent -> `fallback`; otherwise an integer in [0, INT32_MAX], or -1 for
-// "none" (llama.cpp writes -1 for an absent token).
+// "none" (which llama.cpp's converter writes as uint32 0xFFFFFFFF, e.g. padding_token_id).
 absl::StatusOr<int32_t> SpecialId(const common::GgufFile& file, const char* key, int32_t fallback) {
   if (!file.HasKey(key)) return fallback;
   constexpr int64_t kMax = std::numeric_limits<int32_t>::max();
-  const std::optional<int64_t> v = file.GetInt(key);
+  std::optional<int64_t> v = file.GetInt(key);
+  if (v == int64_t{0xFFFFFFFF}) v = -1;
   if (!v || *v > kMax || *v < -1) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s must be an integer in [0, %d] or -1 for none", key, kMax));

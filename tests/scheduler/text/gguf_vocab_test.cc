@@ -148,6 +148,7 @@ GgufWriter BpeWriter() {
   w.AddUint32("tokenizer.ggml.eos_token_id", 257);
   w.AddUint32("tokenizer.ggml.eot_token_id", 257);
   w.AddInt32("tokenizer.ggml.eom_token_id", -1);
+  w.AddUint32("tokenizer.ggml.padding_token_id", 0xFFFFFFFF);  // llama.cpp's "none"
   w.AddString("tokenizer.chat_template", "{{ messages }}");
   return w;
 }
@@ -162,6 +163,7 @@ TEST(GgufVocab, ReadsByteLevelBpe) {
   EXPECT_EQ(v->unk_id, -1);
   EXPECT_EQ(v->eot_id, 257);
   EXPECT_EQ(v->eom_id, -1);
+  EXPECT_EQ(v->pad_id, -1);
   EXPECT_FALSE(v->add_bos);
   EXPECT_EQ(v->chat_template, "{{ messages }}");
   auto tokenizer = LoadGgufTokenizer(**GgufFile::FromBytes(BpeWriter().Serialize()));
