@@ -28,6 +28,14 @@ const scheduler::text::Tokenizer& SyntheticTokenizer();
 // The tokenizer of stories260K-f32.gguf, or nullptr when the test model is absent.
 const scheduler::text::Tokenizer* TestModelTokenizer();
 
+// A small byte-level BPE vocabulary: the 256 byte pieces, merges spelling a few English words
+// (with and without a leading space), "é", "中" and "😀", then "<|endoftext|>" (control, EOS)
+// and "<think>" (user-defined).
+scheduler::text::Vocab ByteLevelFuzzVocab(scheduler::text::PreTokenizerKind pre);
+
+// Tokenizer::Create(ByteLevelFuzzVocab(pre)), built once per pre-tokenizer.
+const scheduler::text::Tokenizer& ByteLevelTokenizer(scheduler::text::PreTokenizerKind pre);
+
 // The fuzzer's input as a string_view.
 inline std::string_view AsText(const uint8_t* data, size_t size) {
   return std::string_view(reinterpret_cast<const char*>(data), size);
@@ -41,11 +49,13 @@ std::string SpaceMarkersAsSpaces(std::string_view text);
 // SanitizeUtf8 of the concatenated TokenBytes.
 void CheckStreaming(const scheduler::text::Tokenizer& tokenizer, std::span<const int32_t> ids);
 
-// Checks Encode/Decode invariants of `tokenizer` on `text` (any bytes): BOS first, every id in
-// the vocabulary and never a control, unknown or unused token, Decode(ids) ==
-// SpaceMarkersAsSpaces(text) (where "▁" is a mergeable piece, see tokenizer.h), and streaming the
-// ids through a StreamingDetokenizer yields well-formed UTF-8 equal to SanitizeUtf8 of the
-// concatenated token bytes.
+// Checks Encode/Decode invariants of `tokenizer` on `text` (any bytes): BOS first when add_bos
+// (EOS last when add_eos), every other id in the vocabulary and never a control, unknown or
+// unused token (byte-level BPE: only normal ones), Decode(ids) == SpaceMarkersAsSpaces(text)
+// (SentencePiece, where "▁" is a mergeable piece, see tokenizer.h) or the normalized text
+// (byte-level BPE), and streaming the ids through a StreamingDetokenizer yields well-formed UTF-8
+// equal to SanitizeUtf8 of the concatenated token bytes. With special-token parsing (byte-level
+// BPE without a normalizer): Decode(ids, render_special) == text.
 void CheckRoundTrip(const scheduler::text::Tokenizer& tokenizer, std::string_view text);
 
 }  // namespace pagoda::fuzz
