@@ -27,6 +27,10 @@ ABSL_FLAG(uint64_t, seed, 1, "random seed for weights and vocabulary");
 ABSL_FLAG(std::string, dtype, "f32", "matrix storage type: f32, f16 or bf16");
 ABSL_FLAG(std::string, name, "pagoda-random", "general.name");
 ABSL_FLAG(bool, tie_output, false, "omit output.weight (classifier tied to the embedding)");
+ABSL_FLAG(std::string, arch, "llama",
+          "architecture: llama, qwen2 (Q/K/V biases) or qwen3 (per-head Q/K RMSNorm)");
+ABSL_FLAG(float, rope_scaling, 0.0f,
+          "Llama 3.1 RoPE frequency scaling factor (0: none; original context 64)");
 ABSL_FLAG(std::string, tokenizer_json, "",
           "a Hugging Face tokenizer.json (byte-level BPE) to use instead of the synthetic "
           "vocabulary; --vocab is then the tokenizer's size");
@@ -68,6 +72,8 @@ int main(int argc, char** argv) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.name = absl::GetFlag(FLAGS_name);
   o.tie_output = absl::GetFlag(FLAGS_tie_output);
+  o.architecture = absl::GetFlag(FLAGS_arch);
+  o.rope_scaling_factor = absl::GetFlag(FLAGS_rope_scaling);
   if (!ParseDtype(absl::GetFlag(FLAGS_dtype), &o.dtype)) {
     std::fprintf(stderr,
                  "pagoda-make-model: --dtype '%s' unsupported (supported: f32, f16, bf16)\n",
@@ -97,8 +103,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pagoda-make-model: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::printf("wrote %s: llama, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, context %d, %s\n",
-              output.c_str(), o.n_layers, o.dim, o.n_heads, o.n_kv_heads, o.ffn_dim, o.vocab_size,
-              o.context_length, pagoda::common::GgmlTypeName(o.dtype).c_str());
+  std::printf("wrote %s: %s, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, context %d, %s\n",
+              output.c_str(), o.architecture.c_str(), o.n_layers, o.dim, o.n_heads, o.n_kv_heads,
+              o.ffn_dim, o.vocab_size, o.context_length,
+              pagoda::common::GgmlTypeName(o.dtype).c_str());
   return 0;
 }

@@ -126,8 +126,12 @@ void PreTokenizer::Split(std::string_view text, std::vector<std::string_view>& o
   size_t done = 0;  // text[0, done) is in `out`
   size_t start = 0;
   while (start < text.size()) {
-    const int rc = pcre2_match(regex_->code, subject, text.size(), start, 0, match, nullptr);
-    if (rc < 0) break;  // no further match
+    int rc = pcre2_match(regex_->code, subject, text.size(), start, 0, match, nullptr);
+    if (rc < 0 && rc != PCRE2_ERROR_NOMATCH) {
+      // A resource limit of the JIT (its stack): the interpreter matches the same, on the heap.
+      rc = pcre2_match(regex_->code, subject, text.size(), start, PCRE2_NO_JIT, match, nullptr);
+    }
+    if (rc < 0) break;  // no further match (or a limit even so: the rest stays one piece)
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
     const size_t begin = ovector[0];
     const size_t end = ovector[1];
