@@ -370,19 +370,24 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
   EXPECT_EQ(too_many.status().code(), absl::StatusCode::kResourceExhausted) << too_many.status();
 }
 
-// qwen2's biases, qwen3's Q/K norms and scaled RoPE are not in the CUDA kernels yet: refused
-// at Create with a message pointing at the CPU backend, never run without them.
-TEST(CudaBackendGpuTest, RefusesArchitecturePiecesItLacks) {
+// qwen2's Q/K/V biases, qwen3's per-head Q/K RMSNorm and Llama 3.1's scaled RoPE frequencies
+// (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike.
+TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
   SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(13);
   for (const auto& [arch, scaling] :
        {std::pair<std::string, float>{"qwen2", 0.0f}, {"qwen3", 0.0f}, {"llama", 8.0f}}) {
-    common::RandomModelOptions options = testing::SmallRandomOptions(64, 4, 2, 1, 3);
-    options.architecture = arch;
-    options.rope_scaling_factor = scaling;
-    auto b = CudaBackend::Create(testing::RandomModel(options), CudaBackendOptions{});
-    EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << arch;
-    EXPECT_NE(b.status().message().find("serve it with --backend cpu"), std::string::npos)
-        << b.status();
+    common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 2, rng());
+    o.architecture = arch;
+    o.rope_scaling_factor = scaling;
+    o.dtype = common::GgmlType::F16;
+    auto model = testing::RandomModel(o);
+    ASSERT_NE(model, nullptr);
+    auto cpu = MakeCpu(model, 16, 64);
+    auto gpu = MakeCuda(model, 16, 64, DType::kFp16);
+    ASSERT_NE(gpu, nullptr);
+    SCOPED_TRACE(arch + (scaling > 0 ? " with scaled RoPE" : ""));
+    CompareRagged(*cpu, *gpu, rng, 3, 90, 4, 6e-3);
   }
 }
 

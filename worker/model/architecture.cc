@@ -95,40 +95,43 @@ void ApplyQkvHooks(const ModelConfig& c, const ArchitectureLayerWeights& w, int 
   }
 }
 
+std::vector<float> ScaledRopeInvFrequencies(const ModelConfig& c) {
+  if (!(c.rope_scaling_factor > 0)) return {};
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  // Llama 3.1: stretch long wavelengths by the factor, keep short ones, blend in between.
+  const double low_wavelen = c.rope_original_context / c.rope_low_freq_factor;
+  const double high_wavelen = c.rope_original_context / c.rope_high_freq_factor;
+  for (int i = 0; i < half; ++i) {
+    const double base = std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim);
+    const double wavelen = 2 * std::numbers::pi / base;
+    double scaled = base;
+    if (wavelen > low_wavelen) {
+      scaled = base / c.rope_scaling_factor;
+    } else if (wavelen >= high_wavelen) {
+      const double smooth = (c.rope_original_context / wavelen - c.rope_low_freq_factor) /
+                            (c.rope_high_freq_factor - c.rope_low_freq_factor);
+      scaled = (1 - smooth) * base / c.rope_scaling_factor + smooth * base;
+    }
+    inv[i] = static_cast<float>(scaled);
+  }
+  return inv;
+}
+
 absl::StatusOr<std::vector<float>> RopeInvFrequencies(const GgufFile& file,
                                                       const TensorLoader& load,
                                                       const ModelConfig& c) {
+  if (file.FindTensor("rope_freqs.weight") == nullptr) return ScaledRopeInvFrequencies(c);
   const int half = c.head_dim / 2;
+  ASSIGN_OR_RETURN(std::vector<float> factors, load("rope_freqs.weight", {half}));
   std::vector<float> inv(static_cast<size_t>(half));
   for (int i = 0; i < half; ++i) {
-    inv[i] = static_cast<float>(
-        std::pow(static_cast<double>(c.rope_base), -2.0 * i / static_cast<double>(c.head_dim)));
-  }
-  if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    ASSIGN_OR_RETURN(std::vector<float> factors, load("rope_freqs.weight", {half}));
-    for (int i = 0; i < half; ++i) {
-      if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("rope_freqs.weight[", i, "] = ", factors[i], " must be positive"));
-      }
-      inv[i] /= factors[i];
+    if (!(factors[i] > 0) || !std::isfinite(factors[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rope_freqs.weight[", i, "] = ", factors[i], " must be positive"));
     }
-    return inv;
-  }
-  if (c.rope_scaling_factor > 0) {  // Llama 3.1: stretch long wavelengths, keep short ones
-    const double low_wavelen = c.rope_original_context / c.rope_low_freq_factor;
-    const double high_wavelen = c.rope_original_context / c.rope_high_freq_factor;
-    for (int i = 0; i < half; ++i) {
-      const double wavelen = 2 * std::numbers::pi / inv[i];
-      if (wavelen < high_wavelen) continue;
-      if (wavelen > low_wavelen) {
-        inv[i] = static_cast<float>(inv[i] / c.rope_scaling_factor);
-        continue;
-      }
-      const double smooth = (c.rope_original_context / wavelen - c.rope_low_freq_factor) /
-                            (c.rope_high_freq_factor - c.rope_low_freq_factor);
-      inv[i] = static_cast<float>((1 - smooth) * inv[i] / c.rope_scaling_factor + smooth * inv[i]);
-    }
+    inv[i] = static_cast<float>(std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim) /
+                                factors[i]);
   }
   return inv;
 }

@@ -16,7 +16,7 @@
 //  * ApplyQkvHooks runs on the host arrays right after the Q/K/V projections (before RoPE):
 //    bias, then per-head RMSNorm; a no-op for llama.
 //  * RopeInvFrequencies gives, per rotated pair i, the angle per position: base^(-2i/head_dim),
-//    divided by rope_freqs[i] or scaled as Llama 3.1 does.
+//    divided by rope_freqs[i] or scaled as Llama 3.1 does; empty when unscaled.
 #pragma once
 
 #include <cstdint>
@@ -63,9 +63,14 @@ absl::Status LoadArchitectureLayer(const TensorLoader& load, const common::Model
 void ApplyQkvHooks(const common::ModelConfig& config, const ArchitectureLayerWeights& w, int n,
                    float* q, float* k, float* v);
 
-// [head_dim / 2] angles per position; reads rope_freqs.weight when the file has it.
+// [head_dim / 2] angles per position when they differ from base^(-2i/head_dim): from
+// rope_freqs.weight when the file has it (divisors), else Llama 3.1's scaling of the config;
+// empty for the plain frequencies (which backends compute from rope_base, in double).
 absl::StatusOr<std::vector<float>> RopeInvFrequencies(const common::GgufFile& file,
                                                       const TensorLoader& load,
                                                       const common::ModelConfig& config);
+
+// Llama 3.1's scaled frequencies of `config` (empty when rope_scaling_factor is 0).
+std::vector<float> ScaledRopeInvFrequencies(const common::ModelConfig& config);
 
 }  // namespace pagoda::worker

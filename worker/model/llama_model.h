@@ -52,7 +52,8 @@ class LlamaModel {
   // [vocab][dim]; the embedding itself when tied.
   std::span<const float> output() const { return tied_output_ ? token_embd_ : output_; }
   bool tied_output() const { return tied_output_; }
-  // [head_dim / 2] RoPE angle per position of each rotated pair (architecture.h).
+  // [head_dim / 2] RoPE angle per position of each rotated pair, or empty for the plain
+  // rope_base^(-2i/head_dim) (architecture.h).
   std::span<const float> rope_inv_freq() const { return rope_inv_freq_; }
   const LlamaLayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
   // Bytes of float32 weights held (the tied classifier counted once).

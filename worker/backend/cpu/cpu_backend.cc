@@ -68,8 +68,9 @@ void CpuBackend::Flatten(std::span<const SeqInput> batch) {
   up_.resize(t * c.ffn_dim);
   rope_cos_.resize(t * (c.head_dim / 2));
   rope_sin_.resize(t * (c.head_dim / 2));
-  cpu::BuildRopeTables({positions_.data(), rope_cos_.data(), rope_sin_.data(), num_tokens_,
-                        c.head_dim, c.rope_base, model_->rope_inv_freq().data()});
+  cpu::BuildRopeTables(
+      {positions_.data(), rope_cos_.data(), rope_sin_.data(), num_tokens_, c.head_dim, c.rope_base,
+       model_->rope_inv_freq().empty() ? nullptr : model_->rope_inv_freq().data()});
 }
 
 void CpuBackend::Embed() {

@@ -5,14 +5,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
 #include "worker/backend/cuda/sampling/sampling.h"
-#include "worker/model/architecture.h"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -54,26 +52,6 @@ absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig
   return absl::OkStatus();
 }
 
-// The CUDA kernels run the llama graph only (architecture.h): qwen2's biases, qwen3's Q/K norms
-// and scaled RoPE frequencies are refused rather than silently dropped.
-absl::Status CheckArchitecture(const LlamaModel& model) {
-  const common::ModelConfig& c = model.config();
-  const ArchitectureTraits traits = TraitsOf(c);
-  bool default_rope = true;
-  for (size_t i = 0; i < model.rope_inv_freq().size(); ++i) {
-    const double expected = std::pow(static_cast<double>(c.rope_base), -2.0 * i / c.head_dim);
-    default_rope = default_rope && std::abs(model.rope_inv_freq()[i] - expected) <= 1e-6 * expected;
-  }
-  if (traits.qkv_bias || traits.qk_norm || !default_rope) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the CUDA backend runs the llama architecture without RoPE frequency scaling; this model "
-        "is ",
-        c.architecture, default_rope ? "" : " with scaled RoPE frequencies",
-        ": serve it with --backend cpu"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceWeights weights)
@@ -89,7 +67,6 @@ CudaBackend::~CudaBackend() {
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
     std::shared_ptr<const LlamaModel> model, const CudaBackendOptions& options) {
   if (model == nullptr) return absl::InvalidArgumentError("CudaBackend needs a model");
-  RETURN_IF_ERROR(CheckArchitecture(*model));
   RETURN_IF_ERROR(CheckOptions(options, model->config()));
   RETURN_IF_ERROR(SelectDevice(options.device));
   cudaStream_t stream;
@@ -225,6 +202,10 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
       "attention RMSNorm"));
   RETURN_IF_ERROR(gemm_->Run(
       {xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim, c.q_dim() + 2 * c.kv_dim(), false}));
+  RETURN_IF_ERROR(CudaStatus(LaunchQkvHooks({qkv_.get<float>(), w.bqkv, w.q_norm, w.k_norm, T,
+                                             c.n_heads, c.n_kv_heads, c.head_dim, c.rms_eps},
+                                            stream_),
+                             "QKV bias and norms"));
   RopeKvWriteParams rope{};
   rope.qkv = qkv_.get<float>();
   rope.rope = rope_.get<float2>();
@@ -303,10 +284,10 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
                                           x_.get<float>(), s.num_tokens, c.dim, dtype_},
                                          stream_),
                              "embedding"));
-  RETURN_IF_ERROR(CudaStatus(
-      LaunchRopeTable(
-          {in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim, c.rope_base}, stream_),
-      "RoPE table"));
+  RETURN_IF_ERROR(CudaStatus(LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens,
+                                              c.head_dim, c.rope_base, weights_.rope_inv_freq()},
+                                             stream_),
+                             "RoPE table"));
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(EnqueueLayer(l, s, partitions));
   const int R = s.num_logit_rows;
   RETURN_IF_ERROR(
