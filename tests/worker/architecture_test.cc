@@ -1,5 +1,6 @@
 // The architectures (architecture.h) against an independent dense reference written here: for
-// llama, qwen2 (Q/K/V biases), qwen3 (per-head Q/K RMSNorm) and Llama 3.1 RoPE scaling,
+// llama, qwen2 (Q/K/V biases), qwen3 (per-head Q/K RMSNorm) and Llama 3.1 RoPE scaling (keys
+// or a rope_freqs.weight tensor),
 // pagoda-make-model's random-weight model through LlamaModel + CpuBackend (paged, prefill then
 // decode) gives the log-probabilities of a reference that reads the GGUF tensors as stored:
 // NEOX rotation of the halves for qwen (no weight permutation), the scaled frequencies computed
@@ -26,9 +27,12 @@ class DenseReference {
   explicit DenseReference(const common::GgufFile& f)
       : f_(f), c_(*common::ReadModelConfig(f)), k_(c_.n_layers), v_(c_.n_layers) {
     const int half = c_.head_dim / 2;
+    const Vec factors = Has("rope_freqs.weight") ? T("rope_freqs.weight") : Vec();
     for (int i = 0; i < half; ++i) {
       double inv = std::pow(c_.rope_base, -2.0 * i / c_.head_dim);
-      if (c_.rope_scaling_factor > 0) {
+      if (!factors.empty()) {
+        inv /= factors[i];
+      } else if (c_.rope_scaling_factor > 0) {
         const double wavelen = 2 * std::numbers::pi / inv;
         const double ratio = c_.rope_original_context / wavelen;  // periods in the context
         if (ratio < c_.rope_low_freq_factor) {
@@ -166,7 +170,7 @@ std::vector<double> LogSoftmax(const float* logits, int n) {
   return out;
 }
 
-void CheckArchitecture(const std::string& arch, float rope_scaling) {
+void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_freqs = false) {
   common::RandomModelOptions o;
   o.architecture = arch;
   o.rope_scaling_factor = rope_scaling;
@@ -180,6 +184,14 @@ void CheckArchitecture(const std::string& arch, float rope_scaling) {
   o.seed = 5;
   auto writer = common::BuildRandomModel(o);
   ASSERT_TRUE(writer.ok()) << writer.status();
+  if (rope_freqs) {  // llama.cpp's form of Llama 3.1 scaling: per-pair frequency divisors
+    std::vector<float> factors(o.dim / o.n_heads / 2);
+    for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i);
+    ASSERT_TRUE(writer
+                    ->AddFloatTensor("rope_freqs.weight", {static_cast<int64_t>(factors.size())},
+                                     common::GgmlType::F32, factors)
+                    .ok());
+  }
   auto file = common::GgufFile::FromBytes(writer->Serialize());
   ASSERT_TRUE(file.ok()) << file.status();
   auto model = LlamaModel::Load(**file);
@@ -216,6 +228,11 @@ TEST(ArchitectureTest, Qwen2MatchesTheDenseReference) { CheckArchitecture("qwen2
 TEST(ArchitectureTest, Qwen3MatchesTheDenseReference) { CheckArchitecture("qwen3", 0); }
 TEST(ArchitectureTest, Llama31RopeScalingMatchesTheDenseReference) {
   CheckArchitecture("llama", 8.0f);
+}
+
+TEST(ArchitectureTest, RopeFreqsTensorMatchesTheDenseReference) {
+  CheckArchitecture("llama", 0, /*rope_freqs=*/true);
+  CheckArchitecture("qwen3", 0, /*rope_freqs=*/true);
 }
 
 TEST(ArchitectureTest, RefusesUnknownArchitecturesNamingTheSupportedOnes) {
