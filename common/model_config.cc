@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@ namespace pagoda::common {
 namespace {
 
 constexpr int64_t kMaxSize = std::numeric_limits<int32_t>::max();
+constexpr char kArchitectures[] = "\"llama\", \"qwen2\", \"qwen3\"";
 
 // Reads a required positive integer key.
 absl::StatusOr<int> RequiredInt(const GgufFile& file, const std::string& key) {
@@ -67,35 +69,64 @@ absl::StatusOr<int> ReadVocabSize(const GgufFile& file, int dim) {
       "tokenizer.ggml.tokens array");
 }
 
+// Llama 3.1's RoPE frequency scaling, from <arch>.rope.scaling.* (type "llama3"); absent or
+// type "none" leaves rope_scaling_factor 0.
+absl::Status ReadRopeScaling(const GgufFile& file, const std::string& k, ModelConfig& c) {
+  const std::string type_key = k + "rope.scaling.type";
+  if (!file.HasKey(type_key)) return absl::OkStatus();
+  const std::optional<std::string> type = file.GetString(type_key);
+  if (type == "none") return absl::OkStatus();
+  if (type != "llama3") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model metadata '", type_key,
+                     "' must be \"llama3\" or \"none\" (other RoPE scalings "
+                     "are not supported)"));
+  }
+  ASSIGN_OR_RETURN(c.rope_scaling_factor, OptionalFloat(file, k + "rope.scaling.factor", 8.0f));
+  ASSIGN_OR_RETURN(c.rope_low_freq_factor,
+                   OptionalFloat(file, k + "rope.scaling.low_freq_factor", 1.0f));
+  ASSIGN_OR_RETURN(c.rope_high_freq_factor,
+                   OptionalFloat(file, k + "rope.scaling.high_freq_factor", 4.0f));
+  ASSIGN_OR_RETURN(c.rope_original_context,
+                   OptionalInt(file, k + "rope.scaling.original_context_length", 8192));
+  if (!(c.rope_high_freq_factor > c.rope_low_freq_factor)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model metadata '", k, "rope.scaling.high_freq_factor' must exceed low_freq_factor"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
   ModelConfig c;
   auto arch = file.GetString("general.architecture");
   if (!arch) {
-    return absl::InvalidArgumentError(
-        "model metadata lacks the string general.architecture (supported: \"llama\")");
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model metadata lacks the string general.architecture (supported: ", kArchitectures, ")"));
   }
-  if (*arch != "llama") {
+  if (*arch != "llama" && *arch != "qwen2" && *arch != "qwen3") {
     return absl::InvalidArgumentError(
-        absl::StrCat("model architecture is \"", *arch, "\"; only \"llama\" is supported"));
+        absl::StrCat("model architecture is \"", *arch, "\"; supported: ", kArchitectures));
   }
   c.architecture = *arch;
+  const std::string k = *arch + ".";  // every hyperparameter key is prefixed by the architecture
   c.name = file.GetString("general.name").value_or("");
-  ASSIGN_OR_RETURN(c.context_length, RequiredInt(file, "llama.context_length"));
-  ASSIGN_OR_RETURN(c.dim, RequiredInt(file, "llama.embedding_length"));
-  ASSIGN_OR_RETURN(c.n_layers, RequiredInt(file, "llama.block_count"));
-  ASSIGN_OR_RETURN(c.ffn_dim, RequiredInt(file, "llama.feed_forward_length"));
-  ASSIGN_OR_RETURN(c.n_heads, RequiredInt(file, "llama.attention.head_count"));
-  ASSIGN_OR_RETURN(c.n_kv_heads, OptionalInt(file, "llama.attention.head_count_kv", c.n_heads));
-  ASSIGN_OR_RETURN(c.rope_base, OptionalFloat(file, "llama.rope.freq_base", 10000.0f));
-  ASSIGN_OR_RETURN(c.rms_eps, OptionalFloat(file, "llama.attention.layer_norm_rms_epsilon", 1e-5f));
-  const bool explicit_head_dim = file.HasKey("llama.attention.key_length");
+  ASSIGN_OR_RETURN(c.context_length, RequiredInt(file, k + "context_length"));
+  ASSIGN_OR_RETURN(c.dim, RequiredInt(file, k + "embedding_length"));
+  ASSIGN_OR_RETURN(c.n_layers, RequiredInt(file, k + "block_count"));
+  ASSIGN_OR_RETURN(c.ffn_dim, RequiredInt(file, k + "feed_forward_length"));
+  ASSIGN_OR_RETURN(c.n_heads, RequiredInt(file, k + "attention.head_count"));
+  ASSIGN_OR_RETURN(c.n_kv_heads, OptionalInt(file, k + "attention.head_count_kv", c.n_heads));
+  ASSIGN_OR_RETURN(c.rope_base, OptionalFloat(file, k + "rope.freq_base", 10000.0f));
+  ASSIGN_OR_RETURN(c.rms_eps, OptionalFloat(file, k + "attention.layer_norm_rms_epsilon", 1e-5f));
+  RETURN_IF_ERROR(ReadRopeScaling(file, k, c));
+  const bool explicit_head_dim = file.HasKey(k + "attention.key_length");
   if (explicit_head_dim) {
-    ASSIGN_OR_RETURN(c.head_dim, RequiredInt(file, "llama.attention.key_length"));
-    ASSIGN_OR_RETURN(int v_dim, OptionalInt(file, "llama.attention.value_length", c.head_dim));
+    ASSIGN_OR_RETURN(c.head_dim, RequiredInt(file, k + "attention.key_length"));
+    ASSIGN_OR_RETURN(int v_dim, OptionalInt(file, k + "attention.value_length", c.head_dim));
     if (v_dim != c.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat("llama.attention.value_length ", v_dim,
+      return absl::InvalidArgumentError(absl::StrCat(k, "attention.value_length ", v_dim,
                                                      " differs from key_length ", c.head_dim,
                                                      "; only equal lengths are supported"));
     }
@@ -106,12 +137,12 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file) {
     }
     c.head_dim = c.dim / c.n_heads;
   }
-  if (file.HasKey("llama.rope.dimension_count")) {
-    ASSIGN_OR_RETURN(int rope_dims, RequiredInt(file, "llama.rope.dimension_count"));
+  if (file.HasKey(k + "rope.dimension_count")) {
+    ASSIGN_OR_RETURN(int rope_dims, RequiredInt(file, k + "rope.dimension_count"));
     if (rope_dims != c.head_dim) {
       return absl::InvalidArgumentError(
-          absl::StrCat("llama.rope.dimension_count ", rope_dims, " differs from head_dim ",
-                       c.head_dim, "; partial rotary embeddings are not supported"));
+          absl::StrCat(k, "rope.dimension_count ", rope_dims, " differs from head_dim ", c.head_dim,
+                       "; partial rotary embeddings are not supported"));
     }
   }
   ASSIGN_OR_RETURN(c.vocab_size, ReadVocabSize(file, c.dim));

@@ -14,7 +14,7 @@
 namespace pagoda::common {
 
 struct ModelConfig {
-  std::string architecture;  // always "llama" today
+  std::string architecture;  // "llama", "qwen2" or "qwen3" (general.architecture)
   std::string name;          // general.name, may be empty
   int n_layers = 0;
   int dim = 0;  // embedding (residual stream) width
@@ -26,6 +26,11 @@ struct ModelConfig {
   int context_length = 0;
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
+  // Llama 3.1 RoPE frequency scaling (<arch>.rope.scaling.type "llama3"); factor 0: none.
+  float rope_scaling_factor = 0.0f;
+  float rope_low_freq_factor = 1.0f;
+  float rope_high_freq_factor = 4.0f;
+  int rope_original_context = 8192;
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
@@ -33,7 +38,8 @@ struct ModelConfig {
 
 inline constexpr int kMaxHeadDim = 256;
 
-// Reads and validates the llama.* keys. Errors name the key and the offending value.
+// Reads and validates the <architecture>.* keys (llama, qwen2, qwen3; any other architecture
+// is refused naming the supported ones). Errors name the key and the offending value.
 absl::StatusOr<ModelConfig> ReadModelConfig(const GgufFile& file);
 
 // Validates an already-filled config (used by ReadModelConfig and by tools building one).

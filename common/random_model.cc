@@ -46,18 +46,48 @@ absl::Status AddRandom(GgufWriter& w, const RandomModelOptions& o, const std::st
   return w.AddFloatTensor(name, dims, type, values);
 }
 
-void AddMetadata(GgufWriter& w, const RandomModelOptions& o, const SyntheticVocab& vocab) {
-  w.AddString("general.architecture", "llama");
+void AddMetadata(GgufWriter& w, const RandomModelOptions& o) {
+  const std::string k = o.architecture + ".";  // llama.*, qwen2.*, qwen3.*
+  w.AddString("general.architecture", o.architecture);
   w.AddString("general.name", o.name);
-  w.AddUint32("llama.context_length", static_cast<uint32_t>(o.context_length));
-  w.AddUint32("llama.embedding_length", static_cast<uint32_t>(o.dim));
-  w.AddUint32("llama.block_count", static_cast<uint32_t>(o.n_layers));
-  w.AddUint32("llama.feed_forward_length", static_cast<uint32_t>(o.ffn_dim));
-  w.AddUint32("llama.attention.head_count", static_cast<uint32_t>(o.n_heads));
-  w.AddUint32("llama.attention.head_count_kv", static_cast<uint32_t>(o.n_kv_heads));
-  w.AddUint32("llama.rope.dimension_count", static_cast<uint32_t>(o.dim / o.n_heads));
-  w.AddFloat32("llama.rope.freq_base", o.rope_base);
-  w.AddFloat32("llama.attention.layer_norm_rms_epsilon", o.rms_eps);
+  w.AddUint32(k + "context_length", static_cast<uint32_t>(o.context_length));
+  w.AddUint32(k + "embedding_length", static_cast<uint32_t>(o.dim));
+  w.AddUint32(k + "block_count", static_cast<uint32_t>(o.n_layers));
+  w.AddUint32(k + "feed_forward_length", static_cast<uint32_t>(o.ffn_dim));
+  w.AddUint32(k + "attention.head_count", static_cast<uint32_t>(o.n_heads));
+  w.AddUint32(k + "attention.head_count_kv", static_cast<uint32_t>(o.n_kv_heads));
+  w.AddUint32(k + "rope.dimension_count", static_cast<uint32_t>(o.dim / o.n_heads));
+  w.AddFloat32(k + "rope.freq_base", o.rope_base);
+  w.AddFloat32(k + "attention.layer_norm_rms_epsilon", o.rms_eps);
+  if (o.rope_scaling_factor > 0) {  // Llama 3.1's, with a short original context to matter
+    w.AddString(k + "rope.scaling.type", "llama3");
+    w.AddFloat32(k + "rope.scaling.factor", o.rope_scaling_factor);
+    w.AddFloat32(k + "rope.scaling.low_freq_factor", 1.0f);
+    w.AddFloat32(k + "rope.scaling.high_freq_factor", 4.0f);
+    w.AddUint32(k + "rope.scaling.original_context_length", 64);
+  }
+}
+
+// qwen2's Q/K/V biases and qwen3's per-head Q/K norm weights of layer prefix `p`.
+absl::Status AddArchitectureTensors(GgufWriter& w, const RandomModelOptions& o,
+                                    const std::string& p) {
+  const int64_t head_dim = o.dim / o.n_heads, kv_dim = head_dim * o.n_kv_heads;
+  if (o.architecture == "qwen2") {
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_q.bias", {o.dim}, 0.0f, 0.5f, GgmlType::F32));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_k.bias", {kv_dim}, 0.0f, 0.5f, GgmlType::F32));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_v.bias", {kv_dim}, 0.0f, 0.5f, GgmlType::F32));
+  } else if (o.architecture == "qwen3") {
+    RETURN_IF_ERROR(
+        AddRandom(w, o, p + "attn_q_norm.weight", {head_dim}, 1.0f, 0.1f, GgmlType::F32));
+    RETURN_IF_ERROR(
+        AddRandom(w, o, p + "attn_k_norm.weight", {head_dim}, 1.0f, 0.1f, GgmlType::F32));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddSyntheticTokenizer(GgufWriter& w, const SyntheticVocab& vocab) {
   w.AddString("tokenizer.ggml.model", "llama");
   w.AddStringArray("tokenizer.ggml.tokens", vocab.tokens);
   w.AddFloat32Array("tokenizer.ggml.scores", vocab.scores);
@@ -68,8 +98,6 @@ void AddMetadata(GgufWriter& w, const RandomModelOptions& o, const SyntheticVoca
   w.AddBool("tokenizer.ggml.add_bos_token", true);
   w.AddBool("tokenizer.ggml.add_eos_token", false);
 }
-
-}  // namespace
 
 absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
   const std::pair<const char*, int> sizes[] = {
@@ -101,14 +129,26 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("dtype ", GgmlTypeName(o.dtype), " unsupported (supported: F32, F16, BF16)"));
   }
+  if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "architecture \"", o.architecture, "\" unsupported (supported: llama, qwen2, qwen3)"));
+  }
+  if (!(o.rope_scaling_factor >= 0)) {
+    return absl::InvalidArgumentError("rope scaling factor must be >= 0 (0: none)");
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& o) {
   RETURN_IF_ERROR(ValidateRandomModelOptions(o));
-  ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab_size, o.seed));
   GgufWriter w;
-  AddMetadata(w, o, vocab);
+  AddMetadata(w, o);
+  if (o.write_tokenizer) {
+    o.write_tokenizer(w);
+  } else {
+    ASSIGN_OR_RETURN(SyntheticVocab vocab, BuildSyntheticVocab(o.vocab_size, o.seed));
+    AddSyntheticTokenizer(w, vocab);
+  }
   const int64_t dim = o.dim, ffn = o.ffn_dim, vocab_n = o.vocab_size;
   const int64_t kv_dim = static_cast<int64_t>(o.dim / o.n_heads) * o.n_kv_heads;
   const float s_dim = 1.0f / std::sqrt(static_cast<float>(dim));
@@ -130,6 +170,7 @@ absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& o) {
     RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_gate.weight", {dim, ffn}, 0.0f, s_dim, t));
     RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_up.weight", {dim, ffn}, 0.0f, s_dim, t));
     RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_down.weight", {ffn, dim}, 0.0f, s_ffn, t));
+    RETURN_IF_ERROR(AddArchitectureTensors(w, o, p));
   }
   return w;
 }

@@ -1,4 +1,4 @@
-// Writes a llama-architecture GGUF model with seeded random weights and a synthetic tokenizer.
+// Writes a llama, qwen2 or qwen3 GGUF model with seeded random weights and a synthetic tokenizer.
 //
 // Used by tools/make_model.cc (pagoda-make-model) and by tests that need models of arbitrary
 // shapes. Weights: N(0, 1/fan_in) matrices, N(0, 1) embeddings, norms 1 + N(0, 0.1^2); each
@@ -7,12 +7,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
 #include "common/gguf_writer.h"
+#include "common/synthetic_vocab.h"
 
 namespace pagoda::common {
 
@@ -30,10 +32,21 @@ struct RandomModelOptions {
   bool tie_output = false;  // omit output.weight (tied to token_embd)
   float rms_eps = 1e-5f;
   float rope_base = 10000.0f;
+  // "llama", "qwen2" (adds Q/K/V biases) or "qwen3" (adds per-head Q/K RMSNorm weights).
+  std::string architecture = "llama";
+  // > 0: Llama 3.1 RoPE frequency scaling keys (low/high factors 1/4, original context 64).
+  float rope_scaling_factor = 0.0f;
+  // When set, writes the tokenizer.* metadata instead of the synthetic vocabulary (e.g. one
+  // imported from Hugging Face by tools/hf_tokenizer); vocab_size must be that tokenizer's.
+  std::function<void(GgufWriter&)> write_tokenizer;
 };
 
 // Checks sizes and divisibility; errors say which option and which limit.
 absl::Status ValidateRandomModelOptions(const RandomModelOptions& options);
+
+// Writes `vocab` as the tokenizer.* metadata (model "llama", BOS/EOS/unknown ids of
+// synthetic_vocab.h, add_bos): what BuildRandomModel writes without `write_tokenizer`.
+void AddSyntheticTokenizer(GgufWriter& w, const SyntheticVocab& vocab);
 
 // Builds the complete model in a writer (metadata, tokenizer, tensors).
 absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& options);

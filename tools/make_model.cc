@@ -1,7 +1,10 @@
 // pagoda-make-model: writes a llama GGUF model with seeded random weights and a synthetic
-// tokenizer, for tests and benchmarks of shapes no trained model has.
+// tokenizer (or a real one imported from a Hugging Face tokenizer.json), for tests and
+// benchmarks of shapes no trained model has.
 //
 //   pagoda-make-model --output /tmp/m.gguf --layers 4 --dim 256 --heads 8 --kv-heads 4
+//   pagoda-make-model --output /tmp/q.gguf --dim 64 --heads 4 --kv-heads 2 --ffn-dim 128
+//     --tokenizer-json tokenizer.json --tokenizer-config tokenizer_config.json
 #include <cstdio>
 #include <string>
 
@@ -10,6 +13,7 @@
 #include "common/flags.h"
 #include "common/gguf_reader.h"
 #include "common/random_model.h"
+#include "tools/hf_tokenizer/hf_tokenizer.h"
 
 ABSL_FLAG(std::string, output, "", "path of the GGUF file to write (required)");
 ABSL_FLAG(int, layers, 4, "transformer blocks");
@@ -23,6 +27,15 @@ ABSL_FLAG(uint64_t, seed, 1, "random seed for weights and vocabulary");
 ABSL_FLAG(std::string, dtype, "f32", "matrix storage type: f32, f16 or bf16");
 ABSL_FLAG(std::string, name, "pagoda-random", "general.name");
 ABSL_FLAG(bool, tie_output, false, "omit output.weight (classifier tied to the embedding)");
+ABSL_FLAG(std::string, arch, "llama",
+          "architecture: llama, qwen2 (Q/K/V biases) or qwen3 (per-head Q/K RMSNorm)");
+ABSL_FLAG(float, rope_scaling, 0.0f,
+          "Llama 3.1 RoPE frequency scaling factor (0: none; original context 64)");
+ABSL_FLAG(std::string, tokenizer_json, "",
+          "a Hugging Face tokenizer.json (byte-level BPE) to use instead of the synthetic "
+          "vocabulary; --vocab is then the tokenizer's size");
+ABSL_FLAG(std::string, tokenizer_config, "",
+          "its tokenizer_config.json (special tokens, add_bos/add_eos, chat_template); optional");
 
 namespace {
 
@@ -59,10 +72,27 @@ int main(int argc, char** argv) {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.name = absl::GetFlag(FLAGS_name);
   o.tie_output = absl::GetFlag(FLAGS_tie_output);
+  o.architecture = absl::GetFlag(FLAGS_arch);
+  o.rope_scaling_factor = absl::GetFlag(FLAGS_rope_scaling);
   if (!ParseDtype(absl::GetFlag(FLAGS_dtype), &o.dtype)) {
     std::fprintf(stderr,
                  "pagoda-make-model: --dtype '%s' unsupported (supported: f32, f16, bf16)\n",
                  absl::GetFlag(FLAGS_dtype).c_str());
+    return 2;
+  }
+  if (const std::string json = absl::GetFlag(FLAGS_tokenizer_json); !json.empty()) {
+    auto tokenizer =
+        pagoda::tools::ImportHfTokenizerFiles(json, absl::GetFlag(FLAGS_tokenizer_config));
+    if (!tokenizer.ok()) {
+      std::fprintf(stderr, "pagoda-make-model: %s\n", tokenizer.status().ToString().c_str());
+      return 2;
+    }
+    o.vocab_size = static_cast<int>(tokenizer->tokens.size());
+    o.write_tokenizer = [t = *std::move(tokenizer)](pagoda::common::GgufWriter& w) {
+      pagoda::tools::AddHfTokenizerMetadata(t, w);
+    };
+  } else if (!absl::GetFlag(FLAGS_tokenizer_config).empty()) {
+    std::fprintf(stderr, "pagoda-make-model: --tokenizer_config needs --tokenizer_json\n");
     return 2;
   }
   if (auto s = pagoda::common::ValidateRandomModelOptions(o); !s.ok()) {
@@ -73,8 +103,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pagoda-make-model: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  std::printf("wrote %s: llama, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, context %d, %s\n",
-              output.c_str(), o.n_layers, o.dim, o.n_heads, o.n_kv_heads, o.ffn_dim, o.vocab_size,
-              o.context_length, pagoda::common::GgmlTypeName(o.dtype).c_str());
+  std::printf("wrote %s: %s, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, context %d, %s\n",
+              output.c_str(), o.architecture.c_str(), o.n_layers, o.dim, o.n_heads, o.n_kv_heads,
+              o.ffn_dim, o.vocab_size, o.context_length,
+              pagoda::common::GgmlTypeName(o.dtype).c_str());
   return 0;
 }

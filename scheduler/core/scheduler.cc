@@ -488,7 +488,10 @@ void Scheduler::ApplySample(Sequence& s, int32_t token, double now) {
   if (s.timings.first_token < 0) s.timings.first_token = now;
   s.preempted_in_row = 0;
   const NewRequest& r = s.request;
-  if (token == options_.eos_id && !r.ignore_eos) {
+  const bool eos = token == options_.eos_id ||
+                   std::find(options_.more_eos_ids.begin(), options_.more_eos_ids.end(), token) !=
+                       options_.more_eos_ids.end();
+  if (eos && !r.ignore_eos) {
     FinishSeq(s, FinishReason::kEos, "", now);
     return;
   }

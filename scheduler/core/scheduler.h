@@ -52,6 +52,9 @@ struct SchedulerOptions {
   double aging_interval = 10.0;  // seconds of waiting that raise a request one class; <= 0 off
   int32_t max_preemptions_in_row = 3;  // then a sequence is not a victim until it generates
   int32_t max_plans_in_flight = 2;     // 1 = no overlap
+  // More tokens that end a generation like eos_id (finish reason kEos): the model's end-of-turn
+  // and end-of-message tokens (Llama 3's <|eot_id|>, <|eom_id|>; Qwen's <|endoftext|>).
+  std::vector<int32_t> more_eos_ids;
 };
 
 class Scheduler {

@@ -104,6 +104,9 @@ namespace {
 ServerOptions WithModelLimits(ServerOptions options, const ServedModel& model) {
   options.scheduler.context_length = model.config.context_length;
   options.scheduler.eos_id = model.tokenizer.eos_id();
+  for (int32_t id : model.tokenizer.EndOfGenerationIds()) {
+    if (id != model.tokenizer.eos_id()) options.scheduler.more_eos_ids.push_back(id);
+  }
   return options;
 }
 

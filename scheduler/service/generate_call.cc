@@ -181,7 +181,7 @@ bool GenerateCall::Write(const std::vector<int32_t>& tokens, std::optional<Event
     if (!matched_stop_.empty()) break;
     response_.add_token_ids(t);
     ++outcome_.sent_tokens;
-    StopMatcher::Result m = stops_.Push(detok_.Push(t));
+    text::StopMatcher::Result m = stops_.Push(detok_.Push(t));
     text += m.text;
     if (m.matched) {
       matched_stop_ = m.stop;

@@ -33,11 +33,11 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/detokenizer.h"
+#include "scheduler/text/detokenizer.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "scheduler/engine/request_sink.h"
 #include "scheduler/service/generation_service.h"
-#include "scheduler/service/stop_matcher.h"
+#include "scheduler/text/stop_matcher.h"
 
 namespace pagoda::scheduler {
 
@@ -90,8 +90,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   // Owned by the writer (see the header comment).
   pagoda::v1::GenerateResponse response_;
   std::vector<int32_t> taken_;  // the tokens being written
-  common::StreamingDetokenizer detok_;
-  StopMatcher stops_;
+  text::StreamingDetokenizer detok_;
+  text::StopMatcher stops_;
   std::string matched_stop_;  // set once a stop string matched; later tokens are dropped
   GenerateOutcome outcome_;   // completed by whoever ends the call; read in OnDone
 

@@ -142,7 +142,7 @@ GenerationService::GenerationService(Engine* engine, const ServedModel* model,
 GenerationService::~GenerationService() = default;
 
 absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest& request) const {
-  const common::Tokenizer& tok = model_->tokenizer;
+  const text::Tokenizer& tok = model_->tokenizer;
   const int32_t vocab = tok.vocab_size();
   const int32_t context = model_->config.context_length;
   NewRequest r;
@@ -310,8 +310,7 @@ grpc::Status GenerationService::GetModelInfo(v1::ModelInfo* response) {
   response->set_fingerprint(model_->fingerprint);
   response->set_vocab_size(c.vocab_size);
   response->set_context_length(c.context_length);
-  response->set_bos_token_id(model_->tokenizer.bos_id());
-  response->set_eos_token_id(model_->tokenizer.eos_id());
+  FillTokenizerInfo(model_->tokenizer, response);
   response->set_attached_workers(static_cast<uint32_t>(engine_->Status().workers.size()));
   return grpc::Status::OK;
 }

@@ -6,7 +6,8 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_config.h"
-#include "common/tokenizer.h"
+#include "pagoda/v1/generation.pb.h"
+#include "scheduler/text/tokenizer.h"
 
 namespace pagoda::scheduler {
 
@@ -14,10 +15,14 @@ struct ServedModel {
   std::string path;
   std::string fingerprint;
   common::ModelConfig config;
-  common::Tokenizer tokenizer;
+  text::Tokenizer tokenizer;
 };
 
 // Reads the GGUF metadata of `path`; errors name the file and what was wrong.
 absl::StatusOr<ServedModel> LoadServedModel(const std::string& path);
+
+// Fills ModelInfo's tokenizer fields: BOS, EOS, EOT, EOM, the end-of-generation ids, the special
+// tokens, the tokenizer kind and the chat template.
+void FillTokenizerInfo(const text::Tokenizer& tokenizer, v1::ModelInfo* info);
 
 }  // namespace pagoda::scheduler

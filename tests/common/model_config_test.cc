@@ -64,8 +64,35 @@ void ExpectError(const GgufWriter& w, const std::string& needle) {
 
 TEST(ModelConfig, RejectsOtherArchitectures) {
   GgufWriter w = MinimalLlama();
+  w.AddString("general.architecture", "gemma");
+  ExpectError(w, "\"gemma\"; supported: \"llama\", \"qwen2\", \"qwen3\"");
+  // qwen2's keys carry its own prefix: llama.* keys do not describe it.
+  w = MinimalLlama();
   w.AddString("general.architecture", "qwen2");
-  ExpectError(w, "\"qwen2\"; only \"llama\" is supported");
+  ExpectError(w, "lacks required key 'qwen2.context_length'");
+}
+
+TEST(ModelConfig, ReadsLlama31RopeScaling) {
+  GgufWriter w = MinimalLlama();
+  w.AddString("llama.rope.scaling.type", "llama3");
+  w.AddFloat32("llama.rope.scaling.factor", 8.0f);
+  w.AddUint32("llama.rope.scaling.original_context_length", 8192);
+  auto file = GgufFile::FromBytes(w.Serialize());
+  ASSERT_TRUE(file.ok());
+  auto c = ReadModelConfig(**file);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope_scaling_factor, 8.0f);
+  EXPECT_EQ(c->rope_low_freq_factor, 1.0f);
+  EXPECT_EQ(c->rope_high_freq_factor, 4.0f);
+  EXPECT_EQ(c->rope_original_context, 8192);
+  w.AddString("llama.rope.scaling.type", "yarn");
+  ExpectError(w, "'llama.rope.scaling.type' must be \"llama3\" or \"none\"");
+  w.AddString("llama.rope.scaling.type", "llama3");
+  w.AddFloat32("llama.rope.scaling.low_freq_factor", 9.0f);
+  ExpectError(w, "high_freq_factor' must exceed low_freq_factor");
+  w.AddFloat32("llama.rope.scaling.low_freq_factor", 1.0f);
+  w.AddFloat32("llama.rope.scaling.factor", -1.0f);
+  ExpectError(w, "'llama.rope.scaling.factor' must be a positive finite float");
 }
 
 TEST(ModelConfig, RejectsBadShapes) {

@@ -20,6 +20,8 @@
 #include "common/random_model.h"
 #include "common/status_macros.h"
 #include "pagoda/v1/generation.pb.h"
+#include "scheduler/text/vocab.h"
+#include "tests/fuzz/fuzz_support.h"
 
 namespace pagoda::fuzz {
 namespace {
@@ -87,6 +89,27 @@ std::string SmallVocabGguf() {
   return w.Serialize();
 }
 
+// A byte-level BPE tokenizer (tests/fuzz's small vocabulary) with every gpt2 tokenizer key.
+std::string ByteLevelVocabGguf() {
+  const scheduler::text::Vocab v = ByteLevelFuzzVocab(scheduler::text::PreTokenizerKind::kLlama3);
+  common::GgufWriter w;
+  w.AddString("tokenizer.ggml.model", "gpt2");
+  w.AddString("tokenizer.ggml.pre", "llama-bpe");
+  w.AddStringArray("tokenizer.ggml.tokens", v.pieces);
+  std::vector<int32_t> types;
+  for (auto t : v.types) types.push_back(static_cast<int32_t>(t));
+  w.AddInt32Array("tokenizer.ggml.token_type", types);
+  w.AddStringArray("tokenizer.ggml.merges", v.merges);
+  w.AddUint32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(v.eos_id));
+  w.AddUint32("tokenizer.ggml.eot_token_id", static_cast<uint32_t>(v.eos_id));
+  w.AddInt32("tokenizer.ggml.eom_token_id", -1);
+  w.AddUint32("tokenizer.ggml.padding_token_id", 0xFFFFFFFF);
+  w.AddBool("tokenizer.ggml.add_bos_token", false);
+  w.AddBool("tokenizer.ggml.add_eos_token", false);
+  w.AddString("tokenizer.chat_template", "{{ messages }}");
+  return w.Serialize();
+}
+
 // Every llama.* key ReadModelConfig reads, with a [dim, vocab] token embedding.
 absl::StatusOr<std::string> SmallConfigGguf() {
   common::GgufWriter w;
@@ -138,6 +161,7 @@ absl::Status WriteGgufSeeds(const fs::path& dir, bool with_model) {
   RETURN_IF_ERROR(WriteSeed(dir, "all_types.bin", all_types));
   RETURN_IF_ERROR(WriteSeed(dir, "truncated.bin", all_types.substr(0, all_types.size() / 2)));
   RETURN_IF_ERROR(WriteSeed(dir, "small_vocab.bin", SmallVocabGguf()));
+  RETURN_IF_ERROR(WriteSeed(dir, "byte_level_vocab.bin", ByteLevelVocabGguf()));
   ASSIGN_OR_RETURN(std::string config, SmallConfigGguf());
   RETURN_IF_ERROR(WriteSeed(dir, "small_config.bin", config));
   RETURN_IF_ERROR(WriteSeed(dir, "empty_v3.bin", Header(0, 0)));

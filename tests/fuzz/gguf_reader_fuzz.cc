@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/gguf_reader.h"
-#include "common/gguf_vocab.h"
 #include "common/model_config.h"
+#include "scheduler/text/gguf_vocab.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace pagoda::fuzz {
@@ -106,7 +106,7 @@ void CheckReaders(const GgufFile& file) {
   } else {
     CheckRejection("ReadModelConfig", config.status());
   }
-  auto tokenizer = common::LoadGgufTokenizer(file);
+  auto tokenizer = scheduler::text::LoadGgufTokenizer(file);
   if (!tokenizer.ok()) {
     CheckRejection("LoadGgufTokenizer", tokenizer.status());
     return;

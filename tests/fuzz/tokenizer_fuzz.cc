@@ -1,11 +1,14 @@
 // libFuzzer target: arbitrary bytes through the tokenizer, the streaming detokenizer and the
 // UTF-8 helpers. Invariants (see tokenizer.h, detokenizer.h, utf8.h):
 //  * the bytes as text: Encode gives BOS then in-vocabulary, text-producing ids, and
-//    Decode(Encode(x)) == x with "▁" read as a space, for any bytes, well-formed or not;
+//    Decode(Encode(x)) == x with "▁" read as a space (SentencePiece), for any bytes;
 //  * the bytes as a token-id sequence (out-of-range ids included, characters split anywhere):
 //    the streaming detokenizer only ever emits well-formed UTF-8 and loses nothing;
 //  * SanitizeUtf8 yields well-formed UTF-8, and is the identity exactly on valid input.
-// Runs on the synthetic vocabulary and, where the test model is found, on its trained one.
+//  * byte-level BPE (each pre-tokenizer): ids are normal tokens, Decode gives the (NFC'd) text
+//    back, and with special-token parsing Decode(ids, render_special) gives the text back.
+// Runs on the synthetic vocabulary, on a small byte-level BPE vocabulary per pre-tokenizer, and,
+// where the test model is found, on its trained one.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -55,7 +58,7 @@ std::vector<int32_t> AsIds(std::string_view bytes, int32_t vocab_size) {
   return ids;
 }
 
-void CheckTokenizer(const common::Tokenizer& tokenizer, std::string_view bytes) {
+void CheckTokenizer(const scheduler::text::Tokenizer& tokenizer, std::string_view bytes) {
   CheckRoundTrip(tokenizer, bytes);
   CheckStreaming(tokenizer, AsIds(bytes, tokenizer.vocab_size()));
 }
@@ -63,7 +66,13 @@ void CheckTokenizer(const common::Tokenizer& tokenizer, std::string_view bytes) 
 void TestOneInput(std::string_view bytes) {
   CheckUtf8(bytes);
   CheckTokenizer(SyntheticTokenizer(), bytes);
-  if (const common::Tokenizer* trained = TestModelTokenizer()) CheckTokenizer(*trained, bytes);
+  for (auto pre :
+       {scheduler::text::PreTokenizerKind::kGpt2, scheduler::text::PreTokenizerKind::kLlama3,
+        scheduler::text::PreTokenizerKind::kQwen2}) {
+    CheckTokenizer(ByteLevelTokenizer(pre), bytes);
+  }
+  if (const scheduler::text::Tokenizer* trained = TestModelTokenizer())
+    CheckTokenizer(*trained, bytes);
 }
 
 }  // namespace

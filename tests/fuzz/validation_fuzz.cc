@@ -79,7 +79,7 @@ void CheckIdsInVocab(std::string_view what, const auto& ids, int32_t vocab) {
   }
 }
 
-void CheckPrompt(const common::Tokenizer& tokenizer, const v1::GenerateRequest& request,
+void CheckPrompt(const scheduler::text::Tokenizer& tokenizer, const v1::GenerateRequest& request,
                  const NewRequest& r) {
   const int64_t prompt = static_cast<int64_t>(r.prompt.size());
   if (prompt == 0 || prompt >= kContext || r.max_tokens < 0 || prompt + r.max_tokens > kContext ||

@@ -370,6 +370,27 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
   EXPECT_EQ(too_many.status().code(), absl::StatusCode::kResourceExhausted) << too_many.status();
 }
 
+// qwen2's Q/K/V biases, qwen3's per-head Q/K RMSNorm and Llama 3.1's scaled RoPE frequencies
+// (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike.
+TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(13);
+  for (const auto& [arch, scaling] :
+       {std::pair<std::string, float>{"qwen2", 0.0f}, {"qwen3", 0.0f}, {"llama", 8.0f}}) {
+    common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 2, rng());
+    o.architecture = arch;
+    o.rope_scaling_factor = scaling;
+    o.dtype = common::GgmlType::F16;
+    auto model = testing::RandomModel(o);
+    ASSERT_NE(model, nullptr);
+    auto cpu = MakeCpu(model, 16, 64);
+    auto gpu = MakeCuda(model, 16, 64, DType::kFp16);
+    ASSERT_NE(gpu, nullptr);
+    SCOPED_TRACE(arch + (scaling > 0 ? " with scaled RoPE" : ""));
+    CompareRagged(*cpu, *gpu, rng, 3, 90, 4, 6e-3);
+  }
+}
+
 TEST(CudaBackendGpuTest, BadBatchesAreRejected) {
   SKIP_WITHOUT_GPU();
   auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));

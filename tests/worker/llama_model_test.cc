@@ -118,7 +118,7 @@ TEST(LlamaModel, RejectsNonLlamaArchitecture) {
   auto w = common::BuildRandomModel(Tiny());
   ASSERT_TRUE(w.ok());
   w->AddString("general.architecture", "gemma");
-  ExpectLoadError(*w, "\"gemma\"; only \"llama\" is supported");
+  ExpectLoadError(*w, "\"gemma\"; supported: \"llama\", \"qwen2\", \"qwen3\"");
 }
 
 // F16 and BF16 copies of the same random weights give near-identical logits.

@@ -182,6 +182,10 @@ int Info(v1::Generation::Stub& stub) {
   grpc::ClientContext ctx;
   grpc::Status status = stub.GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info);
   if (!status.ok()) return Fail(status);
+  json special = json::array();
+  for (const v1::SpecialToken& t : info.special_tokens()) {
+    special.push_back({{"id", t.id()}, {"piece", t.piece()}, {"control", t.control()}});
+  }
   std::cout << json{{"name", info.name()},
                     {"architecture", info.architecture()},
                     {"fingerprint", info.fingerprint()},
@@ -189,8 +193,14 @@ int Info(v1::Generation::Stub& stub) {
                     {"context_length", info.context_length()},
                     {"bos_token_id", info.bos_token_id()},
                     {"eos_token_id", info.eos_token_id()},
+                    {"eot_token_id", info.eot_token_id()},
+                    {"eom_token_id", info.eom_token_id()},
+                    {"end_of_generation_token_ids", info.end_of_generation_token_ids()},
+                    {"tokenizer", info.tokenizer()},
+                    {"pre_tokenizer", info.pre_tokenizer()},
+                    {"special_tokens", special},
                     {"attached_workers", info.attached_workers()}}
-                   .dump()
+                   .dump(-1, ' ', false, json::error_handler_t::replace)
             << "\n";
   return 0;
 }

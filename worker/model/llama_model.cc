@@ -53,6 +53,13 @@ absl::StatusOr<std::vector<float>> LoadTensor(const GgufFile& file, const std::s
   return ToFloat(*t);
 }
 
+// LoadTensor on `file`, for the architecture hooks (architecture.h).
+TensorLoader LoaderFor(const GgufFile& file) {
+  return [&file](const std::string& name, const std::vector<int64_t>& dims) {
+    return LoadTensor(file, name, dims);
+  };
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const LlamaModel>> LlamaModel::Load(const std::string& path) {
@@ -76,6 +83,7 @@ absl::StatusOr<std::shared_ptr<const LlamaModel>> LlamaModel::Load(const GgufFil
   if (!m->tied_output_) {
     ASSIGN_OR_RETURN(m->output_, LoadTensor(file, "output.weight", {c.dim, c.vocab_size}));
   }
+  ASSIGN_OR_RETURN(m->rope_inv_freq_, RopeInvFrequencies(file, LoaderFor(file), c));
   m->layers_.resize(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(m->LoadLayer(file, l));
   return std::shared_ptr<const LlamaModel>(std::move(m));
@@ -95,14 +103,15 @@ absl::Status LlamaModel::LoadLayer(const GgufFile& file, int index) {
   ASSIGN_OR_RETURN(w.w_gate, LoadTensor(file, p + "ffn_gate.weight", {dim, ffn}));
   ASSIGN_OR_RETURN(w.w_up, LoadTensor(file, p + "ffn_up.weight", {dim, ffn}));
   ASSIGN_OR_RETURN(w.w_down, LoadTensor(file, p + "ffn_down.weight", {ffn, dim}));
-  return absl::OkStatus();
+  return LoadArchitectureLayer(LoaderFor(file), c, index, w.wq, w.wk, w.arch);
 }
 
 size_t LlamaModel::weight_bytes() const {
   size_t n = token_embd_.size() + output_norm_.size() + output_.size();
   for (const LlamaLayerWeights& w : layers_) {
     n += w.attn_norm.size() + w.wq.size() + w.wk.size() + w.wv.size() + w.wo.size() +
-         w.ffn_norm.size() + w.w_gate.size() + w.w_up.size() + w.w_down.size();
+         w.ffn_norm.size() + w.w_gate.size() + w.w_up.size() + w.w_down.size() + w.arch.bq.size() +
+         w.arch.bk.size() + w.arch.bv.size() + w.arch.q_norm.size() + w.arch.k_norm.size();
   }
   return n * sizeof(float);
 }

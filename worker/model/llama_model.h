@@ -8,7 +8,8 @@
 //
 // Layouts (row-major): a GGUF matrix with dims [n_in, n_out] is stored as [n_out][n_in], so
 // y = W x with rows of length n_in. Q and K rows are in the order that makes RoPE rotate
-// ADJACENT pairs (x[2i], x[2i+1]) by pos * rope_base^(-2i/head_dim) (llama.cpp's convention).
+// ADJACENT pairs (x[2i], x[2i+1]) by pos * rope_inv_freq()[i] (llama.cpp's convention for
+// llama; qwen2/qwen3 weights are converted to it at load, see architecture.h).
 #pragma once
 
 #include <memory>
@@ -19,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
 #include "common/model_config.h"
+#include "worker/model/architecture.h"
 
 namespace pagoda::worker {
 
@@ -32,6 +34,8 @@ struct LlamaLayerWeights {
   std::vector<float> w_gate;     // [ffn_dim][dim]
   std::vector<float> w_up;       // [ffn_dim][dim]
   std::vector<float> w_down;     // [dim][ffn_dim]
+  // qwen2 biases, qwen3 Q/K norms (architecture.h).
+  ArchitectureLayerWeights arch;
 };
 
 class LlamaModel {
@@ -48,6 +52,9 @@ class LlamaModel {
   // [vocab][dim]; the embedding itself when tied.
   std::span<const float> output() const { return tied_output_ ? token_embd_ : output_; }
   bool tied_output() const { return tied_output_; }
+  // [head_dim / 2] RoPE angle per position of each rotated pair, or empty for the plain
+  // rope_base^(-2i/head_dim) (architecture.h).
+  std::span<const float> rope_inv_freq() const { return rope_inv_freq_; }
   const LlamaLayerWeights& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
   // Bytes of float32 weights held (the tied classifier counted once).
   size_t weight_bytes() const;
@@ -62,6 +69,7 @@ class LlamaModel {
   std::vector<float> output_norm_;
   std::vector<float> output_;
   bool tied_output_ = false;
+  std::vector<float> rope_inv_freq_;
   std::vector<LlamaLayerWeights> layers_;
 };
 

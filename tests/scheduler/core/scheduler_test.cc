@@ -152,6 +152,29 @@ TEST(SchedulerTest, EosStopTokenAndContextFinishWithTheirReasons) {
   EXPECT_EQ(out.tokens[3].size(), 6u);
 }
 
+TEST(SchedulerTest, EndOfTurnAndMessageTokensFinishLikeEos) {
+  SchedulerOptions o = Options();
+  o.more_eos_ids = {5, 6};  // e.g. <|eot_id|>, <|eom_id|>
+  Scheduler s(o);
+  s.AddWorker(1, Worker(64));
+  NewRequest ignoring = Request(4, 3, 10);
+  ignoring.ignore_eos = true;
+  for (RequestId id : {1, 2, 3}) ASSERT_TRUE(s.AddRequest(Request(id, 3, 10), 0).ok());
+  ASSERT_TRUE(s.AddRequest(ignoring, 0).ok());
+  auto plan = s.Schedule(1, 0);
+  ASSERT_EQ(plan->steps.size(), 4u);
+  ASSERT_TRUE(s.OnResult(1, plan->iteration, {{1, 5}, {2, 6}, {3, 7}, {4, 5}}, 1).ok());
+  std::map<RequestId, FinishReason> reasons;
+  for (const Event& e : s.TakeEvents()) {
+    if (e.kind == Event::Kind::kFinished) reasons[e.id] = e.reason;
+  }
+  EXPECT_EQ(reasons.size(), 2u);
+  EXPECT_EQ(reasons[1], FinishReason::kEos);
+  EXPECT_EQ(reasons[2], FinishReason::kEos);
+  EXPECT_FALSE(reasons.contains(3));
+  EXPECT_FALSE(reasons.contains(4)) << "ignore_eos covers EOT and EOM too";
+}
+
 TEST(SchedulerTest, FinishFreesPagesEvenWithPlanInFlight) {
   Scheduler s(Options());
   s.AddWorker(1, Worker(8));

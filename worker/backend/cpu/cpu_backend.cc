@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/model/architecture.h"
 
 namespace pagoda::worker {
 
@@ -67,8 +68,9 @@ void CpuBackend::Flatten(std::span<const SeqInput> batch) {
   up_.resize(t * c.ffn_dim);
   rope_cos_.resize(t * (c.head_dim / 2));
   rope_sin_.resize(t * (c.head_dim / 2));
-  cpu::BuildRopeTables({positions_.data(), rope_cos_.data(), rope_sin_.data(), num_tokens_,
-                        c.head_dim, c.rope_base});
+  cpu::BuildRopeTables(
+      {positions_.data(), rope_cos_.data(), rope_sin_.data(), num_tokens_, c.head_dim, c.rope_base,
+       model_->rope_inv_freq().empty() ? nullptr : model_->rope_inv_freq().data()});
 }
 
 void CpuBackend::Embed() {
@@ -88,6 +90,7 @@ void CpuBackend::RunLayer(int layer) {
   cpu::MatMul({xn_.data(), w.wq.data(), q_.data(), n, c.dim, c.q_dim()}, nt);
   cpu::MatMul({xn_.data(), w.wk.data(), k_.data(), n, c.dim, c.kv_dim()}, nt);
   cpu::MatMul({xn_.data(), w.wv.data(), v_.data(), n, c.dim, c.kv_dim()}, nt);
+  ApplyQkvHooks(c, w.arch, n, q_.data(), k_.data(), v_.data());  // qwen2 bias, qwen3 norms
   cpu::ApplyRope({q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim});
   cpu::ApplyRope({k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim});
   // All new K/V are written before any token attends, so chunk tokens see each other.

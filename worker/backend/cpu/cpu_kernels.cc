@@ -79,8 +79,10 @@ void BuildRopeTables(const RopeTableParams& p) {
   for (int t = 0; t < p.num_tokens; ++t) {
     const double pos = p.positions[t];
     for (int i = 0; i < half; ++i) {
-      const double angle =
-          pos * std::pow(static_cast<double>(p.base), -2.0 * i / static_cast<double>(p.head_dim));
+      const double angle = p.inv_freq != nullptr
+                               ? pos * static_cast<double>(p.inv_freq[i])
+                               : pos * std::pow(static_cast<double>(p.base),
+                                                -2.0 * i / static_cast<double>(p.head_dim));
       p.cos[static_cast<size_t>(t) * half + i] = static_cast<float>(std::cos(angle));
       p.sin[static_cast<size_t>(t) * half + i] = static_cast<float>(std::sin(angle));
     }

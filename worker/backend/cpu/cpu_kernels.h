@@ -43,6 +43,7 @@ struct RopeTableParams {
   int num_tokens;
   int head_dim;  // even
   float base;
+  const float* inv_freq = nullptr;  // [head_dim / 2] angle per position; null: base^(-2i/head_dim)
 };
 void BuildRopeTables(const RopeTableParams& p);
 

@@ -6,6 +6,7 @@
 #include "common/fp16.h"
 #include "common/status_macros.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/model/architecture.h"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -62,7 +63,8 @@ std::vector<float> Concat(std::initializer_list<std::span<const float>> parts) {
 }  // namespace
 
 absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig& c, DType dtype,
-                                                      bool tied) {
+                                                      bool tied, bool scaled_rope) {
+  const ArchitectureTraits traits = TraitsOf(c);
   const size_t e = DTypeSize(dtype);
   const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
   DeviceWeights w;
@@ -86,7 +88,14 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
       l.ffn_norm = static_cast<const float*>(carver.Take(dim * 4));
       l.w_gate_up = carver.Take(2 * ffn * dim * e);
       l.w_down = carver.Take(dim * ffn * e);
+      if (traits.qkv_bias) l.bqkv = static_cast<const float*>(carver.Take((q + 2 * kv) * 4));
+      if (traits.qk_norm) {
+        l.q_norm = static_cast<const float*>(carver.Take(c.head_dim * 4));
+        l.k_norm = static_cast<const float*>(carver.Take(c.head_dim * 4));
+      }
     }
+    w.rope_inv_freq_ =
+        scaled_rope ? static_cast<const float*>(carver.Take(c.head_dim / 2 * 4)) : nullptr;
   }
   w.step_bytes_ =
       (vocab * dim + size_t(c.n_layers) * ((q + 2 * kv) * dim + dim * q + 3 * ffn * dim)) * e;
@@ -96,7 +105,11 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
 absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DType dtype,
                                                     cudaStream_t stream) {
   const common::ModelConfig& c = model.config();
-  ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, model.tied_output()));
+  ASSIGN_OR_RETURN(DeviceWeights w,
+                   Allocate(c, dtype, model.tied_output(), !model.rope_inv_freq().empty()));
+  if (w.rope_inv_freq_ != nullptr) {
+    RETURN_IF_ERROR(CopyF32(w.rope_inv_freq_, model.rope_inv_freq(), stream));
+  }
   RETURN_IF_ERROR(Copy(const_cast<void*>(w.token_embd_), model.token_embedding(), dtype, stream));
   RETURN_IF_ERROR(CopyF32(w.output_norm_, model.output_norm(), stream));
   if (!model.tied_output()) {
@@ -113,13 +126,22 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DTy
     RETURN_IF_ERROR(
         Copy(const_cast<void*>(dst.w_gate_up), Concat({src.w_gate, src.w_up}), dtype, stream));
     RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_down), src.w_down, dtype, stream));
+    if (dst.bqkv != nullptr) {
+      RETURN_IF_ERROR(CopyF32(dst.bqkv, Concat({src.arch.bq, src.arch.bk, src.arch.bv}), stream));
+    }
+    if (dst.q_norm != nullptr) {
+      RETURN_IF_ERROR(CopyF32(dst.q_norm, src.arch.q_norm, stream));
+      RETURN_IF_ERROR(CopyF32(dst.k_norm, src.arch.k_norm, stream));
+    }
   }
   return w;
 }
 
 absl::StatusOr<DeviceWeights> DeviceWeights::Random(const common::ModelConfig& c, DType dtype,
                                                     uint64_t seed, cudaStream_t stream) {
-  ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, /*tied=*/false));
+  const std::vector<float> inv_freq = ScaledRopeInvFrequencies(c);
+  ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, /*tied=*/false, !inv_freq.empty()));
+  if (w.rope_inv_freq_ != nullptr) RETURN_IF_ERROR(CopyF32(w.rope_inv_freq_, inv_freq, stream));
   const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
   uint64_t s = seed;
   // Uniform in [-a, a] with variance 1/n_in: unit-scale activations through every projection.
@@ -141,6 +163,14 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Random(const common::ModelConfig& c
     RETURN_IF_ERROR(norm(l.ffn_norm));
     RETURN_IF_ERROR(matrix(l.w_gate_up, 2 * ffn, dim));
     RETURN_IF_ERROR(matrix(l.w_down, dim, ffn));
+    auto fill = [&](const float* p, size_t n, float scale, float offset) {
+      return LaunchFillRandomF32(const_cast<float*>(p), n, scale, offset, ++s, stream);
+    };
+    if (l.bqkv != nullptr) RETURN_IF_ERROR(fill(l.bqkv, q + 2 * kv, 0.1f, 0.0f));
+    if (l.q_norm != nullptr) {
+      RETURN_IF_ERROR(fill(l.q_norm, c.head_dim, 0.1f, 1.0f));
+      RETURN_IF_ERROR(fill(l.k_norm, c.head_dim, 0.1f, 1.0f));
+    }
   }
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "random weights"));
   return w;

@@ -25,6 +25,10 @@ struct DeviceLayer {
   const float* ffn_norm = nullptr;   // [dim]
   const void* w_gate_up = nullptr;   // [2 ffn_dim][dim]
   const void* w_down = nullptr;      // [dim][ffn_dim]
+  // Architecture pieces (worker/model/architecture.h), null when the model has none:
+  const float* bqkv = nullptr;    // [q_dim + 2 kv_dim] qwen2's Q, K, V biases
+  const float* q_norm = nullptr;  // [head_dim] qwen3
+  const float* k_norm = nullptr;  // [head_dim] qwen3
 };
 
 class DeviceWeights {
@@ -39,6 +43,8 @@ class DeviceWeights {
   const void* token_embedding() const { return token_embd_; }  // [vocab][dim]
   const float* output_norm() const { return output_norm_; }    // [dim]
   const void* output() const { return output_; }               // [vocab][dim]
+  // [head_dim / 2] scaled RoPE frequencies, or null for rope_base's.
+  const float* rope_inv_freq() const { return rope_inv_freq_; }
   size_t bytes() const { return buffer_.bytes(); }
   // Bytes one decode step reads: every matrix once (the embedding rows it gathers aside).
   size_t bytes_read_per_step() const { return step_bytes_; }
@@ -46,7 +52,7 @@ class DeviceWeights {
  private:
   // Lays out every tensor in one buffer; `elements[i]` and `is_f32[i]` in the order of Assign().
   static absl::StatusOr<DeviceWeights> Allocate(const common::ModelConfig& config, DType dtype,
-                                                bool tied);
+                                                bool tied, bool scaled_rope);
 
   common::ModelConfig config_;
   DType dtype_ = DType::kBf16;
@@ -55,6 +61,7 @@ class DeviceWeights {
   const void* token_embd_ = nullptr;
   const float* output_norm_ = nullptr;
   const void* output_ = nullptr;
+  const float* rope_inv_freq_ = nullptr;
   size_t step_bytes_ = 0;
 };
 

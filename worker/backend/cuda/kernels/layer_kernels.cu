@@ -48,15 +48,37 @@ __global__ void RmsNormCastKernel(const float* __restrict__ x, const int32_t* __
 }
 
 __global__ void RopeTableKernel(const int32_t* __restrict__ positions, float2* __restrict__ rope,
-                                int head_dim, float base) {
+                                int head_dim, float base, const float* __restrict__ inv_freq) {
   const int half = head_dim / 2;
   const int pos = positions[blockIdx.x];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
-    const double angle = pos < 0 ? 0.0 : pos * pow(static_cast<double>(base), -2.0 * i / head_dim);
+    const double freq = inv_freq != nullptr ? static_cast<double>(inv_freq[i])
+                                            : pow(static_cast<double>(base), -2.0 * i / head_dim);
+    const double angle = pos < 0 ? 0.0 : pos * freq;
     double s, c;
     sincos(angle, &s, &c);
     rope[static_cast<size_t>(blockIdx.x) * half + i] =
         make_float2(static_cast<float>(c), static_cast<float>(s));
+  }
+}
+
+// One thread per head of one token (block = token): bias, then the head's RMSNorm, serially
+// over head_dim (at most 256); cheap next to the QKV GEMM.
+__global__ void QkvHooksKernel(QkvHooksParams p) {
+  const int hd = p.head_dim;
+  const int heads = p.n_heads + 2 * p.n_kv_heads;
+  float* row = p.qkv + static_cast<size_t>(blockIdx.x) * heads * hd;
+  for (int h = threadIdx.x; h < heads; h += blockDim.x) {
+    float* x = row + h * hd;
+    if (p.bias != nullptr) {
+      for (int i = 0; i < hd; ++i) x[i] += p.bias[h * hd + i];
+    }
+    const float* w = h < p.n_heads ? p.q_norm : h < p.n_heads + p.n_kv_heads ? p.k_norm : nullptr;
+    if (w == nullptr) continue;
+    float ss = 0.0f;
+    for (int i = 0; i < hd; ++i) ss += x[i] * x[i];
+    const float scale = rsqrtf(ss / hd + p.eps);
+    for (int i = 0; i < hd; ++i) x[i] = x[i] * scale * w[i];
   }
 }
 
@@ -199,8 +221,24 @@ absl::Status LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
   RETURN_IF_ERROR(check.status());
   const int threads = p.head_dim / 2 < 32 ? 32 : (p.head_dim / 2 > 128 ? 128 : p.head_dim / 2);
   return CudaStatus(LaunchKernel(RopeTableKernel, p.num_tokens, threads, 0, stream, p.positions,
-                                 p.rope, p.head_dim, p.base),
+                                 p.rope, p.head_dim, p.base, p.inv_freq),
                     "LaunchRopeTable");
+}
+
+absl::Status LaunchQkvHooks(const QkvHooksParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchQkvHooks");
+  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
+                p.num_tokens, kMaxBlocks);
+  if (p.num_tokens == 0 || (p.bias == nullptr && p.q_norm == nullptr)) return check.status();
+  check.Require(p.head_dim > 0, "head_dim %d must be positive", p.head_dim)
+      .Require(p.n_heads > 0, "n_heads %d must be positive", p.n_heads)
+      .Require(p.n_kv_heads > 0, "n_kv_heads %d must be positive", p.n_kv_heads)
+      .Require((p.q_norm == nullptr) == (p.k_norm == nullptr),
+               "q_norm and k_norm must both be set or both be null")
+      .RequirePointer(p.qkv, "qkv");
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(LaunchKernel(QkvHooksKernel, p.num_tokens, 64, 0, stream, p),
+                    "LaunchQkvHooks");
 }
 
 absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {

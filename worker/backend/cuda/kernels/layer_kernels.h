@@ -44,15 +44,33 @@ struct RmsNormCastParams {
 };
 absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream);
 
-// rope[t][i] = (cos, sin)(positions[t] * base^(-2i/head_dim)), the angle in double precision as
-// on the CPU. Padding tokens (position < 0) get angle 0.
+// rope[t][i] = (cos, sin)(positions[t] * base^(-2i/head_dim)), or positions[t] * inv_freq[i]
+// when inv_freq is set (scaled RoPE, worker/model/architecture.h), the angle in double precision
+// as on the CPU. Padding tokens (position < 0) get angle 0.
 struct RopeTableParams {
   const int32_t* positions;  // [num_tokens]
   float2* rope;              // [num_tokens][head_dim / 2]
   int num_tokens = 0;
   int head_dim = 0;
   float base = 10000.0f;
+  const float* inv_freq = nullptr;  // [head_dim / 2] or null
 };
+
+// The architecture hooks on the fused QKV projection, before RoPE (worker/model/architecture.h):
+// qkv[t] += bias (qwen2), then each Q head and each K head times 1/rms(head) * q_norm / k_norm
+// (qwen3). Null pointers skip their step.
+struct QkvHooksParams {
+  float* qkv;           // [num_tokens][(n_heads + 2 * n_kv_heads) * head_dim], in place
+  const float* bias;    // [(n_heads + 2 * n_kv_heads) * head_dim] or null
+  const float* q_norm;  // [head_dim] or null
+  const float* k_norm;  // [head_dim] or null
+  int num_tokens = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  float eps = 1e-6f;
+};
+absl::Status LaunchQkvHooks(const QkvHooksParams& p, cudaStream_t stream);
 absl::Status LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream);
 
 // From the fused QKV projection qkv[t] = [q (n_heads*hd) | k (n_kv*hd) | v (n_kv*hd)] (float32):

@@ -1,8 +1,8 @@
-#include "scheduler/service/stop_matcher.h"
+#include "scheduler/text/stop_matcher.h"
 
 #include <algorithm>
 
-namespace pagoda::scheduler {
+namespace pagoda::scheduler::text {
 
 StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {
   stops_.erase(std::remove(stops_.begin(), stops_.end(), std::string()), stops_.end());
@@ -51,4 +51,4 @@ std::string StopMatcher::Flush() {
   return out;
 }
 
-}  // namespace pagoda::scheduler
+}  // namespace pagoda::scheduler::text

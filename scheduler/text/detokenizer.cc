@@ -1,11 +1,18 @@
-#include "common/detokenizer.h"
+#include "scheduler/text/detokenizer.h"
 
 #include <cassert>
 #include <string_view>
 
 #include "common/utf8.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
+
+using common::kMaxUtf8IncompleteLength;
+using common::kUtf8Replacement;
+using common::SanitizeUtf8;
+using common::ScanUtf8Char;
+using common::Utf8Char;
+using common::Utf8CharKind;
 
 std::string StreamingDetokenizer::Push(int32_t id) {
   pending_.append(tokenizer_->TokenBytes(id));
@@ -34,4 +41,4 @@ std::string StreamingDetokenizer::Flush() {
   return out;
 }
 
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

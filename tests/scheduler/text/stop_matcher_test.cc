@@ -1,8 +1,8 @@
-#include "scheduler/service/stop_matcher.h"
+#include "scheduler/text/stop_matcher.h"
 
 #include <gtest/gtest.h>
 
-namespace pagoda::scheduler {
+namespace pagoda::scheduler::text {
 namespace {
 
 // Feeds `pieces` one at a time; returns what was sent and the stop matched ("" if none).
@@ -46,4 +46,4 @@ TEST(StopMatcherTest, MultiByteStopStrings) {
 }
 
 }  // namespace
-}  // namespace pagoda::scheduler
+}  // namespace pagoda::scheduler::text

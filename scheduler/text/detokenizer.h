@@ -15,9 +15,9 @@
 #include <cstdint>
 #include <string>
 
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 
 class StreamingDetokenizer {
  public:
@@ -38,4 +38,4 @@ class StreamingDetokenizer {
   std::string pending_;  // an incomplete UTF-8 prefix, at most kMaxUtf8IncompleteLength bytes
 };
 
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

@@ -1,6 +1,6 @@
 // ReadGgufVocab on well-formed and hostile tokenizer metadata: every malformed array or id is an
 // InvalidArgument error naming the key and the limit, found before any array is materialized.
-#include "common/gguf_vocab.h"
+#include "scheduler/text/gguf_vocab.h"
 
 #include <cstdint>
 #include <string>
@@ -9,9 +9,14 @@
 #include "common/gguf_writer.h"
 #include "common/synthetic_vocab.h"
 #include "gtest/gtest.h"
+#include "scheduler/text/bpe_encoder.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 namespace {
+
+using ::pagoda::common::BuildSyntheticVocab;
+using ::pagoda::common::GgufFile;
+using ::pagoda::common::GgufWriter;
 
 // A llama tokenizer of the 300-piece synthetic vocabulary; `types` false leaves token_type out.
 GgufWriter VocabWriter(bool types = true) {
@@ -81,13 +86,16 @@ TEST(GgufVocab, RejectsArraysThatDisagreeWithTheTokens) {
 }
 
 TEST(GgufVocab, RejectsSpecialIdsOutsideInt32) {
-  // 2^32 + 1 used to wrap silently to id 1, and -1 to fall back to the default.
+  // 2^32 + 1 used to wrap silently to id 1; -1 means none (as llama.cpp writes), below is bad.
   GgufWriter w = VocabWriter();
   w.AddUint64("tokenizer.ggml.bos_token_id", (uint64_t{1} << 32) + 1);
   ExpectInvalid(w, "tokenizer.ggml.bos_token_id must be an integer in [0, 2147483647]");
   w = VocabWriter();
-  w.AddInt32("tokenizer.ggml.eos_token_id", -1);
+  w.AddInt32("tokenizer.ggml.eos_token_id", -2);
   ExpectInvalid(w, "tokenizer.ggml.eos_token_id must be an integer");
+  w = VocabWriter();
+  w.AddInt64("tokenizer.ggml.eot_token_id", int64_t{-1} << 40);
+  ExpectInvalid(w, "tokenizer.ggml.eot_token_id must be an integer");
   w = VocabWriter();
   w.AddString("tokenizer.ggml.unknown_token_id", "0");
   ExpectInvalid(w, "or -1 for none");
@@ -123,5 +131,81 @@ TEST(GgufVocab, RejectsHugeVocabulariesBeforeMaterializingThem) {
       << v.status();
 }
 
+// A byte-level BPE tokenizer: the 256 byte pieces, one merge "a b" -> "ab", and <|eot|>.
+GgufWriter BpeWriter() {
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 256; ++b) tokens.push_back(ByteLevelEncode(std::string(1, char(b))));
+  tokens.push_back("ab");
+  tokens.push_back("<|eot|>");
+  std::vector<int32_t> types(tokens.size(), 1);
+  types.back() = 3;
+  GgufWriter w;
+  w.AddString("tokenizer.ggml.model", "gpt2");
+  w.AddString("tokenizer.ggml.pre", "llama-bpe");
+  w.AddStringArray("tokenizer.ggml.tokens", tokens);
+  w.AddInt32Array("tokenizer.ggml.token_type", types);
+  w.AddStringArray("tokenizer.ggml.merges", {"a b"});
+  w.AddUint32("tokenizer.ggml.eos_token_id", 257);
+  w.AddUint32("tokenizer.ggml.eot_token_id", 257);
+  w.AddInt32("tokenizer.ggml.eom_token_id", -1);
+  w.AddUint32("tokenizer.ggml.padding_token_id", 0xFFFFFFFF);  // llama.cpp's "none"
+  w.AddString("tokenizer.chat_template", "{{ messages }}");
+  return w;
+}
+
+TEST(GgufVocab, ReadsByteLevelBpe) {
+  absl::StatusOr<Vocab> v = Read(BpeWriter().Serialize());
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_EQ(v->model, TokenizerModel::kByteLevelBpe);
+  EXPECT_EQ(v->pre, PreTokenizerKind::kLlama3);
+  EXPECT_EQ(v->merges, std::vector<std::string>{"a b"});
+  EXPECT_EQ(v->bos_id, -1);  // no SentencePiece defaults
+  EXPECT_EQ(v->unk_id, -1);
+  EXPECT_EQ(v->eot_id, 257);
+  EXPECT_EQ(v->eom_id, -1);
+  EXPECT_EQ(v->pad_id, -1);
+  EXPECT_FALSE(v->add_bos);
+  EXPECT_EQ(v->chat_template, "{{ messages }}");
+  auto tokenizer = LoadGgufTokenizer(**GgufFile::FromBytes(BpeWriter().Serialize()));
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_EQ(tokenizer->Encode("abc", true), (std::vector<int32_t>{256, 'c'}));
+}
+
+TEST(GgufVocab, RefusesHostileByteLevelMetadata) {
+  GgufWriter w = BpeWriter();
+  w.AddString("tokenizer.ggml.pre", "falcon");
+  ExpectInvalid(w,
+                "tokenizer.ggml.pre is \"falcon\", a pre-tokenizer Pagoda does not implement; "
+                "supported: gpt2");
+  w = BpeWriter();
+  w.AddInt32Array("tokenizer.ggml.merges", std::vector<int32_t>{1, 2});
+  ExpectInvalid(w, "tokenizer.ggml.merges must be an array of strings");
+  w = BpeWriter();
+  w.AddString("tokenizer.ggml.merges", "a b");
+  ExpectInvalid(w, "needs the tokenizer.ggml.merges array");
+  w = BpeWriter();
+  w.AddString("tokenizer.ggml.add_bos_token", "yes");
+  ExpectInvalid(w, "tokenizer.ggml.add_bos_token must be a bool");
+  w = BpeWriter();
+  w.AddInt64("tokenizer.ggml.eom_token_id", int64_t{1} << 33);
+  ExpectInvalid(w, "tokenizer.ggml.eom_token_id must be an integer in [0, 2147483647]");
+  w = BpeWriter();
+  w.AddString("tokenizer.ggml.model", "rwkv");
+  ExpectInvalid(w, "tokenizer.ggml.model is \"rwkv\"; supported: \"llama\"");
+  // What only the tokenizer can check: merges naming unknown pieces, ids out of range.
+  w = BpeWriter();
+  w.AddStringArray("tokenizer.ggml.merges", {"a b", "ab q7"});
+  auto file = GgufFile::FromBytes(w.Serialize());
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE(LoadGgufTokenizer(**file).status().message().find("tokenizer.ggml.merges[1]"),
+            std::string::npos);
+  w = BpeWriter();
+  w.AddUint32("tokenizer.ggml.eot_token_id", 5000);
+  file = GgufFile::FromBytes(w.Serialize());
+  ASSERT_TRUE(file.ok());
+  EXPECT_NE(LoadGgufTokenizer(**file).status().message().find("EOT id 5000 is outside"),
+            std::string::npos);
+}
+
 }  // namespace
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

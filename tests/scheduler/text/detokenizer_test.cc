@@ -1,4 +1,4 @@
-#include "common/detokenizer.h"
+#include "scheduler/text/detokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -8,13 +8,18 @@
 #include <string>
 #include <vector>
 
-#include "common/tokenizer.h"
 #include "common/utf8.h"
-#include "tests/common/test_vocabs.h"
+#include "scheduler/text/tokenizer.h"
+#include "tests/scheduler/text/test_vocabs.h"
 #include "tests/testing/test_models.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 namespace {
+
+using ::pagoda::common::IsValidUtf8;
+using ::pagoda::common::kMaxUtf8IncompleteLength;
+using ::pagoda::common::kUtf8Replacement;
+using ::pagoda::common::SanitizeUtf8;
 
 using ::pagoda::testing::kFirstSyntheticPiece;
 using ::pagoda::testing::MakeSyntheticVocab;
@@ -151,4 +156,4 @@ TEST(StreamingDetokenizerTest, GoldenGenerationsStreamToExpectedText) {
 }
 
 }  // namespace
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

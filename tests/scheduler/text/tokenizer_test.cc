@@ -1,4 +1,4 @@
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -10,11 +10,15 @@
 #include <vector>
 
 #include "common/utf8.h"
-#include "tests/common/test_vocabs.h"
+#include "tests/scheduler/text/test_vocabs.h"
 #include "tests/testing/test_models.h"
 
-namespace pagoda::common {
+namespace pagoda::scheduler::text {
 namespace {
+
+using ::pagoda::common::ScanUtf8Char;
+using ::pagoda::common::Utf8Char;
+using ::pagoda::common::Utf8CharKind;
 
 using ::pagoda::testing::kFirstSyntheticPiece;
 using ::pagoda::testing::MakeSyntheticVocab;
@@ -116,8 +120,8 @@ TEST(TokenizerCreateTest, RejectsSpecialIdsOutOfRange) {
   vocab.bos_id = 260;
   ExpectInvalid(Tokenizer::Create(vocab).status(), "BOS id 260 is outside the vocabulary [0, 260)");
   vocab.bos_id = 1;
-  vocab.eos_id = -1;
-  ExpectInvalid(Tokenizer::Create(vocab).status(), "EOS id -1");
+  vocab.eos_id = -3;
+  ExpectInvalid(Tokenizer::Create(vocab).status(), "EOS id -3");
   vocab.eos_id = 2;
   vocab.unk_id = -2;
   ExpectInvalid(Tokenizer::Create(vocab).status(), "unknown-token id -2");
@@ -395,4 +399,4 @@ TEST_F(TokenizerTok512Test, RoundTripsArbitraryText) {
 }
 
 }  // namespace
-}  // namespace pagoda::common
+}  // namespace pagoda::scheduler::text

@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "common/tokenizer.h"
+#include "scheduler/text/tokenizer.h"
 
 namespace pagoda::testing {
 
@@ -26,8 +26,8 @@ inline bool IsBytePieceForTest(const std::string& piece) {
   return piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 && piece[5] == '>';
 }
 
-inline absl::StatusOr<common::Vocab> LoadLlama2cTokenizer(const std::string& path,
-                                                          int32_t vocab_size) {
+inline absl::StatusOr<scheduler::text::Vocab> LoadLlama2cTokenizer(const std::string& path,
+                                                                   int32_t vocab_size) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
   const std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -40,7 +40,7 @@ inline absl::StatusOr<common::Vocab> LoadLlama2cTokenizer(const std::string& pat
   };
   int32_t max_token_length = 0;
   if (!read(&max_token_length, 4)) return absl::DataLossError("truncated header");
-  common::Vocab vocab;
+  scheduler::text::Vocab vocab;
   for (int32_t id = 0; id < vocab_size; ++id) {
     float score = 0;
     int32_t length = 0;
@@ -51,14 +51,14 @@ inline absl::StatusOr<common::Vocab> LoadLlama2cTokenizer(const std::string& pat
     if (!read(piece.data(), piece.size())) {
       return absl::DataLossError(absl::StrCat("truncated piece for token ", id));
     }
-    common::TokenType type = common::TokenType::kNormal;
+    scheduler::text::TokenType type = scheduler::text::TokenType::kNormal;
     if (id == 0) {
-      type = common::TokenType::kUnknown;
+      type = scheduler::text::TokenType::kUnknown;
     } else if (id == 1 || id == 2) {
-      type = common::TokenType::kControl;
+      type = scheduler::text::TokenType::kControl;
       piece = id == 1 ? "<s>" : "</s>";
     } else if (IsBytePieceForTest(piece)) {
-      type = common::TokenType::kByte;
+      type = scheduler::text::TokenType::kByte;
     } else {
       piece = absl::StrReplaceAll(piece, {{" ", "\xE2\x96\x81"}});
     }
@@ -78,22 +78,23 @@ inline constexpr int32_t kFirstSyntheticPiece = 259;
 inline int32_t SyntheticByteId(uint8_t byte) { return 3 + byte; }
 
 // A llama-style vocabulary with the given normal pieces ("▁" for space) and scores.
-inline common::Vocab MakeSyntheticVocab(const std::vector<std::pair<std::string, float>>& normal,
-                                        bool add_space_prefix = true) {
-  common::Vocab vocab;
-  auto add = [&vocab](std::string piece, float score, common::TokenType type) {
+inline scheduler::text::Vocab MakeSyntheticVocab(
+    const std::vector<std::pair<std::string, float>>& normal, bool add_space_prefix = true) {
+  scheduler::text::Vocab vocab;
+  auto add = [&vocab](std::string piece, float score, scheduler::text::TokenType type) {
     vocab.pieces.push_back(std::move(piece));
     vocab.scores.push_back(score);
     vocab.types.push_back(type);
   };
-  add("<unk>", 0, common::TokenType::kUnknown);
-  add("<s>", 0, common::TokenType::kControl);
-  add("</s>", 0, common::TokenType::kControl);
+  add("<unk>", 0, scheduler::text::TokenType::kUnknown);
+  add("<s>", 0, scheduler::text::TokenType::kControl);
+  add("</s>", 0, scheduler::text::TokenType::kControl);
   static const char kHex[] = "0123456789ABCDEF";
   for (int byte = 0; byte < 256; ++byte) {
-    add(std::string("<0x") + kHex[byte / 16] + kHex[byte % 16] + ">", 0, common::TokenType::kByte);
+    add(std::string("<0x") + kHex[byte / 16] + kHex[byte % 16] + ">", 0,
+        scheduler::text::TokenType::kByte);
   }
-  for (const auto& [piece, score] : normal) add(piece, score, common::TokenType::kNormal);
+  for (const auto& [piece, score] : normal) add(piece, score, scheduler::text::TokenType::kNormal);
   vocab.add_space_prefix = add_space_prefix;
   return vocab;
 }

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace pagoda::scheduler {
+namespace pagoda::scheduler::text {
 
 class StopMatcher {
  public:
@@ -31,4 +31,4 @@ class StopMatcher {
   std::string held_;
 };
 
-}  // namespace pagoda::scheduler
+}  // namespace pagoda::scheduler::text
