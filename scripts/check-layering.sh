@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Enforces the dependency rules of docs/architecture.md ("Layers and dependency direction") on
-# the #include lines of the product code, and checks that the given binaries (the scheduler
+# Enforces the dependency rules of docs/architecture.md (section 3, "Dependency rules") on the
+# #include lines of the product code, and checks that the given binaries (the scheduler
 # core's tests) link no gRPC or Protobuf, which proves the core sans-IO. Prints every violation
 # with the rule it breaks; exits 1 when there is any. Run as the ctest test `layering_check`.
 #
