@@ -23,7 +23,7 @@ TEST(RmsNormGpuTest, MatchesCpuOnRandomInputs) {
       std::vector<float> x(size_t(tokens) * dim), w(dim), ref(x.size()), got(x.size());
       for (float& v : x) v = normal(rng);
       for (float& v : w) v = normal(rng);
-      cpu::RmsNorm({x.data(), w.data(), ref.data(), tokens, dim, 1e-5f});
+      cpu::RmsNorm(cpu::LocalContext().get(), {x.data(), w.data(), ref.data(), tokens, dim, 1e-5f});
       float *dx, *dw, *dout;
       ASSERT_EQ(cudaMalloc(&dx, x.size() * 4), cudaSuccess);
       ASSERT_EQ(cudaMalloc(&dw, w.size() * 4), cudaSuccess);

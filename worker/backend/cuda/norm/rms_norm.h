@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/backend/cpu/kernel_params.h"
 
 namespace pagoda::worker::cuda {
 

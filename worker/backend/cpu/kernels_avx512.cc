@@ -1,0 +1,103 @@
+// AVX-512 kernels (F, BW, VL, DQ with FMA and F16C), compiled with those extensions for this
+// file only (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc).
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "worker/backend/cpu/kernel_table.h"
+
+namespace pagoda::worker::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+
+float LoadHalf(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+void HalfRowToFloat(const uint8_t* p, int n, float* out) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i));
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = LoadHalf(p + 2 * i);
+}
+
+#include "worker/backend/cpu/kernels_body.inc"
+
+// A register tile of RB weight rows x TB tokens: one 16-lane accumulator per output, summed
+// over k in 16-element steps (the k tail masked), then reduced across lanes. The operations on
+// one output are the same for every (RB, TB), so the result of a row does not depend on the
+// tile it was computed in.
+template <int RB, int TB>
+void Tile(const GemmPanelArgs& a, int r0, int t0) {
+  __m512 acc[RB][TB];
+  for (int r = 0; r < RB; ++r) {
+    for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const float* w = a.w + static_cast<size_t>(r0) * a.ldw;
+  const float* x = a.x + static_cast<size_t>(t0) * a.ldx;
+  int k = 0;
+  for (; k + 16 <= a.k; k += 16) {
+    __m512 wv[RB];
+    for (int r = 0; r < RB; ++r) wv[r] = _mm512_loadu_ps(w + static_cast<size_t>(r) * a.ldw + k);
+    for (int t = 0; t < TB; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + static_cast<size_t>(t) * a.ldx + k);
+      for (int r = 0; r < RB; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  if (k < a.k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (a.k - k)) - 1);
+    __m512 wv[RB];
+    for (int r = 0; r < RB; ++r) {
+      wv[r] = _mm512_maskz_loadu_ps(m, w + static_cast<size_t>(r) * a.ldw + k);
+    }
+    for (int t = 0; t < TB; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t) * a.ldx + k);
+      for (int r = 0; r < RB; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) {
+    float* out = a.out + static_cast<size_t>(t0 + t) * a.ldo + r0;
+    for (int r = 0; r < RB; ++r) out[r] = _mm512_reduce_add_ps(acc[r][t]);
+  }
+}
+
+constexpr int kRowBlock = 4;
+constexpr int kTokenBlock = 6;
+using TileFn = void (*)(const GemmPanelArgs&, int, int);
+
+template <int... T>
+constexpr auto TileRow(std::integer_sequence<int, T...>, auto rb) {
+  return std::array<TileFn, kTokenBlock>{&Tile<decltype(rb)::value, T + 1>...};
+}
+template <int... R>
+constexpr auto TileTable(std::integer_sequence<int, R...>) {
+  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{
+      TileRow(std::make_integer_sequence<int, kTokenBlock>{},
+              std::integral_constant<int, R + 1>{})...};
+}
+constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRowBlock>{});
+
+void GemmPanelImpl(const GemmPanelArgs& a) {
+  for (int t0 = 0; t0 < a.num_tokens; t0 += kTokenBlock) {
+    const int tb = a.num_tokens - t0 < kTokenBlock ? a.num_tokens - t0 : kTokenBlock;
+    for (int r0 = 0; r0 < a.rows; r0 += kRowBlock) {
+      const int rb = a.rows - r0 < kRowBlock ? a.rows - r0 : kRowBlock;
+      kTiles[rb - 1][tb - 1](a, r0, t0);
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable kAvx512Kernels = {CpuIsa::kAvx512, DequantizeRowImpl, GemmPanelImpl,
+                                    AttentionHeadImpl, RmsNormRowImpl,  SwiGluImpl,
+                                    AddImpl};
+
+}  // namespace pagoda::worker::cpu
