@@ -165,7 +165,8 @@ absl::Status GgufWriter::AddFloatTensor(const std::string& name, const std::vect
   } else if (CanQuantize(type)) {
     auto q = QuantizeRows(type, values, dims.empty() ? 0 : dims[0]);
     if (!q.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", q.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': ", q.status().message()));
     }
     bytes = *std::move(q);
   } else {

@@ -36,7 +36,8 @@ void Q8_0Block(const float* x, uint8_t* b) {
   for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[i]));
   const float d = PutHalf(b, amax / 127.0f);
   auto* q = reinterpret_cast<int8_t*>(b + 2);
-  for (int i = 0; i < 32; ++i) q[i] = static_cast<int8_t>(d == 0 ? 0 : RoundClamp(x[i] / d, -127, 127));
+  for (int i = 0; i < 32; ++i)
+    q[i] = static_cast<int8_t>(d == 0 ? 0 : RoundClamp(x[i] / d, -127, 127));
 }
 
 void Q4_0Block(const float* x, uint8_t* b) {
@@ -79,7 +80,8 @@ void KScalesAndCodes(const float* x, int levels, uint8_t* b, uint8_t* q) {
     const float step = d * static_cast<float>(sc[j]), offset = dmin * static_cast<float>(m[j]);
     for (int l = 0; l < 32; ++l) {
       const float v = x[32 * j + l];
-      q[32 * j + l] = static_cast<uint8_t>(step == 0 ? 0 : RoundClamp((v + offset) / step, 0, levels));
+      q[32 * j + l] =
+          static_cast<uint8_t>(step == 0 ? 0 : RoundClamp((v + offset) / step, 0, levels));
     }
   }
 }
@@ -89,7 +91,8 @@ void Q4_KBlock(const float* x, uint8_t* b) {
   KScalesAndCodes(x, 15, b, q);
   uint8_t* qs = b + 16;
   for (int k = 0; k < 4; ++k) {
-    for (int l = 0; l < 32; ++l) qs[32 * k + l] = static_cast<uint8_t>(q[64 * k + l] | (q[64 * k + 32 + l] << 4));
+    for (int l = 0; l < 32; ++l)
+      qs[32 * k + l] = static_cast<uint8_t>(q[64 * k + l] | (q[64 * k + 32 + l] << 4));
   }
 }
 
@@ -122,7 +125,8 @@ void Q6_KBlock(const float* x, uint8_t* b) {
     sc[s] = static_cast<int8_t>(d == 0 ? 0 : RoundClamp(scale[s] / d, -128, 127));
     const float step = d * static_cast<float>(sc[s]);
     for (int l = 0; l < 16; ++l) {
-      q[16 * s + l] = static_cast<uint8_t>(step == 0 ? 32 : RoundClamp(x[16 * s + l] / step, -32, 31) + 32);
+      q[16 * s + l] =
+          static_cast<uint8_t>(step == 0 ? 32 : RoundClamp(x[16 * s + l] / step, -32, 31) + 32);
     }
   }
   uint8_t* ql = b;
@@ -173,7 +177,8 @@ absl::StatusOr<std::vector<std::byte>> QuantizeRows(GgmlType type, std::span<con
       static_cast<int64_t>(values.size()) % row_len != 0) {
     return absl::InvalidArgumentError(absl::StrCat(GgmlTypeName(type), " rows of ", row_len,
                                                    " elements: the row length must be a multiple "
-                                                   "of ", size->block_elems));
+                                                   "of ",
+                                                   size->block_elems));
   }
   const size_t blocks = values.size() / static_cast<size_t>(size->block_elems);
   std::vector<std::byte> out(blocks * static_cast<size_t>(size->block_bytes));

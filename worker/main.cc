@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <functional>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 

@@ -20,7 +20,7 @@ double RoundTripError(GgmlType type, uint32_t seed) {
   constexpr int kRow = 512, kRows = 6;
   std::vector<float> x(kRow * kRows);
   for (float& v : x) v = normal(rng);
-  x[7] = 0.9f;  // an outlier in the first block
+  x[7] = 0.9f;                                              // an outlier in the first block
   std::fill(x.begin() + kRow, x.begin() + 2 * kRow, 0.0f);  // an all-zero row
   auto bytes = common::QuantizeRows(type, x, kRow);
   EXPECT_TRUE(bytes.ok()) << bytes.status();
@@ -42,8 +42,10 @@ double RoundTripError(GgmlType type, uint32_t seed) {
 }
 
 TEST(Quantize, RoundTripsWithinTheTypesPrecision) {
-  const std::pair<GgmlType, double> cases[] = {{GgmlType::Q8_0, 0.01}, {GgmlType::Q6_K, 0.04},
-                                               {GgmlType::Q5_K, 0.06}, {GgmlType::Q4_K, 0.12},
+  const std::pair<GgmlType, double> cases[] = {{GgmlType::Q8_0, 0.01},
+                                               {GgmlType::Q6_K, 0.04},
+                                               {GgmlType::Q5_K, 0.06},
+                                               {GgmlType::Q4_K, 0.12},
                                                {GgmlType::Q4_0, 0.15}};
   for (const auto& [type, bound] : cases) {
     const double e = RoundTripError(type, 11);

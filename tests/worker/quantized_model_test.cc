@@ -148,9 +148,8 @@ void CompareWithLlamaCpp(const std::shared_ptr<const LlamaModel>& model, cpu::Cp
     const int chosen = step["chosen"].get<int>();
     // Could llama.cpp have picked a hidden byte token here (one within the tolerance of ours)?
     const double best = lp[Greedy(lp)];
-    const bool may_hide =
-        std::any_of(lp.begin() + 131, lp.begin() + 259,
-                    [&](double v) { return v > best - 2 * kMaxLogProbGap; });
+    const bool may_hide = std::any_of(lp.begin() + 131, lp.begin() + 259,
+                                      [&](double v) { return v > best - 2 * kMaxLogProbGap; });
     bool hidden = false;
     for (int i = 0; i < 3; ++i) {
       const int32_t ours = Greedy(lp);

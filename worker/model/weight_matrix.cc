@@ -23,9 +23,8 @@ void HalfRowToFloat(const uint8_t* p, int n, float* out) {
 
 #include "worker/model/dequantize_blocks.inc"
 
-constexpr GgmlType kSupported[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16,
-                                   GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K,
-                                   GgmlType::Q5_K, GgmlType::Q6_K};
+constexpr GgmlType kSupported[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                                   GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
 
 }  // namespace
 

@@ -28,8 +28,8 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
                        {c.n_layers, options.num_pages, options.page_size, c.n_kv_heads, c.head_dim},
                        options.max_kv_bytes));
   if (c.head_dim > cpu::kMaxHeadDim) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "CpuBackend head_dim %d exceeds the limit %d", c.head_dim, cpu::kMaxHeadDim));
+    return absl::InvalidArgumentError(absl::StrFormat("CpuBackend head_dim %d exceeds the limit %d",
+                                                      c.head_dim, cpu::kMaxHeadDim));
   }
   ASSIGN_OR_RETURN(cpu::CpuIsa isa, cpu::ResolveCpuIsa(options.kernels));
   int threads = options.num_threads;
@@ -96,9 +96,9 @@ void CpuBackend::NormInput(const std::vector<float>& weight) {
 
 void CpuBackend::ProjectQkv(const LlamaLayerWeights& w) {
   const int n = num_tokens_;
-  const cpu::MatMulParams products[] = {
-      {xn_.data(), &w.wq, q_.data(), n}, {xn_.data(), &w.wk, k_.data(), n},
-      {xn_.data(), &w.wv, v_.data(), n}};
+  const cpu::MatMulParams products[] = {{xn_.data(), &w.wq, q_.data(), n},
+                                        {xn_.data(), &w.wk, k_.data(), n},
+                                        {xn_.data(), &w.wv, v_.data(), n}};
   cpu::MatMul(ctx_, products);
 }
 
@@ -115,10 +115,10 @@ void CpuBackend::AttendOverPages(int layer) {
   // All new K/V are written before any token attends, so chunk tokens see each other.
   cpu::WriteKv({k_.data(), v_.data(), positions_.data(), page_tables_.data(), arena_.k(layer),
                 arena_.v(layer), n, c.kv_dim(), options_.page_size});
-  cpu::PagedAttention(ctx_, {q_.data(), arena_.k(layer), arena_.v(layer), positions_.data(),
-                             page_tables_.data(), attn_.data(), n, c.n_heads, c.n_kv_heads,
-                             c.head_dim, options_.page_size,
-                             1.0f / std::sqrt(static_cast<float>(c.head_dim))});
+  cpu::PagedAttention(
+      ctx_, {q_.data(), arena_.k(layer), arena_.v(layer), positions_.data(), page_tables_.data(),
+             attn_.data(), n, c.n_heads, c.n_kv_heads, c.head_dim, options_.page_size,
+             1.0f / std::sqrt(static_cast<float>(c.head_dim))});
 }
 
 void CpuBackend::ProjectOutput(const LlamaLayerWeights& w) {

@@ -32,8 +32,8 @@ namespace pagoda::worker {
 
 struct CpuBackendOptions {
   int page_size = 16;
-  int num_pages = 0;    // required, > 0
-  int num_threads = 0;  // 0 = hardware concurrency
+  int num_pages = 0;             // required, > 0
+  int num_threads = 0;           // 0 = hardware concurrency
   std::string kernels = "auto";  // auto, portable, avx2, avx512 (kernel_table.h)
   size_t max_kv_bytes = size_t{64} << 30;
 };

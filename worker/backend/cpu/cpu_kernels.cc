@@ -2,18 +2,28 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace pagoda::worker::cpu {
 namespace {
 
 int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanelRows; }
 
-// Decodes panel `panel` of `p.w` (unless it is F32, read in place) and multiplies every token by it.
+// Decodes panel `panel` of `p.w` (unless it is F32, read in place) and multiplies every token by
+// it.
 void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thread) {
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
   const int rows = std::min(kPanelRows, w.rows - r0);
   const float* wp;
+  // An invariant of the callers (the backend sizes its scratch for its widest matrix).
+  if (static_cast<size_t>(kPanelRows) * w.cols > ctx.scratch_floats &&
+      w.type != common::GgmlType::F32) {
+    std::fprintf(stderr, "cpu::MatMul: scratch of %zu floats < %d rows x %d\n", ctx.scratch_floats,
+                 kPanelRows, w.cols);
+    std::abort();
+  }
   if (w.type == common::GgmlType::F32) {
     wp = reinterpret_cast<const float*>(w.row(r0));
   } else {
@@ -38,8 +48,12 @@ LocalContext::LocalContext(CpuIsa isa, int threads, int max_cols)
 }
 
 void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
-  int total = 0;
-  for (const MatMulParams& p : products) total += NumPanels(*p.w);
+  int total = 0, tokens = 0;
+  for (const MatMulParams& p : products) {
+    total += NumPanels(*p.w);
+    tokens += p.num_tokens;
+  }
+  if (tokens == 0) return;
   ctx.pool->ParallelFor(total, [&](int begin, int end, int thread) {
     size_t j = 0;
     int first = 0;  // index of product j's first panel

@@ -10,9 +10,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <span>
-
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "worker/backend/cpu/kernel_params.h"

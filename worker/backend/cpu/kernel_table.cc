@@ -48,9 +48,9 @@ absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
   for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
     if (lower != CpuIsaName(isa)) continue;
     if (!IsaSupported(isa)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("cpu kernels '", lower, "' need instructions this CPU lacks; best here: ",
-                       CpuIsaName(BestSupportedIsa())));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cpu kernels '", lower,
+          "' need instructions this CPU lacks; best here: ", CpuIsaName(BestSupportedIsa())));
     }
     return isa;
   }

@@ -30,6 +30,35 @@ void HalfRowToFloat(const uint8_t* p, int n, float* out) {
 
 #include "worker/backend/cpu/kernels_body.inc"
 
+// out[i] = float(int(q[i]) - sub) * mul for 16 unsigned bytes, as two 8-lane halves.
+inline void EmitU8(__m128i q, int sub, float mul, float* out) {
+  for (int h = 0; h < 2; ++h) {
+    const __m128i part = h == 0 ? q : _mm_srli_si128(q, 8);
+    const __m256i i = _mm256_sub_epi32(_mm256_cvtepu8_epi32(part), _mm256_set1_epi32(sub));
+    _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(i), _mm256_set1_ps(mul)));
+  }
+}
+
+// out[i] = float(q[i]) * mul - off for 16 unsigned bytes.
+inline void EmitU8Min(__m128i q, float mul, float off, float* out) {
+  for (int h = 0; h < 2; ++h) {
+    const __m128i part = h == 0 ? q : _mm_srli_si128(q, 8);
+    const __m256 v =
+        _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(part)), _mm256_set1_ps(mul));
+    _mm256_storeu_ps(out + 8 * h, _mm256_sub_ps(v, _mm256_set1_ps(off)));
+  }
+}
+
+inline void EmitI8(__m128i q, float mul, float* out) {
+  for (int h = 0; h < 2; ++h) {
+    const __m128i part = h == 0 ? q : _mm_srli_si128(q, 8);
+    _mm256_storeu_ps(out + 8 * h, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(part)),
+                                                _mm256_set1_ps(mul)));
+  }
+}
+
+#include "worker/backend/cpu/dequantize_simd.inc"
+
 // A register tile of RB weight rows x TB tokens: one 8-lane accumulator per output, summed
 // over k in 8-element steps (the k tail masked), then reduced across lanes. The operations on
 // one output are the same for every (RB, TB), so the result of a row does not depend on the
@@ -86,9 +115,8 @@ constexpr auto TileRow(std::integer_sequence<int, T...>, auto rb) {
 }
 template <int... R>
 constexpr auto TileTable(std::integer_sequence<int, R...>) {
-  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{
-      TileRow(std::make_integer_sequence<int, kTokenBlock>{},
-              std::integral_constant<int, R + 1>{})...};
+  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{TileRow(
+      std::make_integer_sequence<int, kTokenBlock>{}, std::integral_constant<int, R + 1>{})...};
 }
 constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRowBlock>{});
 
@@ -104,8 +132,8 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
 
 }  // namespace
 
-const KernelTable kAvx2Kernels = {CpuIsa::kAvx2, DequantizeRowImpl, GemmPanelImpl,
-                                    AttentionHeadImpl, RmsNormRowImpl,  SwiGluImpl,
-                                    AddImpl};
+const KernelTable kAvx2Kernels = {
+    CpuIsa::kAvx2,  DequantizeRowSimd, GemmPanelImpl, AttentionHeadImpl,
+    RmsNormRowImpl, SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

@@ -30,6 +30,25 @@ void HalfRowToFloat(const uint8_t* p, int n, float* out) {
 
 #include "worker/backend/cpu/kernels_body.inc"
 
+// out[i] = float(int(q[i]) - sub) * mul for 16 unsigned bytes.
+inline void EmitU8(__m128i q, int sub, float mul, float* out) {
+  const __m512i i = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(sub));
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(mul)));
+}
+
+// out[i] = float(q[i]) * mul - off for 16 unsigned bytes.
+inline void EmitU8Min(__m128i q, float mul, float off, float* out) {
+  const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), _mm512_set1_ps(mul));
+  _mm512_storeu_ps(out, _mm512_sub_ps(v, _mm512_set1_ps(off)));
+}
+
+inline void EmitI8(__m128i q, float mul, float* out) {
+  _mm512_storeu_ps(out,
+                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(mul)));
+}
+
+#include "worker/backend/cpu/dequantize_simd.inc"
+
 // A register tile of RB weight rows x TB tokens: one 16-lane accumulator per output, summed
 // over k in 16-element steps (the k tail masked), then reduced across lanes. The operations on
 // one output are the same for every (RB, TB), so the result of a row does not depend on the
@@ -78,9 +97,8 @@ constexpr auto TileRow(std::integer_sequence<int, T...>, auto rb) {
 }
 template <int... R>
 constexpr auto TileTable(std::integer_sequence<int, R...>) {
-  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{
-      TileRow(std::make_integer_sequence<int, kTokenBlock>{},
-              std::integral_constant<int, R + 1>{})...};
+  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{TileRow(
+      std::make_integer_sequence<int, kTokenBlock>{}, std::integral_constant<int, R + 1>{})...};
 }
 constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRowBlock>{});
 
@@ -96,8 +114,8 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
 
 }  // namespace
 
-const KernelTable kAvx512Kernels = {CpuIsa::kAvx512, DequantizeRowImpl, GemmPanelImpl,
-                                    AttentionHeadImpl, RmsNormRowImpl,  SwiGluImpl,
-                                    AddImpl};
+const KernelTable kAvx512Kernels = {
+    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, AttentionHeadImpl,
+    RmsNormRowImpl,  SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

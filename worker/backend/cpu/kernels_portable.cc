@@ -22,18 +22,23 @@ void HalfRowToFloat(const uint8_t* p, int n, float* out) {
 
 #include "worker/backend/cpu/kernels_body.inc"
 
+void DequantizeRowImpl(common::GgmlType type, const uint8_t* row, int n, float* out) {
+  DecodeRow(type, row, n, out);
+}
+
 void GemmPanelImpl(const GemmPanelArgs& a) {
   for (int t = 0; t < a.num_tokens; ++t) {
     const float* x = a.x + static_cast<size_t>(t) * a.ldx;
     float* out = a.out + static_cast<size_t>(t) * a.ldo;
-    for (int r = 0; r < a.rows; ++r) out[r] = DotLanes(x, a.w + static_cast<size_t>(r) * a.ldw, a.k);
+    for (int r = 0; r < a.rows; ++r)
+      out[r] = DotLanes(x, a.w + static_cast<size_t>(r) * a.ldw, a.k);
   }
 }
 
 }  // namespace
 
-const KernelTable kPortableKernels = {CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl,
-                                      AttentionHeadImpl, RmsNormRowImpl,    SwiGluImpl,
-                                      AddImpl};
+const KernelTable kPortableKernels = {
+    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, AttentionHeadImpl,
+    RmsNormRowImpl,    SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

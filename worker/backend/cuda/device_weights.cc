@@ -97,7 +97,8 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DTy
                                                     cudaStream_t stream) {
   const common::ModelConfig& c = model.config();
   ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, model.tied_output()));
-  RETURN_IF_ERROR(Copy(const_cast<void*>(w.token_embd_), model.token_embedding().ToFloat(), dtype, stream));
+  RETURN_IF_ERROR(
+      Copy(const_cast<void*>(w.token_embd_), model.token_embedding().ToFloat(), dtype, stream));
   RETURN_IF_ERROR(CopyF32(w.output_norm_, model.output_norm(), stream));
   if (!model.tied_output()) {
     RETURN_IF_ERROR(Copy(const_cast<void*>(w.output_), model.output().ToFloat(), dtype, stream));
@@ -106,12 +107,13 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DTy
     const LlamaLayerWeights& src = model.layer(i);
     const DeviceLayer& dst = w.layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(CopyF32(dst.attn_norm, src.attn_norm, stream));
-    RETURN_IF_ERROR(
-        Copy(const_cast<void*>(dst.wqkv), Concat({src.wq.ToFloat(), src.wk.ToFloat(), src.wv.ToFloat()}), dtype, stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wqkv),
+                         Concat({src.wq.ToFloat(), src.wk.ToFloat(), src.wv.ToFloat()}), dtype,
+                         stream));
     RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wo), src.wo.ToFloat(), dtype, stream));
     RETURN_IF_ERROR(CopyF32(dst.ffn_norm, src.ffn_norm, stream));
-    RETURN_IF_ERROR(
-        Copy(const_cast<void*>(dst.w_gate_up), Concat({src.w_gate.ToFloat(), src.w_up.ToFloat()}), dtype, stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_gate_up),
+                         Concat({src.w_gate.ToFloat(), src.w_up.ToFloat()}), dtype, stream));
     RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_down), src.w_down.ToFloat(), dtype, stream));
   }
   return w;
