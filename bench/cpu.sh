@@ -135,7 +135,14 @@ serve_model() {
     pagoda_level "pagoda-$label-c$conc" "$conc" 32 64 $(( conc * 2 > 8 ? conc * 2 : 8 ))
   done
   pagoda_level "pagoda-$label-ttft512" 1 512 1 4
-  grep -h "kernels" "$cluster_dir/worker.log" 2>/dev/null | head -1 || true
+  # Resident memory: the file's tensors, the KV arena (--kv-cache-mib, 256 by default, zeroed
+  # at start so it is resident) and the rest (workspace, gRPC, code).
+  local rss_kib file_bytes
+  rss_kib="$(awk '/^VmRSS/{print $2}' "/proc/$worker_pid/status")"
+  file_bytes="$(stat -c %s "$model")"
+  awk -v r="$rss_kib" -v f="$file_bytes" -v l="$label" 'BEGIN {
+    printf "%-28s worker RSS %.0f MiB = file %.0f MiB + KV arena 256 MiB + %.0f MiB\n",
+      l " memory", r / 1024, f / 1048576, r / 1024 - f / 1048576 - 256 }'
   stop_cluster
   if [ -n "${LLAMA_SERVER:-}" ]; then
     local port=$(( 20000 + RANDOM % 20000 ))

@@ -16,7 +16,9 @@ double FmaLoopAvx512(int64_t iterations, float* sink) {
   }
   __m512 s = acc[0];
   for (int i = 1; i < kChains; ++i) s = _mm512_add_ps(s, acc[i]);
-  *sink = _mm512_reduce_add_ps(s);
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, s);
+  *sink = lanes[0] + lanes[15];
   return 2.0 * 16 * kChains * static_cast<double>(iterations);
 }
 
@@ -28,7 +30,9 @@ float ReadSumAvx512(const float* data, size_t n) {
     s2 = _mm512_add_ps(s2, _mm512_loadu_ps(data + i + 32));
     s3 = _mm512_add_ps(s3, _mm512_loadu_ps(data + i + 48));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+  return lanes[0] + lanes[15];
 }
 
 }  // namespace pagoda::bench

@@ -146,6 +146,26 @@ TEST(CpuKernels, MatMulIsBatchInvariantOnEveryPath) {
   }
 }
 
+// Batches longer than one token chunk (64 tokens for rows of 4096) give the same bits too.
+TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
+  constexpr int kTokens = 70, kRows = 9, kCols = 4096;
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q4_K}) {
+    const WeightMatrix w = RandomMatrix(type, kRows, kCols, 12);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 13);
+    for (CpuIsa isa : isas) {
+      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + CpuIsaName(isa));
+      const std::vector<float> all = RunMatMul(isa, 2, w, x, kTokens);
+      for (int t : {3, 66}) {
+        const std::vector<float> one(x.begin() + t * kCols, x.begin() + (t + 1) * kCols);
+        const std::vector<float> alone = RunMatMul(isa, 1, w, one, 1);
+        EXPECT_EQ(std::memcmp(alone.data(), all.data() + t * kRows, kRows * 4), 0) << t;
+      }
+    }
+  }
+}
+
 TEST(CpuKernels, AttentionNormsAndActivationsMatchPortable) {
   constexpr int kTokens = 5, kHeads = 4, kKvHeads = 2, kHd = 64, kPs = 4, kPages = 12;
   const size_t kv = static_cast<size_t>(kKvHeads) * kHd;

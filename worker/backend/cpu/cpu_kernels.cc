@@ -10,9 +10,16 @@ namespace {
 
 int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanelRows; }
 
-// Decodes panel `panel` of `p.w` (unless it is F32, read in place) and multiplies every token by
-// it.
-void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thread) {
+// Tokens multiplied per pass over the weight panels: the chunk's activations (about 1 MiB of
+// float32, and at least 64 tokens) stay in L2 while the panels stream by. Longer batches
+// (prefill chunks) read and decode each panel once per chunk.
+constexpr size_t kChunkBytes = size_t{1} << 20;
+constexpr int kMinTokenChunk = 64;
+
+// Decodes panel `panel` of `p.w` (unless it is F32, read in place) and multiplies tokens
+// [t0, t0 + tokens) by it.
+void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thread, int t0,
+              int tokens) {
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
   const int rows = std::min(kPanelRows, w.rows - r0);
@@ -34,8 +41,9 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thre
     }
     wp = scratch;
   }
-  ctx.kernels->gemm_panel(
-      {p.x, wp, p.out + r0, p.num_tokens, rows, w.cols, w.cols, w.cols, w.rows});
+  const size_t t = static_cast<size_t>(t0);
+  ctx.kernels->gemm_panel({p.x + t * w.cols, wp, p.out + t * w.rows + r0, tokens, rows, w.cols,
+                           w.cols, w.cols, w.rows});
 }
 
 }  // namespace
@@ -54,12 +62,22 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
     tokens += p.num_tokens;
   }
   if (tokens == 0) return;
+  int max_tokens = 0, max_cols = 1;
+  for (const MatMulParams& p : products) {
+    max_tokens = std::max(max_tokens, p.num_tokens);
+    max_cols = std::max(max_cols, p.w->cols);
+  }
+  const int chunk =
+      std::max(kMinTokenChunk, static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)));
   ctx.pool->ParallelFor(total, [&](int begin, int end, int thread) {
-    size_t j = 0;
-    int first = 0;  // index of product j's first panel
-    for (int i = begin; i < end; ++i) {
-      while (i >= first + NumPanels(*products[j].w)) first += NumPanels(*products[j++].w);
-      RunPanel(ctx, products[j], i - first, thread);
+    for (int t0 = 0; t0 < max_tokens; t0 += chunk) {
+      size_t j = 0;
+      int first = 0;  // index of product j's first panel
+      for (int i = begin; i < end; ++i) {
+        while (i >= first + NumPanels(*products[j].w)) first += NumPanels(*products[j++].w);
+        const int tokens = std::min(chunk, products[j].num_tokens - t0);
+        if (tokens > 0) RunPanel(ctx, products[j], i - first, thread, t0, tokens);
+      }
     }
   });
 }

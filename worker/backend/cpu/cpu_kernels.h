@@ -47,7 +47,9 @@ class LocalContext {
 };
 
 // out[t][o] = sum_i w[o][i] * x[t][i], the weight in its stored type: each panel of kPanelRows
-// rows is decoded once per call and applied to every token of the batch (one GEMM per weight).
+// rows is decoded once and applied to every token of a chunk (one GEMM per weight). A chunk is
+// as many tokens as fit about 1 MiB of activations (at least 64: 341 for rows of 768), so decode
+// batches stream the weights once per step; longer prefill batches once per chunk.
 struct MatMulParams {
   const float* x;         // [num_tokens][w->cols]
   const WeightMatrix* w;  // [n_out = rows][n_in = cols]

@@ -53,6 +53,17 @@ inline void EmitI8(__m128i q, float mul, float* out) {
 // over k in 16-element steps (the k tail masked), then reduced across lanes. The operations on
 // one output are the same for every (RB, TB), so the result of a row does not depend on the
 // tile it was computed in.
+// Sum of the 16 lanes in a fixed tree: halves, then quarters, then pairs. (GCC 12's
+// _mm512_reduce_add_ps trips -Wuninitialized on its own header.)
+inline float ReduceAdd(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
 template <int RB, int TB>
 void Tile(const GemmPanelArgs& a, int r0, int t0) {
   __m512 acc[RB][TB];
@@ -83,7 +94,7 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
   }
   for (int t = 0; t < TB; ++t) {
     float* out = a.out + static_cast<size_t>(t0 + t) * a.ldo + r0;
-    for (int r = 0; r < RB; ++r) out[r] = _mm512_reduce_add_ps(acc[r][t]);
+    for (int r = 0; r < RB; ++r) out[r] = ReduceAdd(acc[r][t]);
   }
 }
 
