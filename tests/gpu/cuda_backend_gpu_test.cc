@@ -152,6 +152,26 @@ TEST(CudaBackendGpuTest, RaggedLogitsMatchCpu) {
   }
 }
 
+// llama.cpp's quantized files load too: the matrices are dequantized and converted to the dtype
+// at upload, and the logits follow the CPU backend's (which computes with the stored blocks).
+TEST(CudaBackendGpuTest, QuantizedFilesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf"}) {
+    PAGODA_SKIP_WITHOUT_TEST_MODELS(path, file);
+    auto model = LlamaModel::Load(*path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (DType dtype : {DType::kFp16, DType::kBf16}) {
+      SCOPED_TRACE(absl::StrCat(file, " as ", DTypeName(dtype)));
+      auto cpu = MakeCpu(*model, 16, 16);
+      auto gpu = MakeCuda(*model, 16, 16, dtype);
+      ASSERT_NE(gpu, nullptr);
+      CompareRagged(*cpu, *gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 2 : 6,
+                    dtype == DType::kBf16 ? 3e-2 : 6e-3);
+    }
+  }
+}
+
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(11);

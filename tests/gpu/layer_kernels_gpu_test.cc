@@ -62,6 +62,7 @@ class LayerKernelsGpuTest : public ::testing::Test {
     if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
   }
   std::mt19937 rng_{20261124};
+  cpu::LocalContext cpu_{};  // portable kernels, one thread: the CPU twins' reference
 };
 
 TEST_F(LayerKernelsGpuTest, EmbedGathersRowsExactly) {
@@ -109,7 +110,7 @@ TEST_F(LayerKernelsGpuTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
         for (int r = 0; r < n; ++r) {
           std::copy_n(x.begin() + size_t(rows[r]) * dim, dim, gathered.begin() + size_t(r) * dim);
         }
-        cpu::RmsNorm({gathered.data(), w.data(), ref.data(), n, dim, 1e-5f});
+        cpu::RmsNorm(cpu_.get(), {gathered.data(), w.data(), ref.data(), n, dim, 1e-5f});
 
         DeviceArray d_x(x.size() * 4), d_w(w.size() * 4), d_rows(rows.size() * 4),
             d_out(ref.size() * 2);
@@ -279,7 +280,7 @@ TEST_F(LayerKernelsGpuTest, SiluMulMatchesCpuSwiGlu) {
       for (int t = 0; t < tokens; ++t) {
         std::vector<float> gate(gate_up.begin() + size_t(t) * 2 * ffn,
                                 gate_up.begin() + size_t(t) * 2 * ffn + ffn);
-        cpu::SwiGlu(gate.data(), gate_up.data() + size_t(t) * 2 * ffn + ffn, ffn);
+        cpu::SwiGlu(cpu_.get(), gate.data(), gate_up.data() + size_t(t) * 2 * ffn + ffn, 1, ffn);
         std::copy(gate.begin(), gate.end(), ref.begin() + size_t(t) * ffn);
       }
       DeviceArray d_in(gate_up.size() * 4), d_out(ref.size() * 2);
