@@ -391,22 +391,34 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
 }
 
 // qwen2's Q/K/V biases, qwen3's per-head Q/K RMSNorm and Llama 3.1's scaled RoPE frequencies
-// (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike.
+// (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike, from F16
+// and from quantized files (the Q/K rows permuted in their stored type, dequantized at upload).
 TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(13);
-  for (const auto& [arch, scaling] :
-       {std::pair<std::string, float>{"qwen2", 0.0f}, {"qwen3", 0.0f}, {"llama", 8.0f}}) {
+  struct Case {
+    std::string arch;
+    float scaling;
+    common::GgmlType dtype;
+  };
+  for (const Case& k :
+       {Case{"qwen2", 0.0f, common::GgmlType::F16}, Case{"qwen3", 0.0f, common::GgmlType::F16},
+        Case{"llama", 8.0f, common::GgmlType::F16}, Case{"qwen3", 8.0f, common::GgmlType::Q4_K}}) {
     common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 2, rng());
-    o.architecture = arch;
-    o.rope_scaling_factor = scaling;
-    o.dtype = common::GgmlType::F16;
+    o.architecture = k.arch;
+    o.rope_scaling_factor = k.scaling;
+    o.dtype = k.dtype;
+    if (k.dtype == common::GgmlType::Q4_K) {
+      o.k_m_mix = true;
+      o.ffn_dim = 512;  // K-quant blocks are 256 wide
+    }
     auto model = testing::RandomModel(o);
     ASSERT_NE(model, nullptr);
     auto cpu = MakeCpu(model, 16, 64);
     auto gpu = MakeCuda(model, 16, 64, DType::kFp16);
     ASSERT_NE(gpu, nullptr);
-    SCOPED_TRACE(arch + (scaling > 0 ? " with scaled RoPE" : ""));
+    SCOPED_TRACE(k.arch + (k.scaling > 0 ? " with scaled RoPE " : " ") +
+                 common::GgmlTypeName(k.dtype));
     CompareRagged(*cpu, *gpu, rng, 3, 90, 4, 6e-3);
   }
 }
