@@ -54,7 +54,6 @@ esac
 
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
   --format=csv | tee "$RESULTS/device.txt"
-export OMP_WAIT_POLICY=PASSIVE
 failed=0
 declare -A verdict
 for t in "${TESTS[@]}"; do

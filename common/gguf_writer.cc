@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/fp16.h"
+#include "common/quantize.h"
 
 namespace pagoda::common {
 namespace {
@@ -161,10 +162,17 @@ absl::Status GgufWriter::AddFloatTensor(const std::string& name, const std::vect
       const uint16_t h = type == GgmlType::F16 ? FloatToF16(values[i]) : FloatToBf16(values[i]);
       std::memcpy(bytes.data() + 2 * i, &h, 2);
     }
+  } else if (CanQuantize(type)) {
+    auto q = QuantizeRows(type, values, dims.empty() ? 0 : dims[0]);
+    if (!q.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", name, "': ", q.status().message()));
+    }
+    bytes = *std::move(q);
   } else {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': cannot encode floats as ",
-                                                   GgmlTypeName(type),
-                                                   " (supported: F32, F16, BF16)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': cannot encode floats as ", GgmlTypeName(type),
+                     " (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
   }
   return AddTensor(name, dims, type, bytes);
 }

@@ -41,7 +41,8 @@ class GgufWriter {
   // an unknown type or a byte count that does not match dims and type.
   absl::Status AddTensor(const std::string& name, const std::vector<int64_t>& dims, GgmlType type,
                          std::span<const std::byte> data);
-  // Converts float values to `type` (F32, F16 or BF16) and adds them.
+  // Converts float values to `type` (F32, F16, BF16, or a quantized type of quantize.h, whose
+  // rows are dims[0] long) and adds them.
   absl::Status AddFloatTensor(const std::string& name, const std::vector<int64_t>& dims,
                               GgmlType type, std::span<const float> values);
 

@@ -1,10 +1,12 @@
 #include "common/random_model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/model_config.h"
+#include "common/quantize.h"
 #include "common/status_macros.h"
 #include "common/synthetic_vocab.h"
 
@@ -125,9 +127,24 @@ absl::Status ValidateRandomModelOptions(const RandomModelOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("vocab ", o.vocab_size, " must be in [", kMinSyntheticVocab, ", 1000000]"));
   }
-  if (o.dtype != GgmlType::F32 && o.dtype != GgmlType::F16 && o.dtype != GgmlType::BF16) {
+  const bool quantized = CanQuantize(o.dtype);
+  if (o.dtype != GgmlType::F32 && o.dtype != GgmlType::F16 && o.dtype != GgmlType::BF16 &&
+      !quantized) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dtype ", GgmlTypeName(o.dtype), " unsupported (supported: F32, F16, BF16)"));
+        absl::StrCat("dtype ", GgmlTypeName(o.dtype),
+                     " unsupported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+  }
+  if (quantized) {
+    const int64_t block = GgmlTypeSizeOf(o.k_m_mix ? GgmlType::Q6_K : o.dtype)->block_elems;
+    const int64_t need = std::max(block, GgmlTypeSizeOf(o.dtype)->block_elems);
+    if (o.dim % need != 0 || o.ffn_dim % need != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("dtype ", GgmlTypeName(o.dtype), ": dim ",
+                                                     o.dim, " and ffn-dim ", o.ffn_dim,
+                                                     " must be multiples of ", need));
+    }
+  }
+  if (o.k_m_mix && o.dtype != GgmlType::Q4_K && o.dtype != GgmlType::Q5_K) {
+    return absl::InvalidArgumentError("the K_M mix applies to Q4_K and Q5_K only");
   }
   if (o.architecture != "llama" && o.architecture != "qwen2" && o.architecture != "qwen3") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -154,22 +171,26 @@ absl::StatusOr<GgufWriter> BuildRandomModel(const RandomModelOptions& o) {
   const float s_dim = 1.0f / std::sqrt(static_cast<float>(dim));
   const float s_ffn = 1.0f / std::sqrt(static_cast<float>(ffn));
   const GgmlType t = o.dtype;
+  const GgmlType more_bits = o.k_m_mix ? GgmlType::Q6_K : t;  // llama.cpp's *_K_M upgrades
   RETURN_IF_ERROR(AddRandom(w, o, "token_embd.weight", {dim, vocab_n}, 0.0f, 1.0f, t));
   RETURN_IF_ERROR(AddRandom(w, o, "output_norm.weight", {dim}, 1.0f, 0.1f, GgmlType::F32));
   if (!o.tie_output) {
-    RETURN_IF_ERROR(AddRandom(w, o, "output.weight", {dim, vocab_n}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, "output.weight", {dim, vocab_n}, 0.0f, s_dim, more_bits));
   }
   for (int l = 0; l < o.n_layers; ++l) {
     const std::string p = absl::StrCat("blk.", l, ".");
+    const int n = o.n_layers;
+    const bool upgrade = l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2;
+    const GgmlType tv = upgrade ? more_bits : t;
     RETURN_IF_ERROR(AddRandom(w, o, p + "attn_norm.weight", {dim}, 1.0f, 0.1f, GgmlType::F32));
     RETURN_IF_ERROR(AddRandom(w, o, p + "attn_q.weight", {dim, dim}, 0.0f, s_dim, t));
     RETURN_IF_ERROR(AddRandom(w, o, p + "attn_k.weight", {dim, kv_dim}, 0.0f, s_dim, t));
-    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_v.weight", {dim, kv_dim}, 0.0f, s_dim, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "attn_v.weight", {dim, kv_dim}, 0.0f, s_dim, tv));
     RETURN_IF_ERROR(AddRandom(w, o, p + "attn_output.weight", {dim, dim}, 0.0f, s_dim, t));
     RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_norm.weight", {dim}, 1.0f, 0.1f, GgmlType::F32));
     RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_gate.weight", {dim, ffn}, 0.0f, s_dim, t));
     RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_up.weight", {dim, ffn}, 0.0f, s_dim, t));
-    RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_down.weight", {ffn, dim}, 0.0f, s_ffn, t));
+    RETURN_IF_ERROR(AddRandom(w, o, p + "ffn_down.weight", {ffn, dim}, 0.0f, s_ffn, tv));
     RETURN_IF_ERROR(AddArchitectureTensors(w, o, p));
   }
   return w;

@@ -27,7 +27,12 @@ struct RandomModelOptions {
   int vocab_size = 2048;
   int context_length = 2048;
   uint64_t seed = 1;
-  GgmlType dtype = GgmlType::F32;  // F32, F16 or BF16 for the matrices (norms stay F32)
+  // Matrix type (norms stay F32): F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (quantize.h;
+  // quantized types need dim and ffn_dim multiples of their block, 32 or 256).
+  GgmlType dtype = GgmlType::F32;
+  // With Q4_K or Q5_K: llama.cpp's *_K_M recipe: output.weight, and attn_v and ffn_down of the
+  // first and last eighth of the layers and every third layer between, in Q6_K.
+  bool k_m_mix = false;
   std::string name = "pagoda-random";
   bool tie_output = false;  // omit output.weight (tied to token_embd)
   float rms_eps = 1e-5f;

@@ -7,6 +7,7 @@
 //     --tokenizer-json tokenizer.json --tokenizer-config tokenizer_config.json
 #include <cstdio>
 #include <string>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/ascii.h"
@@ -24,7 +25,9 @@ ABSL_FLAG(int, ffn_dim, 688, "feed-forward width");
 ABSL_FLAG(int, vocab, 2048, "vocabulary size (>= 300)");
 ABSL_FLAG(int, context, 2048, "context length");
 ABSL_FLAG(uint64_t, seed, 1, "random seed for weights and vocabulary");
-ABSL_FLAG(std::string, dtype, "f32", "matrix storage type: f32, f16 or bf16");
+ABSL_FLAG(std::string, dtype, "f32",
+          "matrix storage type: f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k, or q4_k_m / q5_k_m "
+          "(llama.cpp's mix: Q6_K for output and some attn_v/ffn_down)");
 ABSL_FLAG(std::string, name, "pagoda-random", "general.name");
 ABSL_FLAG(bool, tie_output, false, "omit output.weight (classifier tied to the embedding)");
 ABSL_FLAG(std::string, arch, "llama",
@@ -39,17 +42,22 @@ ABSL_FLAG(std::string, tokenizer_config, "",
 
 namespace {
 
-bool ParseDtype(std::string text, pagoda::common::GgmlType* type) {
+bool ParseDtype(std::string text, pagoda::common::RandomModelOptions* o) {
+  using pagoda::common::GgmlType;
   absl::AsciiStrToLower(&text);
-  if (text == "f32")
-    *type = pagoda::common::GgmlType::F32;
-  else if (text == "f16")
-    *type = pagoda::common::GgmlType::F16;
-  else if (text == "bf16")
-    *type = pagoda::common::GgmlType::BF16;
-  else
-    return false;
-  return true;
+  o->k_m_mix = text == "q4_k_m" || text == "q5_k_m";
+  if (o->k_m_mix) text.resize(4);
+  static constexpr std::pair<const char*, GgmlType> kTypes[] = {
+      {"f32", GgmlType::F32},   {"f16", GgmlType::F16},   {"bf16", GgmlType::BF16},
+      {"q8_0", GgmlType::Q8_0}, {"q4_0", GgmlType::Q4_0}, {"q4_k", GgmlType::Q4_K},
+      {"q5_k", GgmlType::Q5_K}, {"q6_k", GgmlType::Q6_K}};
+  for (const auto& [name, type] : kTypes) {
+    if (text == name) {
+      o->dtype = type;
+      return true;
+    }
+  }
+  return false;
 }
 
 }  // namespace
@@ -74,9 +82,10 @@ int main(int argc, char** argv) {
   o.tie_output = absl::GetFlag(FLAGS_tie_output);
   o.architecture = absl::GetFlag(FLAGS_arch);
   o.rope_scaling_factor = absl::GetFlag(FLAGS_rope_scaling);
-  if (!ParseDtype(absl::GetFlag(FLAGS_dtype), &o.dtype)) {
+  if (!ParseDtype(absl::GetFlag(FLAGS_dtype), &o)) {
     std::fprintf(stderr,
-                 "pagoda-make-model: --dtype '%s' unsupported (supported: f32, f16, bf16)\n",
+                 "pagoda-make-model: --dtype '%s' unsupported (supported: f32, f16, bf16, q8_0, "
+                 "q4_0, q4_k, q5_k, q6_k, q4_k_m, q5_k_m)\n",
                  absl::GetFlag(FLAGS_dtype).c_str());
     return 2;
   }
@@ -106,6 +115,6 @@ int main(int argc, char** argv) {
   std::printf("wrote %s: %s, %d layers, dim %d, heads %d/%d, ffn %d, vocab %d, context %d, %s\n",
               output.c_str(), o.architecture.c_str(), o.n_layers, o.dim, o.n_heads, o.n_kv_heads,
               o.ffn_dim, o.vocab_size, o.context_length,
-              pagoda::common::GgmlTypeName(o.dtype).c_str());
+              (pagoda::common::GgmlTypeName(o.dtype) + (o.k_m_mix ? "_M" : "")).c_str());
   return 0;
 }

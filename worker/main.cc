@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <string>
 #include <thread>
@@ -55,6 +56,9 @@ ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only ite
 ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
+ABSL_FLAG(std::string, cpu_kernels, "",
+          "cpu: kernel instruction set: auto, portable, avx2 or avx512 (empty = "
+          "$PAGODA_CPU_KERNELS, else auto); a set the CPU lacks is refused");
 ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default host:pid)");
 ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
 ABSL_FLAG(std::string, link_token_file, "",
@@ -217,6 +221,11 @@ int main(int argc, char** argv) {
   backend_options.kv_cache_mib = absl::GetFlag(FLAGS_kv_cache_mib);
   backend_options.max_batch_tokens = max_batch_tokens;
   backend_options.threads = absl::GetFlag(FLAGS_threads);
+  backend_options.cpu_kernels = absl::GetFlag(FLAGS_cpu_kernels);
+  if (backend_options.cpu_kernels.empty()) {
+    const char* env = std::getenv("PAGODA_CPU_KERNELS");
+    backend_options.cpu_kernels = env != nullptr ? env : "auto";
+  }
   backend_options.dtype = absl::GetFlag(FLAGS_dtype);
   backend_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   backend_options.device = absl::GetFlag(FLAGS_device);

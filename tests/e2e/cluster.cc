@@ -164,11 +164,6 @@ int FreeLoopbackPort() {
 
 std::unique_ptr<Cluster> Cluster::Start(const ClusterOptions& options, std::string* error) {
   static int counter = 0;
-  // CPU workers parallelize with OpenMP, whose threads spin between parallel regions. Tests
-  // run several clusters at once on few cores, where spinning workers starve each other (a
-  // 0.4 s test took minutes): let idle threads sleep. Inherited by the children; a value the
-  // caller set wins.
-  setenv("OMP_WAIT_POLICY", "PASSIVE", /*overwrite=*/0);
   std::unique_ptr<Cluster> c(new Cluster());
   c->dir_ = MakeTempDir(absl::StrCat("cluster", counter++));
   const std::string bin = BinDir();

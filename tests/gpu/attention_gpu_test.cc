@@ -143,10 +143,11 @@ Problem Build(DType dtype, const Shape& shape, const std::vector<SeqSpec>& seqs,
   for (float& v : q) v = rounded();
   pr.ref.assign(q.size(), 0.0f);
   const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
-  cpu::PagedAttention({q.data(), k_cache.data(), v_cache.data(), q_pos.data(), q_tables.data(),
-                       pr.ref.data(), real_rows, shape.n_heads, shape.n_kv_heads, shape.head_dim,
-                       ps, 1.0f / std::sqrt(static_cast<float>(shape.head_dim))},
-                      threads);
+  const cpu::LocalContext cpu_ctx(cpu::CpuIsa::kPortable, threads);
+  cpu::PagedAttention(
+      cpu_ctx.get(), {q.data(), k_cache.data(), v_cache.data(), q_pos.data(), q_tables.data(),
+                      pr.ref.data(), real_rows, shape.n_heads, shape.n_kv_heads, shape.head_dim, ps,
+                      1.0f / std::sqrt(static_cast<float>(shape.head_dim))});
   for (float v : q) pr.q.push_back(ToBits(v, dtype));
   for (float v : k_cache) pr.k_cache.push_back(ToBits(v, dtype));
   for (float v : v_cache) pr.v_cache.push_back(ToBits(v, dtype));

@@ -152,6 +152,26 @@ TEST(CudaBackendGpuTest, RaggedLogitsMatchCpu) {
   }
 }
 
+// llama.cpp's quantized files load too: the matrices are dequantized and converted to the dtype
+// at upload, and the logits follow the CPU backend's (which computes with the stored blocks).
+TEST(CudaBackendGpuTest, QuantizedFilesMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(5);
+  for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf"}) {
+    PAGODA_SKIP_WITHOUT_TEST_MODELS(path, file);
+    auto model = LlamaModel::Load(*path);
+    ASSERT_TRUE(model.ok()) << model.status();
+    for (DType dtype : {DType::kFp16, DType::kBf16}) {
+      SCOPED_TRACE(absl::StrCat(file, " as ", DTypeName(dtype)));
+      auto cpu = MakeCpu(*model, 16, 16);
+      auto gpu = MakeCuda(*model, 16, 16, dtype);
+      ASSERT_NE(gpu, nullptr);
+      CompareRagged(*cpu, *gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 2 : 6,
+                    dtype == DType::kBf16 ? 3e-2 : 6e-3);
+    }
+  }
+}
+
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(11);
@@ -371,22 +391,34 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
 }
 
 // qwen2's Q/K/V biases, qwen3's per-head Q/K RMSNorm and Llama 3.1's scaled RoPE frequencies
-// (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike.
+// (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike, from F16
+// and from quantized files (the Q/K rows permuted in their stored type, dequantized at upload).
 TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(13);
-  for (const auto& [arch, scaling] :
-       {std::pair<std::string, float>{"qwen2", 0.0f}, {"qwen3", 0.0f}, {"llama", 8.0f}}) {
+  struct Case {
+    std::string arch;
+    float scaling;
+    common::GgmlType dtype;
+  };
+  for (const Case& k :
+       {Case{"qwen2", 0.0f, common::GgmlType::F16}, Case{"qwen3", 0.0f, common::GgmlType::F16},
+        Case{"llama", 8.0f, common::GgmlType::F16}, Case{"qwen3", 8.0f, common::GgmlType::Q4_K}}) {
     common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 2, rng());
-    o.architecture = arch;
-    o.rope_scaling_factor = scaling;
-    o.dtype = common::GgmlType::F16;
+    o.architecture = k.arch;
+    o.rope_scaling_factor = k.scaling;
+    o.dtype = k.dtype;
+    if (k.dtype == common::GgmlType::Q4_K) {
+      o.k_m_mix = true;
+      o.ffn_dim = 512;  // K-quant blocks are 256 wide
+    }
     auto model = testing::RandomModel(o);
     ASSERT_NE(model, nullptr);
     auto cpu = MakeCpu(model, 16, 64);
     auto gpu = MakeCuda(model, 16, 64, DType::kFp16);
     ASSERT_NE(gpu, nullptr);
-    SCOPED_TRACE(arch + (scaling > 0 ? " with scaled RoPE" : ""));
+    SCOPED_TRACE(k.arch + (k.scaling > 0 ? " with scaled RoPE " : " ") +
+                 common::GgmlTypeName(k.dtype));
     CompareRagged(*cpu, *gpu, rng, 3, 90, 4, 6e-3);
   }
 }

@@ -1,8 +1,9 @@
 // The CUDA backend's per-token kernels (kernels/layer_kernels.h: embedding gather, RMSNorm with
-// row gather and cast, RoPE table, RoPE fused with the KV page write, SiLU·mul, random fill)
-// against their CPU twins (worker/backend/cpu/cpu_kernels.h) on fresh random inputs, in bf16 and
-// fp16. Outputs and KV pages are poisoned (NaN) first: a slot a kernel must not write stays NaN,
-// one it must write cannot pass by keeping stale values.
+// row gather and cast, RoPE table, architecture QKV hooks, RoPE fused with the KV page write,
+// SiLU·mul, random fill) against their CPU twins (worker/backend/cpu/cpu_kernels.h,
+// worker/model/architecture.h) on fresh random inputs, in bf16 and fp16. Outputs and KV pages are
+// poisoned (NaN) first: a slot a kernel must not write stays NaN, one it must write cannot pass by
+// keeping stale values.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/model/architecture.h"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -62,6 +64,7 @@ class LayerKernelsGpuTest : public ::testing::Test {
     if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
   }
   std::mt19937 rng_{20261124};
+  cpu::LocalContext cpu_{};  // portable kernels, one thread: the CPU twins' reference
 };
 
 TEST_F(LayerKernelsGpuTest, EmbedGathersRowsExactly) {
@@ -109,7 +112,7 @@ TEST_F(LayerKernelsGpuTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
         for (int r = 0; r < n; ++r) {
           std::copy_n(x.begin() + size_t(rows[r]) * dim, dim, gathered.begin() + size_t(r) * dim);
         }
-        cpu::RmsNorm({gathered.data(), w.data(), ref.data(), n, dim, 1e-5f});
+        cpu::RmsNorm(cpu_.get(), {gathered.data(), w.data(), ref.data(), n, dim, 1e-5f});
 
         DeviceArray d_x(x.size() * 4), d_w(w.size() * 4), d_rows(rows.size() * 4),
             d_out(ref.size() * 2);
@@ -270,6 +273,93 @@ TEST_F(LayerKernelsGpuTest, RopeKvWriteMatchesCpuRopeAndWriteKv) {
   }
 }
 
+// qwen2's biases and qwen3's per-head Q/K RMSNorm on the fused QKV rows against the CPU
+// backend's hook (ApplyQkvHooks on split Q, K, V). Rows past num_tokens are poisoned and must
+// stay NaN: the kernel works in place on the first num_tokens rows only.
+TEST_F(LayerKernelsGpuTest, QkvHooksMatchCpuArchitectureHooks) {
+  struct Shape {
+    int n_heads, n_kv_heads, head_dim, tokens;
+  };
+  for (const Shape& s : {Shape{4, 2, 8, 5}, Shape{8, 8, 64, 3}, Shape{6, 2, 128, 9}}) {
+    for (const bool bias : {true, false}) {
+      for (const bool norm : {false, true}) {
+        if (!bias && !norm) continue;
+        common::ModelConfig c;
+        c.n_heads = s.n_heads;
+        c.n_kv_heads = s.n_kv_heads;
+        c.head_dim = s.head_dim;
+        c.rms_eps = 1e-6f;
+        const int q = c.q_dim(), kv = c.kv_dim(), width = q + 2 * kv, n = s.tokens;
+        ArchitectureLayerWeights w;
+        if (bias) {
+          w.bq = Normal(size_t(q), rng_, 0.5f);
+          w.bk = Normal(size_t(kv), rng_, 0.5f);
+          w.bv = Normal(size_t(kv), rng_, 0.5f);
+        }
+        if (norm) {
+          w.q_norm = Normal(size_t(s.head_dim), rng_);
+          w.k_norm = Normal(size_t(s.head_dim), rng_);
+        }
+        const std::vector<float> qkv = Normal(size_t(n) * width, rng_, 2.0f);
+        // The CPU twin on split arrays.
+        std::vector<float> cq(size_t(n) * q), ck(size_t(n) * kv), cv(size_t(n) * kv);
+        for (int t = 0; t < n; ++t) {
+          const float* row = qkv.data() + size_t(t) * width;
+          std::copy_n(row, q, cq.begin() + size_t(t) * q);
+          std::copy_n(row + q, kv, ck.begin() + size_t(t) * kv);
+          std::copy_n(row + q + kv, kv, cv.begin() + size_t(t) * kv);
+        }
+        ApplyQkvHooks(c, w, n, cq.data(), ck.data(), cv.data());
+
+        std::vector<float> fused_bias;
+        for (const std::vector<float>* b : {&w.bq, &w.bk, &w.bv}) {
+          fused_bias.insert(fused_bias.end(), b->begin(), b->end());
+        }
+        const int spare_rows = 2;
+        DeviceArray d_qkv((qkv.size() + size_t(spare_rows) * width) * 4),
+            d_bias(fused_bias.size() * 4), d_qn(w.q_norm.size() * 4), d_kn(w.k_norm.size() * 4);
+        ASSERT_EQ(d_qkv.Poison(), cudaSuccess);
+        ASSERT_EQ(d_qkv.Upload(qkv), cudaSuccess);
+        if (bias) {
+          ASSERT_EQ(d_bias.Upload(fused_bias), cudaSuccess);
+        }
+        if (norm) {
+          ASSERT_EQ(d_qn.Upload(w.q_norm), cudaSuccess);
+          ASSERT_EQ(d_kn.Upload(w.k_norm), cudaSuccess);
+        }
+        PAGODA_ASSERT_OK(
+            LaunchQkvHooks({d_qkv.as<float>(), bias ? d_bias.as<float>() : nullptr,
+                            norm ? d_qn.as<float>() : nullptr, norm ? d_kn.as<float>() : nullptr, n,
+                            s.n_heads, s.n_kv_heads, s.head_dim, c.rms_eps},
+                           nullptr));
+        std::vector<float> got(qkv.size() + size_t(spare_rows) * width);
+        ASSERT_EQ(d_qkv.Download(got), cudaSuccess);
+        const std::string what = "heads " + std::to_string(s.n_heads) + "/" +
+                                 std::to_string(s.n_kv_heads) + " head_dim " +
+                                 std::to_string(s.head_dim) + (bias ? " bias" : "") +
+                                 (norm ? " norm" : "");
+        int bad = 0;
+        for (int t = 0; t < n && bad < 5; ++t) {
+          for (int i = 0; i < width && bad < 5; ++i) {
+            const float ref = i < q        ? cq[size_t(t) * q + i]
+                              : i < q + kv ? ck[size_t(t) * kv + i - q]
+                                           : cv[size_t(t) * kv + i - q - kv];
+            const float g = got[size_t(t) * width + i];
+            if (!(std::fabs(g - ref) <= 1e-5f * std::max(1.0f, std::fabs(ref)))) {
+              ADD_FAILURE() << what << ": token " << t << " element " << i << " is " << g
+                            << ", the CPU hook gives " << ref;
+              ++bad;
+            }
+          }
+        }
+        for (size_t i = qkv.size(); i < got.size(); ++i) {
+          ASSERT_TRUE(std::isnan(got[i])) << what << ": spare row element " << i << " written";
+        }
+      }
+    }
+  }
+}
+
 TEST_F(LayerKernelsGpuTest, SiluMulMatchesCpuSwiGlu) {
   for (DType d : kDTypes) {
     for (int ffn : {1, 172, 2048}) {
@@ -279,7 +369,7 @@ TEST_F(LayerKernelsGpuTest, SiluMulMatchesCpuSwiGlu) {
       for (int t = 0; t < tokens; ++t) {
         std::vector<float> gate(gate_up.begin() + size_t(t) * 2 * ffn,
                                 gate_up.begin() + size_t(t) * 2 * ffn + ffn);
-        cpu::SwiGlu(gate.data(), gate_up.data() + size_t(t) * 2 * ffn + ffn, ffn);
+        cpu::SwiGlu(cpu_.get(), gate.data(), gate_up.data() + size_t(t) * 2 * ffn + ffn, 1, ffn);
         std::copy(gate.begin(), gate.end(), ref.begin() + size_t(t) * ffn);
       }
       DeviceArray d_in(gate_up.size() * 4), d_out(ref.size() * 2);

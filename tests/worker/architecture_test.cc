@@ -16,6 +16,7 @@
 #include "common/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
+#include "worker/model/weight_matrix.h"
 
 namespace pagoda::worker {
 namespace {
@@ -68,8 +69,11 @@ class DenseReference {
   Vec T(const std::string& name) const {
     const common::GgufTensor* t = f_.FindTensor(name);
     EXPECT_NE(t, nullptr) << name;
-    const float* data = reinterpret_cast<const float*>(t->data);
-    return Vec(data, data + t->num_elements());
+    // Any stored type, decoded as llama.cpp does (quantized files test the loader's row moves).
+    const absl::StatusOr<WeightMatrix> m = CopyWeightMatrix(*t);
+    EXPECT_TRUE(m.ok()) << m.status();
+    const std::vector<float> data = m->ToFloat();
+    return Vec(data.begin(), data.end());
   }
   bool Has(const std::string& name) const { return f_.FindTensor(name) != nullptr; }
 
@@ -170,15 +174,21 @@ std::vector<double> LogSoftmax(const float* logits, int n) {
   return out;
 }
 
-void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_freqs = false) {
+void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_freqs = false,
+                       common::GgmlType dtype = common::GgmlType::F32, bool k_m_mix = false) {
   common::RandomModelOptions o;
   o.architecture = arch;
   o.rope_scaling_factor = rope_scaling;
+  o.dtype = dtype;
+  o.k_m_mix = k_m_mix;
+  // K-quant blocks are 256 wide: those files need dim and ffn_dim multiples of 256.
+  const bool k_quant = dtype == common::GgmlType::Q4_K || dtype == common::GgmlType::Q5_K ||
+                       dtype == common::GgmlType::Q6_K;
   o.n_layers = 2;
-  o.dim = 64;
+  o.dim = k_quant ? 256 : 64;
   o.n_heads = 4;
   o.n_kv_heads = 2;
-  o.ffn_dim = 96;
+  o.ffn_dim = k_quant ? 256 : 96;
   o.vocab_size = 320;
   o.context_length = 128;
   o.seed = 5;
@@ -220,7 +230,8 @@ void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_fr
     ASSERT_TRUE((*backend)->Forward({&step, 1}, &logits).ok());
     expected = reference.Step(tokens[i]);
   }
-  EXPECT_LT(worst, 2e-4) << arch << " max |log-prob difference|";
+  EXPECT_LT(worst, 2e-4) << arch << " " << common::GgmlTypeName(dtype)
+                         << " max |log-prob difference|";
 }
 
 TEST(ArchitectureTest, LlamaMatchesTheDenseReference) { CheckArchitecture("llama", 0); }
@@ -233,6 +244,15 @@ TEST(ArchitectureTest, Llama31RopeScalingMatchesTheDenseReference) {
 TEST(ArchitectureTest, RopeFreqsTensorMatchesTheDenseReference) {
   CheckArchitecture("llama", 0, /*rope_freqs=*/true);
   CheckArchitecture("qwen3", 0, /*rope_freqs=*/true);
+}
+
+// The Q/K row permutation of Qwen's halves-RoPE moves whole quantized rows: quantized files of
+// every architecture give the dense reference's (dequantized) results.
+TEST(ArchitectureTest, QuantizedFilesMatchTheDenseReference) {
+  CheckArchitecture("qwen2", 0, false, common::GgmlType::Q8_0);
+  CheckArchitecture("qwen3", 0, false, common::GgmlType::Q4_0);
+  CheckArchitecture("qwen3", 8.0f, false, common::GgmlType::Q4_K, /*k_m_mix=*/true);
+  CheckArchitecture("qwen2", 0, false, common::GgmlType::Q5_K, /*k_m_mix=*/true);
 }
 
 TEST(ArchitectureTest, RefusesUnknownArchitecturesNamingTheSupportedOnes) {

@@ -28,9 +28,10 @@ TEST(LlamaModel, LoadsTrainedModel) {
   EXPECT_EQ(c.context_length, 512);
   EXPECT_FALSE((*model)->tied_output());
   EXPECT_EQ((*model)->fingerprint().size(), 16u);
-  EXPECT_EQ((*model)->layer(4).wq.size(), 64u * 64u);
-  EXPECT_EQ((*model)->layer(4).wk.size(), 32u * 64u);
-  EXPECT_EQ((*model)->layer(0).w_down.size(), 172u * 64u);
+  EXPECT_EQ((*model)->layer(4).wq.ToFloat().size(), 64u * 64u);
+  EXPECT_EQ((*model)->layer(4).wk.rows, 32);
+  EXPECT_EQ((*model)->layer(4).wk.cols, 64);
+  EXPECT_EQ((*model)->layer(0).w_down.ToFloat().size(), 172u * 64u);
   EXPECT_GT((*model)->weight_bytes(), 900000u);
 }
 
@@ -56,14 +57,13 @@ TEST(LlamaModel, TiedOutputWhenAbsent) {
   auto m = LoadWriter(*w);
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_TRUE((*m)->tied_output());
-  EXPECT_EQ((*m)->output().data(), (*m)->token_embedding().data());
+  EXPECT_EQ(&(*m)->output(), &(*m)->token_embedding());
 }
 
-TEST(LlamaModel, RejectsQuantizedTensors) {
+TEST(LlamaModel, RejectsUnsupportedTensorTypes) {
   auto w = common::BuildRandomModel(Tiny());
   ASSERT_TRUE(w.ok());
-  // Replace a layer tensor's dims and type with Q4_0 by writing a model that lacks it and adds a
-  // Q4_0 version under the same name.
+  // Replace a layer tensor with an IQ4_NL one (a real ggml type the backend does not compute).
   common::GgufWriter q = common::GgufWriter();
   auto base = common::GgufFile::FromBytes(w->Serialize());
   ASSERT_TRUE(base.ok());
@@ -77,12 +77,14 @@ TEST(LlamaModel, RejectsQuantizedTensors) {
     if (t.name == "blk.0.attn_q.weight") {
       const size_t blocks = static_cast<size_t>(t.num_elements() / 32);
       std::vector<std::byte> bytes(blocks * 18);
-      ASSERT_TRUE(q.AddTensor(t.name, t.dims, common::GgmlType::Q4_0, bytes).ok());
+      ASSERT_TRUE(q.AddTensor(t.name, t.dims, common::GgmlType::IQ4_NL, bytes).ok());
     } else {
       ASSERT_TRUE(q.AddTensor(t.name, t.dims, t.type, {t.data, t.nbytes}).ok());
     }
   }
-  ExpectLoadError(q, "tensor 'blk.0.attn_q.weight' has type Q4_0; supported: F32, F16, BF16");
+  ExpectLoadError(q,
+                  "tensor 'blk.0.attn_q.weight' has type IQ4_NL; supported: F32, F16, BF16, "
+                  "Q8_0, Q4_0, Q4_K, Q5_K, Q6_K");
 }
 
 TEST(LlamaModel, RejectsMissingAndMisshapenTensors) {

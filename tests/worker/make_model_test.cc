@@ -55,6 +55,39 @@ TEST(MakeModel, WritesALoadableModel) {
   std::filesystem::remove(again);
 }
 
+// Quantized mixes, of an architecture with its own tensors (qwen3's Q/K norms stay F32).
+TEST(MakeModel, WritesQuantizedMixes) {
+  if (!std::filesystem::exists(Tool())) GTEST_SKIP() << Tool() << " not built";
+  const std::string path = ::testing::TempDir() + "/pagoda_make_model_q4km.gguf";
+  ASSERT_EQ(RunTool("--output " + path +
+                    " --layers 8 --dim 256 --heads 4 --kv-heads 2 --ffn-dim 512 --vocab 320 "
+                    "--context 128 --dtype q4_k_m --arch qwen3"),
+            0);
+  auto model = LlamaModel::Load(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->config().architecture, "qwen3");
+  EXPECT_EQ((*model)->layer(5).arch.q_norm.size(), 64u);
+  EXPECT_EQ((*model)->layer(5).arch.k_norm.size(), 64u);
+  using common::GgmlType;
+  EXPECT_EQ((*model)->token_embedding().type, GgmlType::Q4_K);
+  EXPECT_EQ((*model)->output().type, GgmlType::Q6_K);
+  EXPECT_EQ((*model)->layer(0).wq.type, GgmlType::Q4_K);
+  EXPECT_EQ((*model)->layer(0).wv.type, GgmlType::Q6_K);  // first eighth
+  EXPECT_EQ((*model)->layer(1).wv.type, GgmlType::Q4_K);
+  EXPECT_EQ((*model)->layer(3).w_down.type, GgmlType::Q6_K);  // every third between
+  EXPECT_EQ((*model)->layer(7).w_down.type, GgmlType::Q6_K);  // last eighth
+  EXPECT_EQ((*model)->layer(7).w_up.type, GgmlType::Q4_K);
+  auto backend = CpuBackend::Create(*model, {16, 8, 0});
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::vector<int32_t> tokens = {1, 200, 201, 202}, pages = {3};
+  std::vector<float> logits;
+  SeqInput in{tokens, 0, pages, true};
+  ASSERT_TRUE((*backend)->Forward({&in, 1}, &logits).ok());
+  ASSERT_EQ(logits.size(), 320u);
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+  std::filesystem::remove(path);
+}
+
 TEST(MakeModel, RejectsBadFlags) {
   if (!std::filesystem::exists(Tool())) GTEST_SKIP() << Tool() << " not built";
   const std::string out = " --output " + ::testing::TempDir() + "/pagoda_bad.gguf";
@@ -62,7 +95,9 @@ TEST(MakeModel, RejectsBadFlags) {
   EXPECT_NE(RunTool(out + " --dim 60 --heads 8"), 0);
   EXPECT_NE(RunTool(out + " --heads 8 --kv-heads 3"), 0);
   EXPECT_NE(RunTool(out + " --vocab 100"), 0);
-  EXPECT_NE(RunTool(out + " --dtype q4_0"), 0);
+  EXPECT_NE(RunTool(out + " --dtype q3_k"), 0);                  // not a type it writes
+  EXPECT_NE(RunTool(out + " --dtype q4_k --ffn-dim 688"), 0);    // rows not whole K blocks
+  EXPECT_NE(RunTool(out + " --dtype q8_0_m --ffn-dim 512"), 0);  // no such mix
   EXPECT_NE(RunTool(out + " --layers 0"), 0);
 }
 

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "worker/model/llama_model.h"
@@ -23,11 +24,11 @@ class ReferenceLlama {
   std::vector<float> Step(int32_t token) {
     std::vector<double> x(c_.dim);
     for (int i = 0; i < c_.dim; ++i) {
-      x[i] = m_.token_embedding()[static_cast<size_t>(token) * c_.dim + i];
+      x[i] = Dense(m_.token_embedding())[static_cast<size_t>(token) * c_.dim + i];
     }
     for (int l = 0; l < c_.n_layers; ++l) Layer(l, x);
     std::vector<double> xn = Norm(x, m_.output_norm().data());
-    std::vector<double> logits = Matvec(m_.output().data(), xn, c_.vocab_size);
+    std::vector<double> logits = Matvec(m_.output(), xn, c_.vocab_size);
     ++pos_;
     return std::vector<float>(logits.begin(), logits.end());
   }
@@ -42,8 +43,17 @@ class ReferenceLlama {
     return out;
   }
 
+  // The matrix decoded to float32 once (weights may be stored quantized).
+  const float* Dense(const worker::WeightMatrix& m) {
+    std::vector<float>& d = dense_[&m];
+    if (d.empty()) d = m.ToFloat();
+    return d.data();
+  }
+
   // W is [rows][x.size()] row-major.
-  static std::vector<double> Matvec(const float* w, const std::vector<double>& x, int rows) {
+  std::vector<double> Matvec(const worker::WeightMatrix& m, const std::vector<double>& x,
+                             int rows) {
+    const float* w = Dense(m);
     std::vector<double> out(rows, 0.0);
     for (int r = 0; r < rows; ++r) {
       double s = 0;
@@ -73,9 +83,9 @@ class ReferenceLlama {
     const worker::LlamaLayerWeights& w = m_.layer(l);
     const int hd = c_.head_dim;
     std::vector<double> xn = Norm(x, w.attn_norm.data());
-    std::vector<double> q = Matvec(w.wq.data(), xn, c_.q_dim());
-    std::vector<double> k = Matvec(w.wk.data(), xn, c_.kv_dim());
-    std::vector<double> v = Matvec(w.wv.data(), xn, c_.kv_dim());
+    std::vector<double> q = Matvec(w.wq, xn, c_.q_dim());
+    std::vector<double> k = Matvec(w.wk, xn, c_.kv_dim());
+    std::vector<double> v = Matvec(w.wv, xn, c_.kv_dim());
     Rope(q, c_.n_heads);
     Rope(k, c_.n_kv_heads);
     k_[l].push_back(k);
@@ -98,19 +108,20 @@ class ReferenceLlama {
         for (int d = 0; d < hd; ++d) att[h * hd + d] += scores[p] / sum * v_[l][p][kvh * hd + d];
       }
     }
-    std::vector<double> o = Matvec(w.wo.data(), att, c_.dim);
+    std::vector<double> o = Matvec(w.wo, att, c_.dim);
     for (int i = 0; i < c_.dim; ++i) x[i] += o[i];
     xn = Norm(x, w.ffn_norm.data());
-    std::vector<double> g = Matvec(w.w_gate.data(), xn, c_.ffn_dim);
-    std::vector<double> u = Matvec(w.w_up.data(), xn, c_.ffn_dim);
+    std::vector<double> g = Matvec(w.w_gate, xn, c_.ffn_dim);
+    std::vector<double> u = Matvec(w.w_up, xn, c_.ffn_dim);
     for (int i = 0; i < c_.ffn_dim; ++i) g[i] = g[i] / (1.0 + std::exp(-g[i])) * u[i];
-    std::vector<double> d = Matvec(w.w_down.data(), g, c_.dim);
+    std::vector<double> d = Matvec(w.w_down, g, c_.dim);
     for (int i = 0; i < c_.dim; ++i) x[i] += d[i];
   }
 
   const worker::LlamaModel& m_;
   const common::ModelConfig& c_;
   int pos_ = 0;
+  std::map<const worker::WeightMatrix*, std::vector<float>> dense_;
   std::vector<std::vector<std::vector<double>>> k_;  // [layer][pos][kv_dim]
   std::vector<std::vector<std::vector<double>>> v_;
 };

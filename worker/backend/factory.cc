@@ -21,6 +21,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(std::shared_ptr<const LlamaMo
         PagesForBytes(model->config(), o.page_size, sizeof(float), int64_t{o.kv_cache_mib} << 20);
   }
   cpu.num_threads = o.threads;
+  cpu.kernels = o.cpu_kernels;
   auto backend = CpuBackend::Create(std::move(model), cpu);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(*std::move(backend));

@@ -21,7 +21,8 @@ struct BackendOptions {
   int max_batch_tokens = 2048;  // most input tokens in one Forward
   // cpu
   int kv_cache_mib = 256;
-  int threads = 0;  // 0 = all cores
+  int threads = 0;                   // 0 = all cores
+  std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512
   // cuda
   std::string dtype = "bf16";  // "bf16" or "fp16"
   double gpu_memory_fraction = 0.9;

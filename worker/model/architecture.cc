@@ -13,21 +13,28 @@ namespace {
 using common::GgufFile;
 using common::ModelConfig;
 
-// Reorders each head's `width`-float rows from NEOX order (pair i = rows i, i + half) to
-// adjacent order (pair i = rows 2i, 2i + 1). `values` is [heads * head_dim][width].
-void NeoxToAdjacent(std::vector<float>& values, int head_dim, size_t width) {
-  const size_t rows = values.size() / width;
+// Reorders each head's rows of `row_bytes` bytes from NEOX order (pair i = rows i, i + half) to
+// adjacent order (pair i = rows 2i, 2i + 1). `data` is [rows = heads * head_dim][row_bytes]; a
+// row is whole (quantized blocks run along a row), so this works for any stored type.
+void NeoxToAdjacent(uint8_t* data, size_t rows, int head_dim, size_t row_bytes) {
   const int half = head_dim / 2;
-  std::vector<float> head(static_cast<size_t>(head_dim) * width);
+  std::vector<uint8_t> head(static_cast<size_t>(head_dim) * row_bytes);
   for (size_t h = 0; h < rows / head_dim; ++h) {
-    float* base = values.data() + h * head_dim * width;
-    std::memcpy(head.data(), base, head.size() * sizeof(float));
+    uint8_t* base = data + h * head_dim * row_bytes;
+    std::memcpy(head.data(), base, head.size());
     for (int i = 0; i < half; ++i) {
-      std::memcpy(base + (2 * i) * width, head.data() + i * width, width * sizeof(float));
-      std::memcpy(base + (2 * i + 1) * width, head.data() + (i + half) * width,
-                  width * sizeof(float));
+      std::memcpy(base + (2 * i) * row_bytes, head.data() + i * row_bytes, row_bytes);
+      std::memcpy(base + (2 * i + 1) * row_bytes, head.data() + (i + half) * row_bytes, row_bytes);
     }
   }
+}
+
+void NeoxToAdjacent(WeightMatrix& m, int head_dim) {
+  NeoxToAdjacent(m.bytes.data(), static_cast<size_t>(m.rows), head_dim, m.row_bytes);
+}
+
+void NeoxToAdjacent(std::vector<float>& v, int head_dim) {
+  NeoxToAdjacent(reinterpret_cast<uint8_t*>(v.data()), v.size(), head_dim, sizeof(float));
 }
 
 void RmsNormHeads(float* x, const float* weight, int rows, int head_dim, float eps) {
@@ -59,7 +66,7 @@ ArchitectureTraits TraitsOf(const ModelConfig& config) {
 }
 
 absl::Status LoadArchitectureLayer(const TensorLoader& load, const ModelConfig& c, int index,
-                                   std::vector<float>& wq, std::vector<float>& wk,
+                                   WeightMatrix& wq, WeightMatrix& wk,
                                    ArchitectureLayerWeights& out) {
   const ArchitectureTraits traits = TraitsOf(c);
   const std::string p = absl::StrCat("blk.", index, ".");
@@ -73,10 +80,10 @@ absl::Status LoadArchitectureLayer(const TensorLoader& load, const ModelConfig& 
     ASSIGN_OR_RETURN(out.k_norm, load(p + "attn_k_norm.weight", {c.head_dim}));
   }
   if (traits.neox_rope) {
-    NeoxToAdjacent(wq, c.head_dim, static_cast<size_t>(c.dim));
-    NeoxToAdjacent(wk, c.head_dim, static_cast<size_t>(c.dim));
+    NeoxToAdjacent(wq, c.head_dim);
+    NeoxToAdjacent(wk, c.head_dim);
     for (std::vector<float>* v : {&out.bq, &out.bk, &out.q_norm, &out.k_norm}) {
-      if (!v->empty()) NeoxToAdjacent(*v, c.head_dim, 1);
+      if (!v->empty()) NeoxToAdjacent(*v, c.head_dim);
     }
   }
   return absl::OkStatus();

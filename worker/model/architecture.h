@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
 #include "common/model_config.h"
+#include "worker/model/weight_matrix.h"
 
 namespace pagoda::worker {
 
@@ -53,9 +54,10 @@ using TensorLoader = std::function<absl::StatusOr<std::vector<float>>(
     const std::string& name, const std::vector<int64_t>& dims)>;
 
 // Loads layer `index`'s architecture-specific tensors and converts the NEOX head order of `wq`
-// and `wk` ([rows][dim], rows = heads * head_dim) in place. Errors name the tensor.
+// and `wk` ([rows][dim], rows = heads * head_dim, any stored type: whole rows move) in place.
+// Errors name the tensor.
 absl::Status LoadArchitectureLayer(const TensorLoader& load, const common::ModelConfig& config,
-                                   int index, std::vector<float>& wq, std::vector<float>& wk,
+                                   int index, WeightMatrix& wq, WeightMatrix& wk,
                                    ArchitectureLayerWeights& out);
 
 // Adds the biases and normalizes each head of q and k, for `n` tokens:

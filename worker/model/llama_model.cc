@@ -5,42 +5,17 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/fp16.h"
 #include "common/status_macros.h"
 
 namespace pagoda::worker {
 namespace {
 
-using common::GgmlType;
 using common::GgufFile;
 using common::GgufTensor;
 
-// Converts a tensor's elements to float32.
-absl::StatusOr<std::vector<float>> ToFloat(const GgufTensor& t) {
-  const size_t n = static_cast<size_t>(t.num_elements());
-  std::vector<float> out(n);
-  switch (t.type) {
-    case GgmlType::F32:
-      std::memcpy(out.data(), t.data, n * sizeof(float));
-      return out;
-    case GgmlType::F16:
-    case GgmlType::BF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = t.type == GgmlType::F16 ? common::F16ToFloat(h) : common::Bf16ToFloat(h);
-      }
-      return out;
-    default:
-      return absl::UnimplementedError(absl::StrCat("tensor '", t.name, "' has type ",
-                                                   common::GgmlTypeName(t.type),
-                                                   "; supported: F32, F16, BF16"));
-  }
-}
-
-// Loads `name`, requiring GGUF dims exactly `dims` (innermost first).
-absl::StatusOr<std::vector<float>> LoadTensor(const GgufFile& file, const std::string& name,
-                                              const std::vector<int64_t>& dims) {
+// Finds `name` and requires GGUF dims exactly `dims` (innermost first).
+absl::StatusOr<const GgufTensor*> FindTensor(const GgufFile& file, const std::string& name,
+                                             const std::vector<int64_t>& dims) {
   const GgufTensor* t = file.FindTensor(name);
   if (t == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("model is missing tensor '", name, "'"));
@@ -50,13 +25,29 @@ absl::StatusOr<std::vector<float>> LoadTensor(const GgufFile& file, const std::s
         absl::StrCat("tensor '", name, "' has dims [", absl::StrJoin(t->dims, ", "),
                      "], expected [", absl::StrJoin(dims, ", "), "] from the model config"));
   }
-  return ToFloat(*t);
+  return t;
 }
 
-// LoadTensor on `file`, for the architecture hooks (architecture.h).
+// A matrix in its stored type.
+absl::StatusOr<WeightMatrix> LoadMatrix(const GgufFile& file, const std::string& name,
+                                        const std::vector<int64_t>& dims) {
+  ASSIGN_OR_RETURN(const GgufTensor* t, FindTensor(file, name, dims));
+  return CopyWeightMatrix(*t);
+}
+
+// A vector (norm weights), converted to float32.
+absl::StatusOr<std::vector<float>> LoadVector(const GgufFile& file, const std::string& name,
+                                              int64_t size) {
+  ASSIGN_OR_RETURN(WeightMatrix m, LoadMatrix(file, name, {size}));
+  return m.ToFloat();
+}
+
+// A tensor of `file` as float32, for the architecture hooks (architecture.h).
 TensorLoader LoaderFor(const GgufFile& file) {
-  return [&file](const std::string& name, const std::vector<int64_t>& dims) {
-    return LoadTensor(file, name, dims);
+  return [&file](const std::string& name,
+                 const std::vector<int64_t>& dims) -> absl::StatusOr<std::vector<float>> {
+    ASSIGN_OR_RETURN(WeightMatrix m, LoadMatrix(file, name, dims));
+    return m.ToFloat();
   };
 }
 
@@ -77,11 +68,11 @@ absl::StatusOr<std::shared_ptr<const LlamaModel>> LlamaModel::Load(const GgufFil
   ASSIGN_OR_RETURN(m->config_, common::ReadModelConfig(file));
   m->fingerprint_ = file.Fingerprint();
   const common::ModelConfig& c = m->config_;
-  ASSIGN_OR_RETURN(m->token_embd_, LoadTensor(file, "token_embd.weight", {c.dim, c.vocab_size}));
-  ASSIGN_OR_RETURN(m->output_norm_, LoadTensor(file, "output_norm.weight", {c.dim}));
+  ASSIGN_OR_RETURN(m->token_embd_, LoadMatrix(file, "token_embd.weight", {c.dim, c.vocab_size}));
+  ASSIGN_OR_RETURN(m->output_norm_, LoadVector(file, "output_norm.weight", c.dim));
   m->tied_output_ = file.FindTensor("output.weight") == nullptr;
   if (!m->tied_output_) {
-    ASSIGN_OR_RETURN(m->output_, LoadTensor(file, "output.weight", {c.dim, c.vocab_size}));
+    ASSIGN_OR_RETURN(m->output_, LoadMatrix(file, "output.weight", {c.dim, c.vocab_size}));
   }
   ASSIGN_OR_RETURN(m->rope_inv_freq_, RopeInvFrequencies(file, LoaderFor(file), c));
   m->layers_.resize(static_cast<size_t>(c.n_layers));
@@ -94,26 +85,29 @@ absl::Status LlamaModel::LoadLayer(const GgufFile& file, int index) {
   const std::string p = absl::StrCat("blk.", index, ".");
   const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), ffn = c.ffn_dim;
   LlamaLayerWeights& w = layers_[static_cast<size_t>(index)];
-  ASSIGN_OR_RETURN(w.attn_norm, LoadTensor(file, p + "attn_norm.weight", {dim}));
-  ASSIGN_OR_RETURN(w.wq, LoadTensor(file, p + "attn_q.weight", {dim, q_dim}));
-  ASSIGN_OR_RETURN(w.wk, LoadTensor(file, p + "attn_k.weight", {dim, kv_dim}));
-  ASSIGN_OR_RETURN(w.wv, LoadTensor(file, p + "attn_v.weight", {dim, kv_dim}));
-  ASSIGN_OR_RETURN(w.wo, LoadTensor(file, p + "attn_output.weight", {q_dim, dim}));
-  ASSIGN_OR_RETURN(w.ffn_norm, LoadTensor(file, p + "ffn_norm.weight", {dim}));
-  ASSIGN_OR_RETURN(w.w_gate, LoadTensor(file, p + "ffn_gate.weight", {dim, ffn}));
-  ASSIGN_OR_RETURN(w.w_up, LoadTensor(file, p + "ffn_up.weight", {dim, ffn}));
-  ASSIGN_OR_RETURN(w.w_down, LoadTensor(file, p + "ffn_down.weight", {ffn, dim}));
+  ASSIGN_OR_RETURN(w.attn_norm, LoadVector(file, p + "attn_norm.weight", dim));
+  ASSIGN_OR_RETURN(w.wq, LoadMatrix(file, p + "attn_q.weight", {dim, q_dim}));
+  ASSIGN_OR_RETURN(w.wk, LoadMatrix(file, p + "attn_k.weight", {dim, kv_dim}));
+  ASSIGN_OR_RETURN(w.wv, LoadMatrix(file, p + "attn_v.weight", {dim, kv_dim}));
+  ASSIGN_OR_RETURN(w.wo, LoadMatrix(file, p + "attn_output.weight", {q_dim, dim}));
+  ASSIGN_OR_RETURN(w.ffn_norm, LoadVector(file, p + "ffn_norm.weight", dim));
+  ASSIGN_OR_RETURN(w.w_gate, LoadMatrix(file, p + "ffn_gate.weight", {dim, ffn}));
+  ASSIGN_OR_RETURN(w.w_up, LoadMatrix(file, p + "ffn_up.weight", {dim, ffn}));
+  ASSIGN_OR_RETURN(w.w_down, LoadMatrix(file, p + "ffn_down.weight", {ffn, dim}));
   return LoadArchitectureLayer(LoaderFor(file), c, index, w.wq, w.wk, w.arch);
 }
 
 size_t LlamaModel::weight_bytes() const {
-  size_t n = token_embd_.size() + output_norm_.size() + output_.size();
+  size_t n = token_embd_.num_bytes() + output_norm_.size() * sizeof(float) + output_.num_bytes();
   for (const LlamaLayerWeights& w : layers_) {
-    n += w.attn_norm.size() + w.wq.size() + w.wk.size() + w.wv.size() + w.wo.size() +
-         w.ffn_norm.size() + w.w_gate.size() + w.w_up.size() + w.w_down.size() + w.arch.bq.size() +
-         w.arch.bk.size() + w.arch.bv.size() + w.arch.q_norm.size() + w.arch.k_norm.size();
+    n += (w.attn_norm.size() + w.ffn_norm.size()) * sizeof(float) + w.wq.num_bytes() +
+         w.wk.num_bytes() + w.wv.num_bytes() + w.wo.num_bytes() + w.w_gate.num_bytes() +
+         w.w_up.num_bytes() + w.w_down.num_bytes() +
+         (w.arch.bq.size() + w.arch.bk.size() + w.arch.bv.size() + w.arch.q_norm.size() +
+          w.arch.k_norm.size()) *
+             sizeof(float);
   }
-  return n * sizeof(float);
+  return n;
 }
 
 }  // namespace pagoda::worker

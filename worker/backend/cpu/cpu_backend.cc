@@ -5,8 +5,8 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/status_macros.h"
-#include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/model/architecture.h"
 
 namespace pagoda::worker {
@@ -28,18 +28,32 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
                    cpu::KvArena::Create(
                        {c.n_layers, options.num_pages, options.page_size, c.n_kv_heads, c.head_dim},
                        options.max_kv_bytes));
+  if (c.head_dim > cpu::kMaxHeadDim) {
+    return absl::InvalidArgumentError(absl::StrFormat("CpuBackend head_dim %d exceeds the limit %d",
+                                                      c.head_dim, cpu::kMaxHeadDim));
+  }
+  ASSIGN_OR_RETURN(cpu::CpuIsa isa, cpu::ResolveCpuIsa(options.kernels));
   int threads = options.num_threads;
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  PAGODA_LOG(kInfo, "cpu", "kernels %s (asked: %s; best here: %s), %d threads, weights %.1f MiB",
+             cpu::CpuIsaName(isa), options.kernels, cpu::CpuIsaName(cpu::BestSupportedIsa()),
+             threads, static_cast<double>(model->weight_bytes()) / (1 << 20));
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(std::move(model), options, threads, std::move(arena)));
+      new CpuBackend(std::move(model), options, threads, isa, std::move(arena)));
 }
 
 CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackendOptions& options,
-                       int num_threads, cpu::KvArena arena)
+                       int num_threads, cpu::CpuIsa isa, cpu::KvArena arena)
     : model_(std::move(model)),
       options_(options),
-      num_threads_(num_threads),
-      arena_(std::move(arena)) {}
+      pool_(std::make_unique<cpu::ThreadPool>(num_threads)),
+      arena_(std::move(arena)) {
+  const common::ModelConfig& c = model_->config();
+  const size_t widest = static_cast<size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
+  const size_t per_thread = cpu::kPanelRows * widest;
+  scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
+  ctx_ = {&cpu::Kernels(isa), pool_.get(), scratch_.data(), per_thread};
+}
 
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {
   token_ids_.clear();
@@ -74,55 +88,85 @@ void CpuBackend::Flatten(std::span<const SeqInput> batch) {
 }
 
 void CpuBackend::Embed() {
-  const size_t dim = static_cast<size_t>(config().dim);
-  const std::span<const float> table = model_->token_embedding();
-  for (int t = 0; t < num_tokens_; ++t) {
-    std::copy_n(table.data() + static_cast<size_t>(token_ids_[t]) * dim, dim, x_.data() + t * dim);
-  }
+  cpu::GatherRows(ctx_, model_->token_embedding(), token_ids_.data(), num_tokens_, x_.data());
 }
 
-void CpuBackend::RunLayer(int layer) {
+void CpuBackend::NormInput(const std::vector<float>& weight) {
   const common::ModelConfig& c = config();
-  const LlamaLayerWeights& w = model_->layer(layer);
-  const int n = num_tokens_, nt = num_threads_;
-  // Attention block: x += Wo · Attention(RoPE(Wq xn), RoPE(Wk xn), Wv xn), xn = RmsNorm(x).
-  cpu::RmsNorm({x_.data(), w.attn_norm.data(), xn_.data(), n, c.dim, c.rms_eps});
-  cpu::MatMul({xn_.data(), w.wq.data(), q_.data(), n, c.dim, c.q_dim()}, nt);
-  cpu::MatMul({xn_.data(), w.wk.data(), k_.data(), n, c.dim, c.kv_dim()}, nt);
-  cpu::MatMul({xn_.data(), w.wv.data(), v_.data(), n, c.dim, c.kv_dim()}, nt);
-  ApplyQkvHooks(c, w.arch, n, q_.data(), k_.data(), v_.data());  // qwen2 bias, qwen3 norms
+  cpu::RmsNorm(ctx_, {x_.data(), weight.data(), xn_.data(), num_tokens_, c.dim, c.rms_eps});
+}
+
+void CpuBackend::ProjectQkv(const LlamaLayerWeights& w) {
+  const int n = num_tokens_;
+  const cpu::MatMulParams products[] = {{xn_.data(), &w.wq, q_.data(), n},
+                                        {xn_.data(), &w.wk, k_.data(), n},
+                                        {xn_.data(), &w.wv, v_.data(), n}};
+  cpu::MatMul(ctx_, products);
+  // qwen2 biases, qwen3 per-head Q/K RMSNorm: after the projections, before RoPE.
+  ApplyQkvHooks(config(), w.arch, n, q_.data(), k_.data(), v_.data());
+}
+
+void CpuBackend::PositionEncode() {
+  const common::ModelConfig& c = config();
+  const int n = num_tokens_;
   cpu::ApplyRope({q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim});
   cpu::ApplyRope({k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim});
+}
+
+void CpuBackend::AttendOverPages(int layer) {
+  const common::ModelConfig& c = config();
+  const int n = num_tokens_;
   // All new K/V are written before any token attends, so chunk tokens see each other.
   cpu::WriteKv({k_.data(), v_.data(), positions_.data(), page_tables_.data(), arena_.k(layer),
                 arena_.v(layer), n, c.kv_dim(), options_.page_size});
-  cpu::PagedAttention({q_.data(), arena_.k(layer), arena_.v(layer), positions_.data(),
-                       page_tables_.data(), attn_.data(), n, c.n_heads, c.n_kv_heads, c.head_dim,
-                       options_.page_size, 1.0f / std::sqrt(static_cast<float>(c.head_dim))},
-                      nt);
-  cpu::MatMul({attn_.data(), w.wo.data(), proj_.data(), n, c.q_dim(), c.dim}, nt);
-  cpu::AddInPlace(x_.data(), proj_.data(), proj_.size());
-  // FFN block: x += Wdown · (silu(Wgate xn) * (Wup xn)), xn = RmsNorm(x).
-  cpu::RmsNorm({x_.data(), w.ffn_norm.data(), xn_.data(), n, c.dim, c.rms_eps});
-  cpu::MatMul({xn_.data(), w.w_gate.data(), gate_.data(), n, c.dim, c.ffn_dim}, nt);
-  cpu::MatMul({xn_.data(), w.w_up.data(), up_.data(), n, c.dim, c.ffn_dim}, nt);
-  cpu::SwiGlu(gate_.data(), up_.data(), gate_.size());
-  cpu::MatMul({gate_.data(), w.w_down.data(), proj_.data(), n, c.ffn_dim, c.dim}, nt);
-  cpu::AddInPlace(x_.data(), proj_.data(), proj_.size());
+  cpu::PagedAttention(
+      ctx_, {q_.data(), arena_.k(layer), arena_.v(layer), positions_.data(), page_tables_.data(),
+             attn_.data(), n, c.n_heads, c.n_kv_heads, c.head_dim, options_.page_size,
+             1.0f / std::sqrt(static_cast<float>(c.head_dim))});
+}
+
+void CpuBackend::ProjectOutput(const LlamaLayerWeights& w) {
+  const cpu::MatMulParams product[] = {{attn_.data(), &w.wo, proj_.data(), num_tokens_}};
+  cpu::MatMul(ctx_, product);
+  cpu::AddInPlace(ctx_, x_.data(), proj_.data(), num_tokens_, config().dim);
+}
+
+void CpuBackend::AttentionBlock(int layer) {
+  const LlamaLayerWeights& w = model_->layer(layer);
+  NormInput(w.attn_norm);
+  ProjectQkv(w);
+  PositionEncode();
+  AttendOverPages(layer);
+  ProjectOutput(w);
+}
+
+void CpuBackend::FeedForwardBlock(int layer) {
+  const common::ModelConfig& c = config();
+  const LlamaLayerWeights& w = model_->layer(layer);
+  const int n = num_tokens_;
+  NormInput(w.ffn_norm);
+  const cpu::MatMulParams gate_up[] = {{xn_.data(), &w.w_gate, gate_.data(), n},
+                                       {xn_.data(), &w.w_up, up_.data(), n}};
+  cpu::MatMul(ctx_, gate_up);
+  cpu::SwiGlu(ctx_, gate_.data(), up_.data(), n, c.ffn_dim);
+  const cpu::MatMulParams down[] = {{gate_.data(), &w.w_down, proj_.data(), n}};
+  cpu::MatMul(ctx_, down);
+  cpu::AddInPlace(ctx_, x_.data(), proj_.data(), n, c.dim);
 }
 
 void CpuBackend::ComputeLogits(std::vector<float>* logits) {
   const common::ModelConfig& c = config();
   const int rows = static_cast<int>(logit_rows_.size());
   const size_t dim = static_cast<size_t>(c.dim);
-  // Gather the last hidden state of each sequence that wants logits into xn_ (rows <= T).
+  // Gather the last hidden state of each sequence that wants logits (rows <= T).
   for (int r = 0; r < rows; ++r) {
     std::copy_n(x_.data() + logit_rows_[r] * dim, dim, proj_.data() + r * dim);
   }
-  cpu::RmsNorm({proj_.data(), model_->output_norm().data(), xn_.data(), rows, c.dim, c.rms_eps});
+  cpu::RmsNorm(ctx_,
+               {proj_.data(), model_->output_norm().data(), xn_.data(), rows, c.dim, c.rms_eps});
   logits->resize(static_cast<size_t>(rows) * c.vocab_size);
-  cpu::MatMul({xn_.data(), model_->output().data(), logits->data(), rows, c.dim, c.vocab_size},
-              num_threads_);
+  const cpu::MatMulParams product[] = {{xn_.data(), &model_->output(), logits->data(), rows}};
+  cpu::MatMul(ctx_, product);
 }
 
 absl::Status CpuBackend::Forward(std::span<const SeqInput> batch, std::vector<float>* logits) {
@@ -132,7 +176,10 @@ absl::Status CpuBackend::Forward(std::span<const SeqInput> batch, std::vector<fl
   logits->clear();
   if (num_tokens_ == 0) return absl::OkStatus();
   Embed();
-  for (int l = 0; l < config().n_layers; ++l) RunLayer(l);
+  for (int l = 0; l < config().n_layers; ++l) {
+    AttentionBlock(l);
+    FeedForwardBlock(l);
+  }
   ComputeLogits(logits);
   return absl::OkStatus();
 }

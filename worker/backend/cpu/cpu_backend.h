@@ -1,10 +1,17 @@
-// CPU reference backend: the full Llama forward pass over a flat ragged batch, with the same
-// paged KV layout as the GPU backend.
+// CPU backend: the full Llama forward pass over a flat ragged batch, with the same paged KV
+// layout as the GPU backend. Weights stay in their stored types (F32/F16/BF16 and the GGUF
+// quantized types of weight_matrix.h); kernels come from the table of the best instruction set
+// the CPU has (or the one `kernels` names), threads from a persistent pool.
 //
 // Contract (beyond Backend's): batch-invariant and thread-count-invariant results: a token's
 // logits are bitwise identical whatever else shares its batch, however its pages are laid out,
-// and however many threads run. Weight matrices are read once per Forward (all tokens of the
-// batch go through each weight block together). Not thread-safe: one caller at a time.
+// and however many threads run, for every kernel table. Weight matrices are read once per
+// Forward (all tokens of the batch go through each weight panel together: one GEMM per weight).
+// Not thread-safe: one caller at a time.
+//
+// The forward pass is a sequence of named steps (Embed, then per layer AttentionBlock =
+// NormInput, ProjectQkv, PositionEncode, AttendOverPages, ProjectOutput; FeedForwardBlock; then
+// ComputeLogits) so architecture variants change one step each.
 #pragma once
 
 #include <cstdint>
@@ -16,15 +23,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
+#include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cpu/kv_arena.h"
+#include "worker/backend/cpu/thread_pool.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::worker {
 
 struct CpuBackendOptions {
   int page_size = 16;
-  int num_pages = 0;    // required, > 0
-  int num_threads = 0;  // 0 = hardware concurrency
+  int num_pages = 0;             // required, > 0
+  int num_threads = 0;           // 0 = hardware concurrency
+  std::string kernels = "auto";  // auto, portable, avx2, avx512 (kernel_table.h)
   size_t max_kv_bytes = size_t{64} << 30;
 };
 
@@ -39,21 +49,32 @@ class CpuBackend : public Backend {
   int num_pages() const override { return options_.num_pages; }
   const common::ModelConfig& config() const override { return model_->config(); }
   std::string name() const override { return "cpu"; }
-  int num_threads() const { return num_threads_; }
+  int num_threads() const { return pool_->size(); }
+  cpu::CpuIsa isa() const { return ctx_.kernels->isa; }
   size_t kv_bytes() const override { return arena_.bytes(); }
 
  private:
   CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackendOptions& options,
-             int num_threads, cpu::KvArena arena);
+             int num_threads, cpu::CpuIsa isa, cpu::KvArena arena);
 
   void Flatten(std::span<const SeqInput> batch);  // fills the per-token arrays and RoPE tables
   void Embed();
-  void RunLayer(int layer);
+  // x += Wo · Attention(...) of RmsNorm(x).
+  void AttentionBlock(int layer);
+  void NormInput(const std::vector<float>& weight);  // xn_ = RmsNorm(x_) * weight
+  void ProjectQkv(const LlamaLayerWeights& w);       // q_, k_, v_ from xn_
+  void PositionEncode();                             // RoPE on q_ and k_
+  void AttendOverPages(int layer);                   // writes k_/v_ to pages, attn_ = softmax
+  void ProjectOutput(const LlamaLayerWeights& w);    // x_ += Wo attn_
+  // x += Wdown · (silu(Wgate xn) * (Wup xn)), xn = RmsNorm(x).
+  void FeedForwardBlock(int layer);
   void ComputeLogits(std::vector<float>* logits);
 
   std::shared_ptr<const LlamaModel> model_;
   CpuBackendOptions options_;
-  int num_threads_;
+  std::unique_ptr<cpu::ThreadPool> pool_;
+  std::vector<float> scratch_;  // per-thread weight panels
+  cpu::ExecContext ctx_;
   cpu::KvArena arena_;
 
   // Per-Forward scratch, reused across calls. T = tokens in the batch.

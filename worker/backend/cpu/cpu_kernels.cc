@@ -2,76 +2,93 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 namespace pagoda::worker::cpu {
 namespace {
 
-constexpr int kLanes = 8;     // independent partial sums per dot product (vectorizable)
-constexpr int kRowBlock = 4;  // weight rows computed together, sharing loads of x
-constexpr int kMaxHeadDim = 256;
+int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanelRows; }
 
-// sum_i a[i] * b[i] with kLanes partial sums combined in a fixed order. Every dot product in
-// this file goes through this exact arithmetic, which keeps results batch-invariant.
-inline float Dot(const float* a, const float* b, int n) {
-  float acc[kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    for (int l = 0; l < kLanes; ++l) acc[l] += a[i + l] * b[i + l];
+// Tokens multiplied per pass over the weight panels: the chunk's activations (about 1 MiB of
+// float32, and at least 64 tokens) stay in L2 while the panels stream by. Longer batches
+// (prefill chunks) read and decode each panel once per chunk.
+constexpr size_t kChunkBytes = size_t{1} << 20;
+constexpr int kMinTokenChunk = 64;
+
+// Decodes panel `panel` of `p.w` (unless it is F32, read in place) and multiplies tokens
+// [t0, t0 + tokens) by it.
+void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thread, int t0,
+              int tokens) {
+  const WeightMatrix& w = *p.w;
+  const int r0 = panel * kPanelRows;
+  const int rows = std::min(kPanelRows, w.rows - r0);
+  const float* wp;
+  // An invariant of the callers (the backend sizes its scratch for its widest matrix).
+  if (static_cast<size_t>(kPanelRows) * w.cols > ctx.scratch_floats &&
+      w.type != common::GgmlType::F32) {
+    std::fprintf(stderr, "cpu::MatMul: scratch of %zu floats < %d rows x %d\n", ctx.scratch_floats,
+                 kPanelRows, w.cols);
+    std::abort();
   }
-  for (int l = 0; i < n; ++i, ++l) acc[l] += a[i] * b[i];
-  return ((acc[0] + acc[4]) + (acc[1] + acc[5])) + ((acc[2] + acc[6]) + (acc[3] + acc[7]));
-}
-
-// Four rows of w against one x row, with arithmetic identical to four Dot() calls.
-inline void Dot4(const float* w, int n_in, const float* x, float* out) {
-  float acc[kRowBlock][kLanes] = {};
-  int i = 0;
-  for (; i + kLanes <= n_in; i += kLanes) {
-    for (int r = 0; r < kRowBlock; ++r) {
-      const float* wr = w + static_cast<size_t>(r) * n_in;
-      for (int l = 0; l < kLanes; ++l) acc[r][l] += wr[i + l] * x[i + l];
+  if (w.type == common::GgmlType::F32) {
+    wp = reinterpret_cast<const float*>(w.row(r0));
+  } else {
+    float* scratch = ctx.scratch + static_cast<size_t>(thread) * ctx.scratch_floats;
+    for (int r = 0; r < rows; ++r) {
+      ctx.kernels->dequantize_row(w.type, w.row(r0 + r), w.cols,
+                                  scratch + static_cast<size_t>(r) * w.cols);
     }
+    wp = scratch;
   }
-  for (int r = 0; r < kRowBlock; ++r) {
-    const float* wr = w + static_cast<size_t>(r) * n_in;
-    for (int j = i, l = 0; j < n_in; ++j, ++l) acc[r][l] += wr[j] * x[j];
-    const float* a = acc[r];
-    out[r] = ((a[0] + a[4]) + (a[1] + a[5])) + ((a[2] + a[6]) + (a[3] + a[7]));
-  }
+  const size_t t = static_cast<size_t>(t0);
+  ctx.kernels->gemm_panel({p.x + t * w.cols, wp, p.out + t * w.rows + r0, tokens, rows, w.cols,
+                           w.cols, w.cols, w.rows});
 }
 
 }  // namespace
 
-void MatMul(const MatMulParams& p, int num_threads) {
-  const int blocks = (p.n_out + kRowBlock - 1) / kRowBlock;
-  const size_t n_in = static_cast<size_t>(p.n_in);
-  const size_t n_out = static_cast<size_t>(p.n_out);
-  // Parallel over blocks of weight rows: each block is read once from memory and applied to
-  // every token of the batch while it sits in cache.
-#pragma omp parallel for schedule(static) num_threads(num_threads) if (blocks > 1)
-  for (int b = 0; b < blocks; ++b) {
-    const int o = b * kRowBlock;
-    const float* w = p.w + static_cast<size_t>(o) * n_in;
-    for (int t = 0; t < p.num_tokens; ++t) {
-      const float* x = p.x + static_cast<size_t>(t) * n_in;
-      float* out = p.out + static_cast<size_t>(t) * n_out + o;
-      if (o + kRowBlock <= p.n_out) {
-        Dot4(w, p.n_in, x, out);
-      } else {
-        for (int r = 0; o + r < p.n_out; ++r) out[r] = Dot(w + r * n_in, x, p.n_in);
-      }
-    }
-  }
+LocalContext::LocalContext(CpuIsa isa, int threads, int max_cols)
+    : pool_(std::make_unique<ThreadPool>(threads)) {
+  const size_t per_thread = static_cast<size_t>(kPanelRows) * static_cast<size_t>(max_cols);
+  scratch_.assign(per_thread * static_cast<size_t>(pool_->size()), 0.0f);
+  ctx_ = {&Kernels(isa), pool_.get(), scratch_.data(), per_thread};
 }
 
-void RmsNorm(const RmsNormParams& p) {
-  for (int t = 0; t < p.num_tokens; ++t) {
-    const float* x = p.x + static_cast<size_t>(t) * p.dim;
-    float* out = p.out + static_cast<size_t>(t) * p.dim;
-    const float ms = Dot(x, x, p.dim) / static_cast<float>(p.dim);
-    const float inv = 1.0f / std::sqrt(ms + p.eps);
-    for (int i = 0; i < p.dim; ++i) out[i] = x[i] * inv * p.weight[i];
+void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
+  int total = 0, tokens = 0;
+  for (const MatMulParams& p : products) {
+    total += NumPanels(*p.w);
+    tokens += p.num_tokens;
   }
+  if (tokens == 0) return;
+  int max_tokens = 0, max_cols = 1;
+  for (const MatMulParams& p : products) {
+    max_tokens = std::max(max_tokens, p.num_tokens);
+    max_cols = std::max(max_cols, p.w->cols);
+  }
+  const int chunk =
+      std::max(kMinTokenChunk, static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)));
+  ctx.pool->ParallelFor(total, [&](int begin, int end, int thread) {
+    for (int t0 = 0; t0 < max_tokens; t0 += chunk) {
+      size_t j = 0;
+      int first = 0;  // index of product j's first panel
+      for (int i = begin; i < end; ++i) {
+        while (i >= first + NumPanels(*products[j].w)) first += NumPanels(*products[j++].w);
+        const int tokens = std::min(chunk, products[j].num_tokens - t0);
+        if (tokens > 0) RunPanel(ctx, products[j], i - first, thread, t0, tokens);
+      }
+    }
+  });
+}
+
+void RmsNorm(const ExecContext& ctx, const RmsNormParams& p) {
+  ctx.pool->ParallelFor(p.num_tokens, [&](int begin, int end, int) {
+    for (int t = begin; t < end; ++t) {
+      const size_t o = static_cast<size_t>(t) * p.dim;
+      ctx.kernels->rms_norm_row(p.x + o, p.weight, p.out + o, p.dim, p.eps);
+    }
+  });
 }
 
 void BuildRopeTables(const RopeTableParams& p) {
@@ -117,51 +134,38 @@ void WriteKv(const KvWriteParams& p) {
   }
 }
 
-void PagedAttention(const PagedAttentionParams& p, int num_threads) {
+void PagedAttention(const ExecContext& ctx, const PagedAttentionParams& p) {
   const int group = p.n_heads / p.n_kv_heads;
-  const int hd = p.head_dim;
-  const size_t kv_dim = static_cast<size_t>(p.n_kv_heads) * hd;
-  const int work = p.num_tokens * p.n_heads;
-#pragma omp parallel for schedule(dynamic, 4) num_threads(num_threads) if (work > 1)
-  for (int item = 0; item < work; ++item) {
-    const int t = item / p.n_heads, h = item % p.n_heads;
-    const float* q = p.q + static_cast<size_t>(item) * hd;
-    const size_t head_offset = static_cast<size_t>(h / group) * hd;
-    const int32_t* pages = p.page_tables[t];
-    // Online softmax: running max m, running denominator l, unnormalized output acc.
-    float acc[kMaxHeadDim] = {};
-    float m = -INFINITY, l = 0.0f;
-    for (int32_t pos = 0; pos <= p.positions[t]; ++pos) {
-      const size_t slot =
-          static_cast<size_t>(pages[pos / p.page_size]) * p.page_size + pos % p.page_size;
-      const float* k = p.k_cache + slot * kv_dim + head_offset;
-      const float* v = p.v_cache + slot * kv_dim + head_offset;
-      const float s = Dot(q, k, hd) * p.scale;
-      if (s > m) {
-        const float correction = std::exp(m - s);  // 0 on the first position
-        l *= correction;
-        for (int d = 0; d < hd; ++d) acc[d] *= correction;
-        m = s;
-      }
-      const float w = std::exp(s - m);
-      l += w;
-      for (int d = 0; d < hd; ++d) acc[d] += w * v[d];
+  const size_t hd = static_cast<size_t>(p.head_dim);
+  const size_t kv_stride = static_cast<size_t>(p.n_kv_heads) * hd;
+  ctx.pool->ParallelFor(p.num_tokens * p.n_heads, [&](int begin, int end, int) {
+    for (int item = begin; item < end; ++item) {
+      const int t = item / p.n_heads, h = item % p.n_heads;
+      ctx.kernels->attention_head({p.q + item * hd, p.k_cache, p.v_cache, p.page_tables[t],
+                                   p.out + item * hd, p.positions[t], kv_stride,
+                                   static_cast<size_t>(h / group) * hd, p.head_dim, p.page_size,
+                                   p.scale});
     }
-    float* out = p.out + static_cast<size_t>(item) * hd;
-    const float inv = 1.0f / l;
-    for (int d = 0; d < hd; ++d) out[d] = acc[d] * inv;
-  }
+  });
 }
 
-void SwiGlu(float* gate, const float* up, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
-  }
+void SwiGlu(const ExecContext& ctx, float* gate, const float* up, int num_tokens, int width) {
+  ctx.pool->ParallelFor(num_tokens, [&](int begin, int end, int) {
+    const size_t o = static_cast<size_t>(begin) * width;
+    ctx.kernels->swiglu(gate + o, up + o, static_cast<size_t>(end - begin) * width);
+  });
 }
 
-void AddInPlace(float* x, const float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) x[i] += y[i];
+void AddInPlace(const ExecContext& ctx, float* x, const float* y, int num_tokens, int width) {
+  ctx.kernels->add(x, y, static_cast<size_t>(num_tokens) * width);
+}
+
+void GatherRows(const ExecContext& ctx, const WeightMatrix& table, const int32_t* ids,
+                int num_tokens, float* out) {
+  for (int t = 0; t < num_tokens; ++t) {
+    ctx.kernels->dequantize_row(table.type, table.row(ids[t]), table.cols,
+                                out + static_cast<size_t>(t) * table.cols);
+  }
 }
 
 }  // namespace pagoda::worker::cpu

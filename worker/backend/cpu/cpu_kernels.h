@@ -1,4 +1,5 @@
-// CPU kernels for the Llama forward pass over a flat batch of tokens.
+// CPU kernels for the Llama forward pass over a flat batch of tokens: the parallel drivers
+// around the per-ISA kernel tables (kernel_table.h).
 //
 // Contract: kernels never allocate and never fail; callers pass valid shapes (documented per
 // pointer) and non-overlapping outputs unless stated. Every kernel computes each token's result
@@ -9,92 +10,69 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "worker/backend/cpu/kernel_params.h"
+#include "worker/backend/cpu/kernel_table.h"
+#include "worker/backend/cpu/thread_pool.h"
+#include "worker/model/weight_matrix.h"
 
 namespace pagoda::worker::cpu {
 
-// out[t][o] = sum_i w[o][i] * x[t][i]: one pass over the weights for the whole batch.
+// Weight rows decoded together into a thread's scratch panel before the GEMM tile loop.
+inline constexpr int kPanelRows = 8;
+
+// What every parallel kernel runs with: the kernel table, the pool, and per-thread scratch of
+// `scratch_floats` floats each (at least kPanelRows * the widest matrix row).
+struct ExecContext {
+  const KernelTable* kernels;
+  ThreadPool* pool;
+  float* scratch;  // [pool->size()][scratch_floats]
+  size_t scratch_floats;
+};
+
+// An ExecContext with its own pool and scratch, for tests and tools: `threads` threads on the
+// table of `isa`, scratch for rows up to `max_cols` wide.
+class LocalContext {
+ public:
+  explicit LocalContext(CpuIsa isa = CpuIsa::kPortable, int threads = 1, int max_cols = 0);
+  const ExecContext& get() const { return ctx_; }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::vector<float> scratch_;
+  ExecContext ctx_;
+};
+
+// out[t][o] = sum_i w[o][i] * x[t][i], the weight in its stored type: each panel of kPanelRows
+// rows is decoded once and applied to every token of a chunk (one GEMM per weight). A chunk is
+// as many tokens as fit about 1 MiB of activations (at least 64: 341 for rows of 768), so decode
+// batches stream the weights once per step; longer prefill batches once per chunk.
 struct MatMulParams {
-  const float* x;  // [num_tokens][n_in]
-  const float* w;  // [n_out][n_in]
-  float* out;      // [num_tokens][n_out]
+  const float* x;         // [num_tokens][w->cols]
+  const WeightMatrix* w;  // [n_out = rows][n_in = cols]
+  float* out;             // [num_tokens][w->rows]
   int num_tokens;
-  int n_in;
-  int n_out;
 };
-void MatMul(const MatMulParams& p, int num_threads);
+// Several independent products in one parallel region (e.g. Q, K and V from one input).
+void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products);
 
-// out[t] = x[t] * weight / sqrt(mean(x[t]^2) + eps). `out` may equal `x`.
-struct RmsNormParams {
-  const float* x;       // [num_tokens][dim]
-  const float* weight;  // [dim]
-  float* out;           // [num_tokens][dim]
-  int num_tokens;
-  int dim;
-  float eps;
-};
-void RmsNorm(const RmsNormParams& p);
-
-// RoPE angle tables: cos/sin of positions[t] * base^(-2i/head_dim) for i < head_dim / 2,
-// computed once per batch and shared by Q and K of every layer.
-struct RopeTableParams {
-  const int32_t* positions;  // [num_tokens]
-  float* cos;                // [num_tokens][head_dim / 2]
-  float* sin;                // [num_tokens][head_dim / 2]
-  int num_tokens;
-  int head_dim;  // even
-  float base;
-  const float* inv_freq = nullptr;  // [head_dim / 2] angle per position; null: base^(-2i/head_dim)
-};
+void RmsNorm(const ExecContext& ctx, const RmsNormParams& p);
 void BuildRopeTables(const RopeTableParams& p);
-
-// Rotates adjacent pairs (x[2i], x[2i+1]) of every head by the tabulated angle i of its token.
-struct RopeParams {
-  float* x;          // [num_tokens][n_heads][head_dim], in place
-  const float* cos;  // [num_tokens][head_dim / 2]
-  const float* sin;  // [num_tokens][head_dim / 2]
-  int num_tokens;
-  int n_heads;
-  int head_dim;  // even
-};
 void ApplyRope(const RopeParams& p);
-
-// Scatters each token's K and V rows into its page slot:
-// cache[page_table[t][pos / page_size]][pos % page_size] = row.
-struct KvWriteParams {
-  const float* k;                     // [num_tokens][kv_dim]
-  const float* v;                     // [num_tokens][kv_dim]
-  const int32_t* positions;           // [num_tokens]
-  const int32_t* const* page_tables;  // [num_tokens] -> that token's sequence's page ids
-  float* k_cache;                     // [num_pages][page_size][kv_dim]
-  float* v_cache;                     // [num_pages][page_size][kv_dim]
-  int num_tokens;
-  int kv_dim;  // n_kv_heads * head_dim
-  int page_size;
-};
 void WriteKv(const KvWriteParams& p);
+void PagedAttention(const ExecContext& ctx, const PagedAttentionParams& p);
 
-// Grouped-query causal attention over paged KV: query head h reads KV head
-// h / (n_heads / n_kv_heads); token t attends to positions [0, positions[t]] of its sequence.
-struct PagedAttentionParams {
-  const float* q;                     // [num_tokens][n_heads][head_dim] (RoPE applied)
-  const float* k_cache;               // [num_pages][page_size][n_kv_heads][head_dim]
-  const float* v_cache;               // [num_pages][page_size][n_kv_heads][head_dim]
-  const int32_t* positions;           // [num_tokens]
-  const int32_t* const* page_tables;  // [num_tokens] -> that token's sequence's page ids
-  float* out;                         // [num_tokens][n_heads][head_dim]
-  int num_tokens;
-  int n_heads;
-  int n_kv_heads;
-  int head_dim;  // <= 256
-  int page_size;
-  float scale;  // usually 1/sqrt(head_dim)
-};
-void PagedAttention(const PagedAttentionParams& p, int num_threads);
+// gate[t][i] = silu(gate[t][i]) * up[t][i] over [num_tokens][width] (in place in gate).
+void SwiGlu(const ExecContext& ctx, float* gate, const float* up, int num_tokens, int width);
 
-// gate[i] = silu(gate[i]) * up[i] for i < n (in place in gate).
-void SwiGlu(float* gate, const float* up, size_t n);
+// x[i] += y[i] over [num_tokens][width].
+void AddInPlace(const ExecContext& ctx, float* x, const float* y, int num_tokens, int width);
 
-// x[i] += y[i] for i < n.
-void AddInPlace(float* x, const float* y, size_t n);
+// out[t] = row ids[t] of the table, decoded to float32 ([num_tokens][table.cols]).
+void GatherRows(const ExecContext& ctx, const WeightMatrix& table, const int32_t* ids,
+                int num_tokens, float* out);
 
 }  // namespace pagoda::worker::cpu

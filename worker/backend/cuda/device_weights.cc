@@ -110,22 +110,24 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DTy
   if (w.rope_inv_freq_ != nullptr) {
     RETURN_IF_ERROR(CopyF32(w.rope_inv_freq_, model.rope_inv_freq(), stream));
   }
-  RETURN_IF_ERROR(Copy(const_cast<void*>(w.token_embd_), model.token_embedding(), dtype, stream));
+  RETURN_IF_ERROR(
+      Copy(const_cast<void*>(w.token_embd_), model.token_embedding().ToFloat(), dtype, stream));
   RETURN_IF_ERROR(CopyF32(w.output_norm_, model.output_norm(), stream));
   if (!model.tied_output()) {
-    RETURN_IF_ERROR(Copy(const_cast<void*>(w.output_), model.output(), dtype, stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(w.output_), model.output().ToFloat(), dtype, stream));
   }
   for (int i = 0; i < c.n_layers; ++i) {
     const LlamaLayerWeights& src = model.layer(i);
     const DeviceLayer& dst = w.layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(CopyF32(dst.attn_norm, src.attn_norm, stream));
-    RETURN_IF_ERROR(
-        Copy(const_cast<void*>(dst.wqkv), Concat({src.wq, src.wk, src.wv}), dtype, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wo), src.wo, dtype, stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wqkv),
+                         Concat({src.wq.ToFloat(), src.wk.ToFloat(), src.wv.ToFloat()}), dtype,
+                         stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wo), src.wo.ToFloat(), dtype, stream));
     RETURN_IF_ERROR(CopyF32(dst.ffn_norm, src.ffn_norm, stream));
-    RETURN_IF_ERROR(
-        Copy(const_cast<void*>(dst.w_gate_up), Concat({src.w_gate, src.w_up}), dtype, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_down), src.w_down, dtype, stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_gate_up),
+                         Concat({src.w_gate.ToFloat(), src.w_up.ToFloat()}), dtype, stream));
+    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_down), src.w_down.ToFloat(), dtype, stream));
     if (dst.bqkv != nullptr) {
       RETURN_IF_ERROR(CopyF32(dst.bqkv, Concat({src.arch.bq, src.arch.bk, src.arch.bv}), stream));
     }

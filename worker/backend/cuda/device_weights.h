@@ -2,9 +2,10 @@
 //
 // Contract: immutable after creation. Q, K and V are one fused matrix [q_dim + 2 kv_dim][dim]
 // (rows of Wq, then Wk, then Wv) and gate/up one [2 ffn_dim][dim] (Wgate rows, then Wup), so each
-// is one GEMM. A tied classifier points at the embedding. Created from a LlamaModel (converted
-// from its float32 copy of the GGUF's F32/F16/BF16 tensors) or with seeded random values made on
-// the device (benchmarks of full-size shapes without a file or a host copy).
+// is one GEMM. A tied classifier points at the embedding. Created from a LlamaModel (each matrix,
+// whatever its stored type, F32/F16/BF16 or GGUF-quantized, dequantized to float32 on the host
+// one at a time and converted to the dtype) or with seeded random values made on the device
+// (benchmarks of full-size shapes without a file or a host copy).
 #pragma once
 
 #include <cstdint>

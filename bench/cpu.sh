@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# CPU backend benchmark in one call: the machine's limits and the backend against them, then
+# end-to-end serving of the issue-16 model shape, all in one run so the numbers compare as
+# ratios (other work on the machine moves absolute numbers, less so ratios taken together).
+#
+#   bench/cpu.sh
+#   LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server bench/cpu.sh   # llama.cpp beside Pagoda
+#   PARTS=kernels bench/cpu.sh      # only the Google Benchmarks (kernels, decode steps)
+#   PARTS=serving bench/cpu.sh      # only end to end
+#
+# 1. build/bin/cpu_bench (Google Benchmark): FMA peak and read bandwidth of this machine (1 and
+#    all threads), batch-1 GEMV bytes/s and batch-64 GEMM FLOP/s per weight type through the
+#    backend's MatMul, and forward-pass decode steps (batch 1, 16, 64) of the issue model.
+# 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
+#    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
+#    at 1, 16 and 64 streams, 32-token prompts, 64 output tokens, greedy, ignore EOS; then TTFT
+#    of a 512-token prompt. With LLAMA_SERVER, the same GGUF and load against llama-server
+#    (CPU, -cb -fa, same thread count), driven by a small python3 client over /completion.
+# 3. bench/serving.sh at 64 streams: continuous vs static batching.
+#
+# Results: tables on stdout, JSON under $OUT_DIR (default build/bench/cpu).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build_dir="${BUILD_DIR:-$root/build}"
+bin="$build_dir/bin"
+out_dir="${OUT_DIR:-$build_dir/bench/cpu}"
+parts="${PARTS:-kernels,serving,static}"
+levels="${LEVELS:-1 16 64}"
+cores="$(nproc)"
+threads="${WORKER_THREADS:-$cores}"
+mkdir -p "$out_dir" "$build_dir/models"
+
+# shellcheck source=bench/lib/cluster.sh
+source "$root/bench/lib/cluster.sh"
+"$root/scripts/build.sh" cpu_bench pagoda-scheduler pagoda-worker pagoda-make-model pagoda-bench
+
+cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
+echo "cpu.sh: $cpu_model, $cores cores; worker threads $threads; $(date -u +%F)"
+
+if [[ "$parts" == *kernels* ]]; then
+  PAGODA_BENCH_THREADS="$threads" "$bin/cpu_bench" --benchmark_out="$out_dir/cpu_bench.json" \
+    --benchmark_out_format=json >"$out_dir/cpu_bench.txt"
+  python3 - "$out_dir/cpu_bench.json" <<'PY'
+import json, sys
+runs = json.load(open(sys.argv[1]))["benchmarks"]
+def best(prefix, counter):
+    vals = [b[counter] for b in runs if b["name"].startswith(prefix)]
+    return max(vals) if vals else float("nan")
+fma = best("BM_FmaPeak", "flops")
+bw = best("BM_ReadBandwidth", "bytes")
+print(f"machine: FMA peak {fma/1e9:.1f} GFLOP/s, read bandwidth {bw/1e9:.1f} GB/s (best of 1 and all threads)")
+print(f"{'type':6} {'GEMV GB/s':>10} {'/ bandwidth':>12} {'GEMM64 GFLOP/s':>15} {'/ FMA peak':>11}")
+gemv = {b["label"]: b["bytes"] for b in runs if b["name"].startswith("BM_Gemv")}
+gemm = {b["label"]: b["flops"] for b in runs if b["name"].startswith("BM_Gemm64")}
+for t in gemv:
+    print(f"{t:6} {gemv[t]/1e9:10.1f} {gemv[t]/bw:12.2f} {gemm[t]/1e9:15.1f} {gemm[t]/fma:11.2f}")
+print(f"{'model':8} {'batch':>5} {'step ms':>8} {'tokens/s':>9} {'weights GB/s':>13} {'/ bandwidth':>12}")
+for b in runs:
+    if not b["name"].startswith("BM_DecodeStep"):
+        continue
+    batch = int(b["name"].split("/")[2])
+    wbps = b["weight_bytes"] / (b["real_time"] / 1e3)
+    print(f"{b['label']:8} {batch:5} {b['real_time']:8.2f} {b['tokens']:9.1f} {wbps/1e9:13.1f} {wbps/bw:12.2f}")
+PY
+fi
+
+# Closed-loop serving of one model at one level through pagoda-bench; prints one table row.
+pagoda_level() {
+  local name="$1" conc="$2" input="$3" output="$4" requests="$5"
+  "$bin/pagoda-bench" --server "$addr" --wait-for-server-s 120 --concurrency "$conc" \
+    --num-requests "$requests" --input-len "$input" --output-len "$output" \
+    --warmup-requests 2 --timeout-s 600 --progress=false \
+    --json "$out_dir/$name.json" >"$out_dir/$name.txt"
+  python3 - "$out_dir/$name.json" "$name" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))["runs"][-1]["metrics"]
+print(f"{sys.argv[2]:28} {m['output_throughput']:10.1f} tok/s   TTFT p50 {m['ttft_ms']['p50']/1e3:7.3f} s"
+      f"   failed {m['failed']}")
+PY
+}
+
+# The same load against llama-server: closed loop of N streams over /completion (streamed, so
+# TTFT is the first token's arrival), token-id prompts, greedy, ignore EOS.
+llama_level() {
+  local name="$1" conc="$2" input="$3" output="$4" requests="$5" port="$6"
+  python3 - "$port" "$conc" "$input" "$output" "$requests" "$name" <<'PY'
+import json, random, statistics, sys, threading, time, urllib.request
+port, conc, inp, out, total, name = sys.argv[1], *map(int, sys.argv[2:6]), sys.argv[6]
+rng = random.Random(0)
+lock = threading.Lock()
+left = [total]
+ttfts, tokens = [], [0]
+def one():
+    prompt = [1] + [rng.randrange(3, 2000) for _ in range(inp - 1)]
+    body = json.dumps({"prompt": prompt, "n_predict": out, "temperature": 0, "ignore_eos": True,
+                       "stream": True, "cache_prompt": False}).encode()
+    req = urllib.request.Request(f"http://127.0.0.1:{port}/completion", body,
+                                 {"Content-Type": "application/json"})
+    start, first, n = time.time(), None, 0
+    with urllib.request.urlopen(req, timeout=600) as r:
+        for line in r:
+            if not line.startswith(b"data: "):
+                continue
+            msg = json.loads(line[6:])
+            if first is None and msg.get("content", "") != "" or msg.get("tokens"):
+                first = first or time.time()
+            if msg.get("stop"):
+                n = msg.get("tokens_predicted", n)
+    with lock:
+        ttfts.append((first or time.time()) - start)
+        tokens[0] += n
+def stream():
+    while True:
+        with lock:
+            if left[0] == 0:
+                return
+            left[0] -= 1
+        one()
+t0 = time.time()
+ts = [threading.Thread(target=stream) for _ in range(conc)]
+for t in ts: t.start()
+for t in ts: t.join()
+dur = time.time() - t0
+print(f"{name:28} {tokens[0]/dur:10.1f} tok/s   TTFT p50 {statistics.median(ttfts):7.3f} s")
+PY
+}
+
+serve_model() {
+  local label="$1" dtype="$2" model="$build_dir/models/issue16-$2.gguf"
+  [ -f "$model" ] || "$bin/pagoda-make-model" --output "$model" --layers 12 --dim 768 --heads 12 \
+    --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 --dtype "$dtype" >/dev/null
+  trap stop_cluster EXIT
+  start_cluster "$model" "$threads"
+  for conc in $levels; do
+    pagoda_level "pagoda-$label-c$conc" "$conc" 32 64 $(( conc * 2 > 8 ? conc * 2 : 8 ))
+  done
+  pagoda_level "pagoda-$label-ttft512" 1 512 1 4
+  # Resident memory: the file's tensors, the KV arena (--kv-cache-mib, 256 by default, zeroed
+  # at start so it is resident) and the rest (workspace, gRPC, code).
+  local rss_kib file_bytes
+  rss_kib="$(awk '/^VmRSS/{print $2}' "/proc/$worker_pid/status")"
+  file_bytes="$(stat -c %s "$model")"
+  awk -v r="$rss_kib" -v f="$file_bytes" -v l="$label" 'BEGIN {
+    printf "%-28s worker RSS %.0f MiB = file %.0f MiB + KV arena 256 MiB + %.0f MiB\n",
+      l " memory", r / 1024, f / 1048576, r / 1024 - f / 1048576 - 256 }'
+  stop_cluster
+  if [ -n "${LLAMA_SERVER:-}" ]; then
+    local port=$(( 20000 + RANDOM % 20000 ))
+    "$LLAMA_SERVER" -m "$model" -t "$threads" -c $(( 64 * 128 )) -np 64 -cb -fa \
+      --port "$port" --log-disable >"$out_dir/llama-$label.log" 2>&1 &
+    local llama_pid=$!
+    for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
+    for conc in $levels; do
+      llama_level "llama.cpp-$label-c$conc" "$conc" 32 64 $(( conc * 2 > 8 ? conc * 2 : 8 )) "$port"
+    done
+    llama_level "llama.cpp-$label-ttft512" 1 512 1 4 "$port"
+    kill "$llama_pid" 2>/dev/null || true
+    wait "$llama_pid" 2>/dev/null || true
+  fi
+}
+
+if [[ "$parts" == *serving* ]]; then
+  echo "end to end: closed loop, 32-token prompts, 64 output tokens (TTFT rows: 512-token prompt)"
+  serve_model F16 f16
+  serve_model Q8_0 q8_0
+  serve_model Q4_K_M q4_k_m
+fi
+
+if [[ "$parts" == *static* ]]; then
+  echo "continuous vs static batching at 64 streams (bench/serving.sh):"
+  LEVELS=64 WORKER_THREADS="$threads" OUT_DIR="$out_dir" "$root/bench/serving.sh" 2>/dev/null |
+    tail -n 8
+fi

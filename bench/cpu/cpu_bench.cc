@@ -1,0 +1,211 @@
+// CPU backend benchmarks for bench/cpu.sh: the machine's limits (FMA peak, read bandwidth) and,
+// per weight type, batch-1 GEMV bandwidth, batch-64 GEMM throughput and forward-pass decode
+// steps of the issue-16 model shape. Counters are rates (per second); cpu.sh turns them into
+// ratios of one run.
+//
+//   build/bin/cpu_bench [--benchmark_filter=...]   (PAGODA_CPU_KERNELS=avx2 forces a lower set)
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "bench/cpu/machine_limits.h"
+#include "common/gguf_reader.h"
+#include "common/random_model.h"
+#include "worker/backend/cpu/cpu_backend.h"
+#include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/model/llama_model.h"
+
+namespace pagoda::bench {
+namespace {
+
+using common::GgmlType;
+using worker::WeightMatrix;
+namespace cpu = worker::cpu;
+
+constexpr size_t kWorkingSetBytes = size_t{1} << 30;  // well past any cache of the VM
+constexpr int kRows = 4096, kCols = 4096;
+
+int Threads() {
+  const char* env = std::getenv("PAGODA_BENCH_THREADS");
+  return env != nullptr ? std::atoi(env) : static_cast<int>(std::thread::hardware_concurrency());
+}
+
+cpu::CpuIsa Isa() {
+  const char* env = std::getenv("PAGODA_CPU_KERNELS");
+  return cpu::ResolveCpuIsa(env != nullptr ? env : "auto").value();
+}
+
+constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                               GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+// A matrix of random bytes whose scale fields are small halves (finite, sane values); the
+// kernels' cost does not depend on the values.
+WeightMatrix RandomBytesMatrix(GgmlType type, uint64_t seed) {
+  WeightMatrix m;
+  m.type = type;
+  m.rows = kRows;
+  m.cols = kCols;
+  m.row_bytes = worker::RowBytes(type, kCols);
+  m.bytes.resize(m.row_bytes * kRows);
+  std::mt19937_64 rng(seed);
+  if (type == GgmlType::F32 || type == GgmlType::BF16) {  // random bytes would be denormals
+    for (size_t i = 0; i + 4 <= m.bytes.size(); i += 4) {
+      const float v = static_cast<float>(static_cast<int>(rng() % 2001) - 1000) * 1e-4f;
+      uint32_t bits;
+      std::memcpy(&bits, &v, 4);
+      if (type == GgmlType::F32) {
+        std::memcpy(m.bytes.data() + i, &bits, 4);
+      } else {
+        const uint16_t hi = static_cast<uint16_t>(bits >> 16);
+        std::memcpy(m.bytes.data() + i, &hi, 2);
+        std::memcpy(m.bytes.data() + i + 2, &hi, 2);
+      }
+    }
+    return m;
+  }
+  for (size_t i = 0; i + 8 <= m.bytes.size(); i += 8) {
+    const uint64_t v = rng() & 0x3f3f3f3f3f3f3f3full;  // small halves / bf16 / f32 exponents
+    std::memcpy(m.bytes.data() + i, &v, 8);
+  }
+  const auto size = common::GgmlTypeSizeOf(type).value();
+  const uint16_t scale = 0x1400;  // ~1e-3 as a half
+  for (size_t b = 0; b < m.bytes.size() / size.block_bytes; ++b) {
+    uint8_t* p = m.bytes.data() + b * size.block_bytes;
+    if (type == GgmlType::Q6_K) {
+      std::memcpy(p + 208, &scale, 2);
+    } else if (type != GgmlType::F32 && type != GgmlType::F16 && type != GgmlType::BF16) {
+      std::memcpy(p, &scale, 2);
+      if (type == GgmlType::Q4_K || type == GgmlType::Q5_K) std::memcpy(p + 2, &scale, 2);
+    }
+  }
+  return m;
+}
+
+void BM_FmaPeak(benchmark::State& state) {
+  float sink = 0;
+  double flops = 0;
+  for (auto _ : state) flops += FmaLoop(1 << 22, &sink);
+  benchmark::DoNotOptimize(sink);
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  // Each thread reads its own share of the working set.
+  const size_t n = kWorkingSetBytes / sizeof(float) / static_cast<size_t>(state.threads());
+  std::vector<float> data(n, 1.0f);
+  double bytes = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(ReadSum(data.data(), n / 64 * 64));
+    bytes += static_cast<double>(n) * sizeof(float);
+  }
+  state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+}
+
+// Batch-1 GEMV through the backend's MatMul (its pool and kernel table), cycling through
+// matrices that together exceed the caches: weight bytes streamed per second.
+void BM_Gemv(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const size_t one = worker::RowBytes(type, kCols) * kRows;
+  const size_t count = std::max<size_t>(2, kWorkingSetBytes / one);
+  std::vector<WeightMatrix> mats;
+  for (size_t i = 0; i < count; ++i) mats.push_back(RandomBytesMatrix(type, i));
+  cpu::LocalContext ctx(Isa(), Threads(), kCols);
+  std::vector<float> x(kCols, 0.5f), out(kRows);
+  size_t i = 0;
+  double bytes = 0;
+  for (auto _ : state) {
+    const cpu::MatMulParams p[] = {{x.data(), &mats[i], out.data(), 1}};
+    cpu::MatMul(ctx.get(), p);
+    bytes += static_cast<double>(one);
+    i = (i + 1) % count;
+  }
+  state.SetLabel(common::GgmlTypeName(type));
+  state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+}
+
+// Batch-64 GEMM: one matrix, 64 tokens; flops per second.
+void BM_Gemm64(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  constexpr int kTokens = 64;
+  const WeightMatrix m = RandomBytesMatrix(type, 99);
+  cpu::LocalContext ctx(Isa(), Threads(), kCols);
+  std::vector<float> x(static_cast<size_t>(kTokens) * kCols, 0.5f), out(kTokens * kRows);
+  double flops = 0;
+  for (auto _ : state) {
+    const cpu::MatMulParams p[] = {{x.data(), &m, out.data(), kTokens}};
+    cpu::MatMul(ctx.get(), p);
+    flops += 2.0 * kTokens * kRows * kCols;
+  }
+  state.SetLabel(common::GgmlTypeName(type));
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+}
+
+// The issue-16 model shape (dim 768, 12 layers, 12 heads, 4 KV heads, ffn 2048), in memory.
+std::shared_ptr<const worker::LlamaModel> IssueModel(GgmlType type, bool k_m_mix) {
+  common::RandomModelOptions o;
+  o.n_layers = 12;
+  o.dim = 768;
+  o.n_heads = 12;
+  o.n_kv_heads = 4;
+  o.ffn_dim = 2048;
+  o.vocab_size = 2048;
+  o.context_length = 2048;
+  o.dtype = type;
+  o.k_m_mix = k_m_mix;
+  auto writer = common::BuildRandomModel(o).value();
+  auto file = common::GgufFile::FromBytes(writer.Serialize()).value();
+  return worker::LlamaModel::Load(*file).value();
+}
+
+// One decode step of `batch` sequences at context 64 (each step rewrites the same position):
+// output tokens per second of the forward pass alone.
+void BM_DecodeStep(benchmark::State& state) {
+  const int type_index = static_cast<int>(state.range(0)), batch = static_cast<int>(state.range(1));
+  static const std::pair<GgmlType, bool> kModels[] = {
+      {GgmlType::F16, false}, {GgmlType::Q8_0, false}, {GgmlType::Q4_K, true}};
+  const auto [type, mix] = kModels[type_index];
+  auto model = IssueModel(type, mix);
+  worker::CpuBackendOptions options;
+  options.page_size = 16;
+  options.num_pages = batch * 5;
+  options.num_threads = Threads();
+  options.kernels = cpu::CpuIsaName(Isa());
+  auto backend = worker::CpuBackend::Create(model, options).value();
+  std::vector<std::vector<int32_t>> pages(batch);
+  std::vector<int32_t> prompt(64);
+  std::iota(prompt.begin(), prompt.end(), 3);
+  std::vector<float> logits;
+  for (int s = 0; s < batch; ++s) {
+    pages[s] = {5 * s, 5 * s + 1, 5 * s + 2, 5 * s + 3, 5 * s + 4};
+    worker::SeqInput in{prompt, 0, pages[s], false};
+    (void)backend->Forward({&in, 1}, &logits);
+  }
+  std::vector<int32_t> token(1, 7);
+  std::vector<worker::SeqInput> step;
+  for (int s = 0; s < batch; ++s) step.push_back({token, 64, pages[s], true});
+  for (auto _ : state) (void)backend->Forward(step, &logits);
+  state.SetLabel(common::GgmlTypeName(type) + (mix ? "_M" : ""));
+  state.counters["tokens"] = benchmark::Counter(static_cast<double>(batch) * state.iterations(),
+                                                benchmark::Counter::kIsRate);
+  state.counters["weight_bytes"] = static_cast<double>(model->weight_bytes());
+}
+
+BENCHMARK(BM_FmaPeak)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_ReadBandwidth)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_Gemv)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_Gemm64)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_DecodeStep)
+    ->ArgsProduct({{0, 1, 2}, {1, 16, 64}})
+    ->UseRealTime()
+    ->MinTime(1.0)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace pagoda::bench
+
+BENCHMARK_MAIN();

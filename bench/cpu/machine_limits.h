@@ -1,0 +1,19 @@
+// The machine's own limits for bench/cpu.sh, measured with the widest vector set this CPU runs:
+// FMA throughput (independent chains, no memory traffic) and read bandwidth (a sum over a
+// buffer larger than the caches). Both run on the calling thread; the benchmark runs one copy
+// per thread.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace pagoda::bench {
+
+// Runs `iterations` rounds of the FMA loop; returns the floating-point operations done (2 per
+// lane per FMA), and stores a value derived from the result in *sink.
+double FmaLoop(int64_t iterations, float* sink);
+
+// Sums `n` floats (n a multiple of 64); the result keeps the loads alive.
+float ReadSum(const float* data, size_t n);
+
+}  // namespace pagoda::bench

@@ -1,0 +1,242 @@
+// Every kernel table this CPU supports against the portable one, on fresh random inputs with
+// poisoned outputs, for each weight type; and batch invariance within each table.
+#include "worker/backend/cpu/cpu_kernels.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+
+#include "common/fp16.h"
+#include "common/quantize.h"
+#include "gtest/gtest.h"
+#include "worker/backend/cpu/thread_pool.h"
+
+namespace pagoda::worker::cpu {
+namespace {
+
+using common::GgmlType;
+
+constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                               GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
+
+// The SIMD tables this machine can run (the portable one is the reference).
+std::vector<CpuIsa> SimdIsas() {
+  std::vector<CpuIsa> out;
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (IsaSupported(isa)) out.push_back(isa);
+  }
+  if (out.empty()) std::printf("no SIMD kernel table runs on this CPU; portable only\n");
+  return out;
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// A rows x cols matrix of random values stored as `type`.
+WeightMatrix RandomMatrix(GgmlType type, int rows, int cols, uint32_t seed) {
+  const std::vector<float> values = RandomFloats(static_cast<size_t>(rows) * cols, seed, 0.1f);
+  WeightMatrix m;
+  m.type = type;
+  m.rows = rows;
+  m.cols = cols;
+  m.row_bytes = RowBytes(type, cols);
+  m.bytes.resize(m.row_bytes * rows);
+  if (type == GgmlType::F32) {
+    std::memcpy(m.bytes.data(), values.data(), m.bytes.size());
+  } else if (type == GgmlType::F16 || type == GgmlType::BF16) {
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint16_t h =
+          type == GgmlType::F16 ? common::FloatToF16(values[i]) : common::FloatToBf16(values[i]);
+      std::memcpy(m.bytes.data() + 2 * i, &h, 2);
+    }
+  } else {
+    auto q = common::QuantizeRows(type, values, cols);
+    EXPECT_TRUE(q.ok()) << q.status();
+    std::memcpy(m.bytes.data(), q->data(), m.bytes.size());
+  }
+  return m;
+}
+
+// Row length for `type`: whole blocks, and for the float types a length with a SIMD tail.
+int ColsFor(GgmlType type) {
+  if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) return 77;
+  return common::GgmlTypeSizeOf(type)->block_elems == 256 ? 512 : 96;
+}
+
+std::vector<float> RunMatMul(CpuIsa isa, int threads, const WeightMatrix& w,
+                             const std::vector<float>& x, int tokens) {
+  LocalContext ctx(isa, threads, w.cols);
+  std::vector<float> out(static_cast<size_t>(tokens) * w.rows, kPoison);
+  const MatMulParams p[] = {{x.data(), &w, out.data(), tokens}};
+  MatMul(ctx.get(), p);
+  return out;
+}
+
+TEST(CpuKernels, DequantizationIsTheSameOnEveryPath) {
+  for (GgmlType type : kTypes) {
+    const WeightMatrix w = RandomMatrix(type, 3, ColsFor(type), 1);
+    const std::vector<float> ref = w.ToFloat();
+    for (CpuIsa isa : SimdIsas()) {
+      std::vector<float> got(ref.size(), kPoison);
+      for (int r = 0; r < w.rows; ++r) {
+        Kernels(isa).dequantize_row(type, w.row(r), w.cols, got.data() + r * w.cols);
+      }
+      EXPECT_EQ(std::memcmp(got.data(), ref.data(), ref.size() * 4), 0)
+          << common::GgmlTypeName(type) << " on " << CpuIsaName(isa);
+    }
+  }
+}
+
+TEST(CpuKernels, MatMulMatchesPortableForEveryType) {
+  constexpr int kTokens = 13, kRows = 37;  // neither a multiple of any tile
+  for (GgmlType type : kTypes) {
+    SCOPED_TRACE(common::GgmlTypeName(type));
+    const WeightMatrix w = RandomMatrix(type, kRows, ColsFor(type), 2);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * w.cols, 3);
+    const std::vector<float> ref = RunMatMul(CpuIsa::kPortable, 1, w, x, kTokens);
+    const std::vector<float> dense = w.ToFloat();
+    for (CpuIsa isa : SimdIsas()) {
+      SCOPED_TRACE(CpuIsaName(isa));
+      const std::vector<float> got = RunMatMul(isa, 2, w, x, kTokens);
+      for (int t = 0; t < kTokens; ++t) {
+        for (int r = 0; r < kRows; ++r) {
+          double magnitude = 0;  // sum |w||x|: the scale of the rounding error
+          for (int k = 0; k < w.cols; ++k) {
+            magnitude += std::fabs(dense[r * w.cols + k] * x[t * w.cols + k]);
+          }
+          const size_t i = static_cast<size_t>(t) * kRows + r;
+          ASSERT_FALSE(std::isnan(got[i])) << "output " << i << " not written";
+          ASSERT_NEAR(got[i], ref[i], 1e-5 * magnitude + 1e-7) << "token " << t << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// A token's outputs are the same bits alone, in a batch, at any place in it, on any thread count.
+TEST(CpuKernels, MatMulIsBatchInvariantOnEveryPath) {
+  constexpr int kTokens = 23, kRows = 29;
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (GgmlType type : kTypes) {
+    const WeightMatrix w = RandomMatrix(type, kRows, ColsFor(type), 4);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * w.cols, 5);
+    for (CpuIsa isa : isas) {
+      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + CpuIsaName(isa));
+      const std::vector<float> all = RunMatMul(isa, 2, w, x, kTokens);
+      for (int t : {0, 5, 17, kTokens - 1}) {
+        const std::vector<float> one(x.begin() + t * w.cols, x.begin() + (t + 1) * w.cols);
+        const std::vector<float> alone = RunMatMul(isa, 1, w, one, 1);
+        EXPECT_EQ(std::memcmp(alone.data(), all.data() + t * kRows, kRows * 4), 0) << t;
+        // The same token as the 3rd of a batch of 4.
+        std::vector<float> four = RandomFloats(4 * static_cast<size_t>(w.cols), 6 + t);
+        std::copy(one.begin(), one.end(), four.begin() + 2 * w.cols);
+        const std::vector<float> in_four = RunMatMul(isa, 2, w, four, 4);
+        EXPECT_EQ(std::memcmp(in_four.data() + 2 * kRows, all.data() + t * kRows, kRows * 4), 0);
+      }
+    }
+  }
+}
+
+// Batches longer than one token chunk (64 tokens for rows of 4096) give the same bits too.
+TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
+  constexpr int kTokens = 70, kRows = 9, kCols = 4096;
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q4_K}) {
+    const WeightMatrix w = RandomMatrix(type, kRows, kCols, 12);
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 13);
+    for (CpuIsa isa : isas) {
+      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + CpuIsaName(isa));
+      const std::vector<float> all = RunMatMul(isa, 2, w, x, kTokens);
+      for (int t : {3, 66}) {
+        const std::vector<float> one(x.begin() + t * kCols, x.begin() + (t + 1) * kCols);
+        const std::vector<float> alone = RunMatMul(isa, 1, w, one, 1);
+        EXPECT_EQ(std::memcmp(alone.data(), all.data() + t * kRows, kRows * 4), 0) << t;
+      }
+    }
+  }
+}
+
+TEST(CpuKernels, AttentionNormsAndActivationsMatchPortable) {
+  constexpr int kTokens = 5, kHeads = 4, kKvHeads = 2, kHd = 64, kPs = 4, kPages = 12;
+  const size_t kv = static_cast<size_t>(kKvHeads) * kHd;
+  const std::vector<float> q = RandomFloats(kTokens * kHeads * kHd, 7);
+  const std::vector<float> kc = RandomFloats(kPages * kPs * kv, 8);
+  const std::vector<float> vc = RandomFloats(kPages * kPs * kv, 9);
+  const std::vector<int32_t> positions = {0, 3, 17, 30, 44};
+  std::vector<int32_t> table(kPages);
+  std::iota(table.rbegin(), table.rend(), 0);  // pages in reverse order
+  const std::vector<const int32_t*> tables(kTokens, table.data());
+  const std::vector<float> norm_w = RandomFloats(kHeads * kHd, 10);
+  const std::vector<float> up = RandomFloats(kTokens * kHeads * kHd, 11);
+  auto run = [&](CpuIsa isa) {
+    LocalContext ctx(isa, 2);
+    std::vector<float> att(q.size(), kPoison), norm(q.size(), kPoison), act = q, sum = q;
+    PagedAttention(ctx.get(), {q.data(), kc.data(), vc.data(), positions.data(), tables.data(),
+                               att.data(), kTokens, kHeads, kKvHeads, kHd, kPs, 0.125f});
+    RmsNorm(ctx.get(), {q.data(), norm_w.data(), norm.data(), kTokens, kHeads * kHd, 1e-5f});
+    SwiGlu(ctx.get(), act.data(), up.data(), kTokens, kHeads * kHd);
+    AddInPlace(ctx.get(), sum.data(), up.data(), kTokens, kHeads * kHd);
+    return std::vector<std::vector<float>>{att, norm, act, sum};
+  };
+  const auto ref = run(CpuIsa::kPortable);
+  for (CpuIsa isa : SimdIsas()) {
+    const auto got = run(isa);
+    for (size_t k = 0; k < ref.size(); ++k) {
+      for (size_t i = 0; i < ref[k].size(); ++i) {
+        ASSERT_FALSE(std::isnan(got[k][i])) << CpuIsaName(isa) << " output " << k << "[" << i;
+        ASSERT_NEAR(got[k][i], ref[k][i], 2e-5 * (1 + std::fabs(ref[k][i])))
+            << CpuIsaName(isa) << " output " << k << "[" << i << "]";
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, CoversEveryIndexOnceEveryTime) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int round = 0; round < 200; ++round) {
+      const int n = round % 17;
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
+      pool.ParallelFor(n, [&](int begin, int end, int thread) {
+        EXPECT_LT(begin, end);
+        EXPECT_LT(thread, threads);
+        for (int i = begin; i < end; ++i) hits[static_cast<size_t>(i)]++;
+      });
+      for (int i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1);
+    }
+  }
+}
+
+TEST(ThreadPool, HelpersSleepBetweenCalls) {
+  ThreadPool pool(2);
+  std::atomic<int> calls{0};
+  pool.ParallelFor(2, [&](int, int, int) { calls++; });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // past the spin window
+  pool.ParallelFor(2, [&](int, int, int) { calls++; });        // a sleeping helper is woken
+  EXPECT_EQ(calls.load(), 4);
+}
+
+TEST(KernelTable, ResolvesNamesAndRefusesUnknownOnes) {
+  EXPECT_EQ(ResolveCpuIsa("portable").value(), CpuIsa::kPortable);
+  EXPECT_EQ(ResolveCpuIsa("auto").value(), BestSupportedIsa());
+  EXPECT_EQ(ResolveCpuIsa("").value(), BestSupportedIsa());
+  auto bad = ResolveCpuIsa("sse9");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("auto, portable, avx2, avx512"), std::string::npos);
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    EXPECT_EQ(ResolveCpuIsa(CpuIsaName(isa)).ok(), IsaSupported(isa));
+  }
+}
+
+}  // namespace
+}  // namespace pagoda::worker::cpu

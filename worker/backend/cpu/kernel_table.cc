@@ -1,0 +1,69 @@
+#include "worker/backend/cpu/kernel_table.h"
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace pagoda::worker::cpu {
+
+std::string CpuIsaName(CpuIsa isa) {
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return "avx512";
+    case CpuIsa::kAvx2:
+      return "avx2";
+    default:
+      return "portable";
+  }
+}
+
+bool IsaSupported(CpuIsa isa) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  switch (isa) {
+    case CpuIsa::kAvx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+             __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+             IsaSupported(CpuIsa::kAvx2);
+    case CpuIsa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+             __builtin_cpu_supports("f16c");
+    default:
+      return true;
+  }
+#else
+  return isa == CpuIsa::kPortable;
+#endif
+}
+
+CpuIsa BestSupportedIsa() {
+  if (IsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
+  if (IsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
+  return CpuIsa::kPortable;
+}
+
+absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
+  const std::string lower = absl::AsciiStrToLower(std::string(name));
+  if (lower.empty() || lower == "auto") return BestSupportedIsa();
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+    if (lower != CpuIsaName(isa)) continue;
+    if (!IsaSupported(isa)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "cpu kernels '", lower,
+          "' need instructions this CPU lacks; best here: ", CpuIsaName(BestSupportedIsa())));
+    }
+    return isa;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("cpu kernels '", std::string(name), "' unknown (auto, portable, avx2, avx512)"));
+}
+
+const KernelTable& Kernels(CpuIsa isa) {
+#if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512) return kAvx512Kernels;
+  if (isa == CpuIsa::kAvx2) return kAvx2Kernels;
+#endif
+  return kPortableKernels;
+}
+
+}  // namespace pagoda::worker::cpu

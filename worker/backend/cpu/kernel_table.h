@@ -1,0 +1,81 @@
+// Run-time selection of the CPU kernels' instruction set, and the table of kernels built for
+// each one.
+//
+// Contract: one binary runs on any x86-64: the AVX2 and AVX-512 kernels live in their own
+// translation units compiled with function sets for those extensions only, and are called only
+// when the running CPU (and OS) supports them. Every table computes the same functions; within
+// one table, the arithmetic of one output (one row of one token) never depends on how many
+// tokens or rows are computed with it (batch invariance). Tables differ from each other only by
+// float rounding (tests bound the difference).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "common/gguf_reader.h"
+
+namespace pagoda::worker::cpu {
+
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+
+std::string CpuIsaName(CpuIsa isa);  // "portable", "avx2", "avx512"
+// "auto" (or empty) = the best the CPU supports; otherwise one of the names above, refused when
+// the CPU lacks it.
+absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name);
+CpuIsa BestSupportedIsa();
+bool IsaSupported(CpuIsa isa);
+
+// out[t * ldo + r] = sum_k x[t * ldx + k] * w[r * ldw + k] for t < num_tokens, r < rows.
+struct GemmPanelArgs {
+  const float* x;  // [num_tokens][ldx]
+  const float* w;  // [rows][ldw]
+  float* out;      // [num_tokens][ldo], columns [0, rows) written
+  int num_tokens;
+  int rows;
+  int k;
+  int ldx;
+  int ldw;
+  int ldo;
+};
+
+// Causal attention of one query head of one token over its sequence's pages, positions
+// [0, last_pos], with an online softmax.
+struct AttentionHeadArgs {
+  const float* q;        // [head_dim]
+  const float* k_cache;  // [num_pages][page_size][kv_stride]; head at +head_offset
+  const float* v_cache;  // same layout
+  const int32_t* pages;  // the sequence's page ids
+  float* out;            // [head_dim]
+  int32_t last_pos;
+  size_t kv_stride;    // n_kv_heads * head_dim
+  size_t head_offset;  // kv head * head_dim
+  int head_dim;        // <= kMaxHeadDim
+  int page_size;
+  float scale;
+};
+inline constexpr int kMaxHeadDim = 256;
+
+struct KernelTable {
+  CpuIsa isa;
+  // Decodes n elements (a whole number of blocks) of a row of a supported type.
+  void (*dequantize_row)(common::GgmlType type, const uint8_t* row, int n, float* out);
+  void (*gemm_panel)(const GemmPanelArgs& args);
+  void (*attention_head)(const AttentionHeadArgs& args);
+  // out = x * weight / sqrt(mean(x^2) + eps) over one row; out may equal x.
+  void (*rms_norm_row)(const float* x, const float* weight, float* out, int dim, float eps);
+  void (*swiglu)(float* gate, const float* up, size_t n);  // gate = silu(gate) * up
+  void (*add)(float* x, const float* y, size_t n);         // x += y
+};
+
+// The table for `isa`; IsaSupported(isa) must hold.
+const KernelTable& Kernels(CpuIsa isa);
+
+// Per-ISA tables, defined in kernels_{portable,avx2,avx512}.cc.
+extern const KernelTable kPortableKernels;
+extern const KernelTable kAvx2Kernels;
+extern const KernelTable kAvx512Kernels;
+
+}  // namespace pagoda::worker::cpu

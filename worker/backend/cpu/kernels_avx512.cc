@@ -1,0 +1,132 @@
+// AVX-512 kernels (F, BW, VL, DQ with FMA and F16C), compiled with those extensions for this
+// file only (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc).
+#include <immintrin.h>
+
+#include <array>
+#include <cstring>
+#include <utility>
+
+#include "worker/backend/cpu/kernel_table.h"
+
+namespace pagoda::worker::cpu {
+namespace {
+
+constexpr int kLanes = 16;
+
+float LoadHalf(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+void HalfRowToFloat(const uint8_t* p, int n, float* out) {
+  int i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2 * i));
+    _mm512_storeu_ps(out + i, _mm512_cvtph_ps(h));
+  }
+  for (; i < n; ++i) out[i] = LoadHalf(p + 2 * i);
+}
+
+#include "worker/backend/cpu/kernels_body.inc"
+
+// out[i] = float(int(q[i]) - sub) * mul for 16 unsigned bytes.
+inline void EmitU8(__m128i q, int sub, float mul, float* out) {
+  const __m512i i = _mm512_sub_epi32(_mm512_cvtepu8_epi32(q), _mm512_set1_epi32(sub));
+  _mm512_storeu_ps(out, _mm512_mul_ps(_mm512_cvtepi32_ps(i), _mm512_set1_ps(mul)));
+}
+
+// out[i] = float(q[i]) * mul - off for 16 unsigned bytes.
+inline void EmitU8Min(__m128i q, float mul, float off, float* out) {
+  const __m512 v = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(q)), _mm512_set1_ps(mul));
+  _mm512_storeu_ps(out, _mm512_sub_ps(v, _mm512_set1_ps(off)));
+}
+
+inline void EmitI8(__m128i q, float mul, float* out) {
+  _mm512_storeu_ps(out,
+                   _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), _mm512_set1_ps(mul)));
+}
+
+#include "worker/backend/cpu/dequantize_simd.inc"
+
+// A register tile of RB weight rows x TB tokens: one 16-lane accumulator per output, summed
+// over k in 16-element steps (the k tail masked), then reduced across lanes. The operations on
+// one output are the same for every (RB, TB), so the result of a row does not depend on the
+// tile it was computed in.
+// Sum of the 16 lanes in a fixed tree: halves, then quarters, then pairs. (GCC 12's
+// _mm512_reduce_add_ps trips -Wuninitialized on its own header.)
+inline float ReduceAdd(__m512 v) {
+  const __m256 lo = _mm512_castps512_ps256(v);
+  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
+  const __m256 s8 = _mm256_add_ps(lo, hi);
+  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
+}
+
+template <int RB, int TB>
+void Tile(const GemmPanelArgs& a, int r0, int t0) {
+  __m512 acc[RB][TB];
+  for (int r = 0; r < RB; ++r) {
+    for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
+  }
+  const float* w = a.w + static_cast<size_t>(r0) * a.ldw;
+  const float* x = a.x + static_cast<size_t>(t0) * a.ldx;
+  int k = 0;
+  for (; k + 16 <= a.k; k += 16) {
+    __m512 wv[RB];
+    for (int r = 0; r < RB; ++r) wv[r] = _mm512_loadu_ps(w + static_cast<size_t>(r) * a.ldw + k);
+    for (int t = 0; t < TB; ++t) {
+      const __m512 xv = _mm512_loadu_ps(x + static_cast<size_t>(t) * a.ldx + k);
+      for (int r = 0; r < RB; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  if (k < a.k) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (a.k - k)) - 1);
+    __m512 wv[RB];
+    for (int r = 0; r < RB; ++r) {
+      wv[r] = _mm512_maskz_loadu_ps(m, w + static_cast<size_t>(r) * a.ldw + k);
+    }
+    for (int t = 0; t < TB; ++t) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + static_cast<size_t>(t) * a.ldx + k);
+      for (int r = 0; r < RB; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
+    }
+  }
+  for (int t = 0; t < TB; ++t) {
+    float* out = a.out + static_cast<size_t>(t0 + t) * a.ldo + r0;
+    for (int r = 0; r < RB; ++r) out[r] = ReduceAdd(acc[r][t]);
+  }
+}
+
+constexpr int kRowBlock = 4;
+constexpr int kTokenBlock = 6;
+using TileFn = void (*)(const GemmPanelArgs&, int, int);
+
+template <int... T>
+constexpr auto TileRow(std::integer_sequence<int, T...>, auto rb) {
+  return std::array<TileFn, kTokenBlock>{&Tile<decltype(rb)::value, T + 1>...};
+}
+template <int... R>
+constexpr auto TileTable(std::integer_sequence<int, R...>) {
+  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{TileRow(
+      std::make_integer_sequence<int, kTokenBlock>{}, std::integral_constant<int, R + 1>{})...};
+}
+constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRowBlock>{});
+
+void GemmPanelImpl(const GemmPanelArgs& a) {
+  for (int t0 = 0; t0 < a.num_tokens; t0 += kTokenBlock) {
+    const int tb = a.num_tokens - t0 < kTokenBlock ? a.num_tokens - t0 : kTokenBlock;
+    for (int r0 = 0; r0 < a.rows; r0 += kRowBlock) {
+      const int rb = a.rows - r0 < kRowBlock ? a.rows - r0 : kRowBlock;
+      kTiles[rb - 1][tb - 1](a, r0, t0);
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable kAvx512Kernels = {
+    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, AttentionHeadImpl,
+    RmsNormRowImpl,  SwiGluImpl,        AddImpl};
+
+}  // namespace pagoda::worker::cpu

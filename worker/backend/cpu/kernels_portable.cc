@@ -1,0 +1,44 @@
+// Portable kernels: baseline x86-64 (SSE2) or any other target; the reference the SIMD tables
+// are tested against.
+#include <cstring>
+
+#include "common/fp16.h"
+#include "worker/backend/cpu/kernel_table.h"
+
+namespace pagoda::worker::cpu {
+namespace {
+
+constexpr int kLanes = 8;
+
+float LoadHalf(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, 2);
+  return common::F16ToFloat(h);
+}
+
+void HalfRowToFloat(const uint8_t* p, int n, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = LoadHalf(p + 2 * i);
+}
+
+#include "worker/backend/cpu/kernels_body.inc"
+
+void DequantizeRowImpl(common::GgmlType type, const uint8_t* row, int n, float* out) {
+  DecodeRow(type, row, n, out);
+}
+
+void GemmPanelImpl(const GemmPanelArgs& a) {
+  for (int t = 0; t < a.num_tokens; ++t) {
+    const float* x = a.x + static_cast<size_t>(t) * a.ldx;
+    float* out = a.out + static_cast<size_t>(t) * a.ldo;
+    for (int r = 0; r < a.rows; ++r)
+      out[r] = DotLanes(x, a.w + static_cast<size_t>(r) * a.ldw, a.k);
+  }
+}
+
+}  // namespace
+
+const KernelTable kPortableKernels = {
+    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, AttentionHeadImpl,
+    RmsNormRowImpl,    SwiGluImpl,        AddImpl};
+
+}  // namespace pagoda::worker::cpu
