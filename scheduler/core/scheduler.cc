@@ -57,7 +57,7 @@ struct Scheduler::Budget {
 };
 
 Scheduler::Scheduler(const SchedulerOptions& options)
-    : options_(options), waiting_(options.aging_interval) {}
+    : options_(options), kv_(options.enable_prefix_caching), waiting_(options.aging_interval) {}
 Scheduler::~Scheduler() = default;
 
 size_t Scheduler::num_running() const {
@@ -70,11 +70,6 @@ size_t Scheduler::num_preempted() const {
   size_t n = 0;
   for (const auto& [id, s] : seqs_) n += s->state == SeqState::kPreempted;
   return n;
-}
-
-const BlockPool* Scheduler::pool(WorkerId worker) const {
-  auto it = workers_.find(worker);
-  return it == workers_.end() ? nullptr : &it->second->pool;
 }
 
 std::optional<SeqState> Scheduler::state(RequestId id) const {
@@ -173,6 +168,7 @@ void Scheduler::Finish(RequestId id, FinishReason reason, const std::string& mes
 
 void Scheduler::AddWorker(WorkerId id, const WorkerInfo& info) {
   workers_.emplace(id, std::make_unique<WorkerState>(id, info));
+  kv_.AddWorker(id, info.num_pages, info.page_size);
 }
 
 void Scheduler::RemoveWorker(WorkerId id) {
@@ -184,7 +180,6 @@ void Scheduler::RemoveWorker(WorkerId id) {
     Sequence& s = *seqs_.at(*rit);
     s.worker.reset();
     s.worker_knows = false;
-    s.pages.clear();
     s.pages_sent = 0;
     s.num_computed = s.num_scheduled = 0;
     s.pending_samples = 0;
@@ -194,6 +189,7 @@ void Scheduler::RemoveWorker(WorkerId id) {
     queued_prompt_tokens_ += static_cast<int64_t>(s.tokens.size());
   }
   workers_.erase(it);
+  kv_.RemoveWorker(id);  // its tables and its cache
 }
 
 void Scheduler::ExpireDeadlines(double now) {
@@ -271,40 +267,69 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     Sequence& s = *seqs_.at(entry->id);
     if (!IsPlacedOn(w, s)) return;  // the head waits for a better worker's next plan
     const int entry_class = waiting_.EffectiveClass(*entry, now);
-    const int32_t chunk = std::min({s.unscheduled(), budget.tokens, options_.max_prefill_chunk});
-    const int32_t pages = CeilDiv(chunk, w.info.page_size);
     // Make room by preempting lower-class sequences; never overtake the head (FIFO by class).
-    while (w.running.size() >= static_cast<size_t>(options_.max_running) ||
-           w.pool.num_free() < pages) {
+    // A victim's released pages may extend the head's hit, so look up again after each.
+    while (!HasRoomToAdmit(w, s, budget)) {
       Sequence* victim = PickVictim(w, entry_class, now);
       if (victim == nullptr) return;
       Preempt(*victim);
     }
-    waiting_.Pop(*entry);
+    // By id: a victim of the head's base class (outranked by aging) is now in front of it.
+    waiting_.Remove(entry->id, entry->priority);
     queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
     s.worker = w.id;
     s.state = SeqState::kPrefilling;
     w.running.push_back(s.request.id);
-    if (s.timings.first_scheduled < 0) s.timings.first_scheduled = now;
+    const int32_t cached = kv_.Open(w.id, s.request.id, s.tokens, s.request.cache_salt);
+    s.num_computed = s.num_scheduled = cached;
+    if (s.timings.first_scheduled < 0) {
+      s.timings.first_scheduled = now;
+      s.cached_tokens = std::min(cached, s.num_prompt);
+    }
     AddStep(w, s, plan, budget, /*may_preempt=*/false);
   }
 }
 
-bool Scheduler::IsPlacedOn(const WorkerState& w, const Sequence& s) const {
-  // The worker with a free running slot and the most free KV (in tokens, so page sizes may
-  // differ), then the fewest running, then the lowest id; among workers the whole request
-  // fits on.
-  auto key = [&](const WorkerState& x) {
-    const bool slot = x.running.size() < static_cast<size_t>(options_.max_running);
-    const int64_t free = int64_t{x.pool.num_free()} * x.info.page_size;
-    return std::make_tuple(slot, free, -static_cast<int64_t>(x.running.size()),
-                           -static_cast<int64_t>(x.id));
-  };
+bool Scheduler::HasRoomToAdmit(const WorkerState& w, Sequence& s, const Budget& budget) {
+  if (w.running.size() >= static_cast<size_t>(options_.max_running)) return false;
+  const int32_t ps = w.info.page_size;
+  const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
+  const int32_t chunk = std::min({static_cast<int32_t>(s.tokens.size()) - hit.tokens, budget.tokens,
+                                  options_.max_prefill_chunk});
+  const int32_t pages = CeilDiv(hit.tokens + chunk, ps) - hit.tokens / ps;
+  return pages <= kv_.AvailablePages(w.id) - hit.parked_pages;
+}
+
+std::tuple<bool, int64_t, int64_t, int64_t> Scheduler::PlacementKey(const WorkerState& w,
+                                                                    Sequence& s) {
+  const int32_t ps = w.info.page_size;
+  const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
+  const int32_t uncached = static_cast<int32_t>(s.tokens.size()) - hit.tokens;
+  const int32_t available = kv_.AvailablePages(w.id) - hit.parked_pages;
+  const bool fits_now =
+      w.running.size() < static_cast<size_t>(options_.max_running) &&
+      CeilDiv(static_cast<int32_t>(s.tokens.size()), ps) - hit.tokens / ps <= available;
+  int64_t backlog = 0;
+  for (RequestId id : w.running) {
+    const Sequence& r = *seqs_.at(id);
+    backlog += static_cast<int64_t>(r.tokens.size()) - r.num_computed;
+  }
+  const int64_t cost =
+      uncached + backlog + kDecodeCostTokens * static_cast<int64_t>(w.running.size());
+  return {fits_now, -cost, int64_t{kv_.AvailablePages(w.id)} * ps, -static_cast<int64_t>(w.id)};
+}
+
+bool Scheduler::IsPlacedOn(const WorkerState& w, Sequence& s) {
   if (workers_.size() == 1) return true;
   const WorkerState* best = nullptr;
+  std::tuple<bool, int64_t, int64_t, int64_t> best_key;
   for (const auto& [id, x] : workers_) {
     if (CeilDiv(MaxPositions(s), x->info.page_size) > x->info.num_pages) continue;
-    if (best == nullptr || key(*x) > key(*best)) best = x.get();
+    auto key = PlacementKey(*x, s);
+    if (best == nullptr || key > best_key) {
+      best = x.get();
+      best_key = key;
+    }
   }
   return best == &w;
 }
@@ -326,8 +351,9 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
     step.tokens.assign(s.tokens.begin() + s.num_scheduled,
                        s.tokens.begin() + s.num_scheduled + chunk);
   }
-  step.new_pages.assign(s.pages.begin() + s.pages_sent, s.pages.end());
-  s.pages_sent = static_cast<int32_t>(s.pages.size());
+  const std::vector<PageId>& table = kv_.pages(s.request.id);
+  step.new_pages.assign(table.begin() + s.pages_sent, table.end());
+  s.pages_sent = static_cast<int32_t>(table.size());
   step.sample = sample;
   step.sample_index = known_plus_pending - s.num_prompt;
   step.first_sight = !s.worker_knows;
@@ -342,22 +368,14 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
 }
 
 bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt) {
-  const size_t before = s.pages.size();
-  const size_t needed = static_cast<size_t>(CeilDiv(positions, w.info.page_size));
-  while (s.pages.size() < needed) {
-    if (std::optional<PageId> page = w.pool.Allocate()) {
-      s.pages.push_back(*page);
-      continue;
-    }
+  // Grow evicts unreferenced cached pages before it fails: preemption comes only after.
+  while (!kv_.Grow(s.request.id, positions)) {
     Sequence* victim = may_preempt ? PickVictim(w, -1, 0) : nullptr;
     if (victim != nullptr && victim != &s) {
       Preempt(*victim);
       continue;
     }
-    // No page: give back what this call took, and yield to others (or to the victim choice).
-    std::vector<PageId> taken(s.pages.begin() + before, s.pages.end());
-    s.pages.resize(before);
-    w.pool.Release(taken);
+    // No room: yield to others (or to the victim choice).
     if (victim == &s) Preempt(s);
     return false;
   }
@@ -446,6 +464,7 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
     const std::optional<int32_t> token = e.sample ? token_for(e.id) : std::nullopt;
     if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;  // gone since
     s->num_computed += e.chunk;
+    kv_.Commit(s->request.id, s->tokens, s->num_computed);
     if (!e.sample) continue;
     --s->pending_samples;
     if (!token) {
@@ -500,13 +519,12 @@ void Scheduler::ReleaseFromWorker(Sequence& s) {
   if (!s.worker) return;
   WorkerState* w = FindWorker(*s.worker);
   if (w != nullptr) {
-    w->pool.Release(s.pages);
+    kv_.Release(s.request.id);
     w->running.erase(std::find(w->running.begin(), w->running.end(), s.request.id));
     if (s.worker_knows) w->pending_frees.push_back(s.request.id);
   }
   s.worker.reset();
   s.worker_knows = false;
-  s.pages.clear();
   s.pages_sent = 0;
 }
 
@@ -524,10 +542,12 @@ void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& m
   e.message = message;
   e.prompt_tokens = s.num_prompt;
   e.completion_tokens = s.generated();
+  e.cached_tokens = s.cached_tokens;
   e.preemptions = s.preemptions;
   e.timings = s.timings;
   e.timings.finished = now;
   events_.push_back(std::move(e));
+  kv_.Forget(s.request.id);
   seqs_.erase(s.request.id);  // destroys `s`
 }
 

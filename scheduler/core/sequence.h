@@ -28,13 +28,14 @@ struct Sequence {
 
   std::optional<WorkerId> worker;  // set while running
   bool worker_knows = false;       // first_sight was sent to `worker`
-  std::vector<PageId> pages;       // block table on `worker`
-  int32_t pages_sent = 0;          // prefix of `pages` the worker has been told about
+  // The block table itself is KvCacheManager's.
+  int32_t pages_sent = 0;  // leading pages of the block table the worker has been told about
   int32_t num_computed = 0;
   int32_t num_scheduled = 0;
   int32_t pending_samples = 0;
   uint32_t epoch = 0;
 
+  int32_t cached_tokens = 0;     // prompt tokens hit in the prefix cache at first admission
   int32_t preemptions = 0;       // total
   int32_t preempted_in_row = 0;  // since the last generated token
   RequestTimings timings;

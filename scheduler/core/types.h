@@ -49,6 +49,8 @@ struct NewRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   Priority priority = Priority::kNormal;
+  // Mixed into the prefix-cache hash chain: only requests with the same salt share cached KV.
+  std::string cache_salt;
 };
 
 // What a worker told us when it attached.

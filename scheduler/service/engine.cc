@@ -227,12 +227,13 @@ EngineStatus Engine::Status() {
   status.preempted = scheduler_.num_preempted();
   status.preemptions_total = scheduler_.total_preemptions();
   for (const auto& [id, worker] : workers_) {
-    const BlockPool* pool = scheduler_.pool(id);
+    const KvUsage kv = scheduler_.kv_usage(id);
     WorkerStatus w;
     w.id = id;
     w.name = worker.name;
     w.info = worker.info;
-    w.free_pages = pool->num_free();
+    w.free_pages = kv.free + kv.parked;  // owned by no sequence
+    w.cached_pages = kv.parked;
     status.workers.push_back(std::move(w));
   }
   return status;

@@ -45,6 +45,7 @@ struct WorkerStatus {
   std::string name;
   WorkerInfo info;
   int32_t free_pages = 0;
+  int32_t cached_pages = 0;  // of free_pages, those the prefix cache keeps (reusable, evictable)
 };
 
 struct EngineStatus {
