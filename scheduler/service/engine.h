@@ -53,6 +53,8 @@ struct EngineStatus {
   size_t running = 0;
   size_t preempted = 0;
   int64_t preemptions_total = 0;
+  int64_t prefix_cache_queried_tokens = 0;  // prompt tokens looked up at admissions
+  int64_t prefix_cache_hit_tokens = 0;      // of those, tokens found cached
   std::vector<WorkerStatus> workers;
 };
 
@@ -115,6 +117,8 @@ class Engine {
   std::vector<Outgoing> PlanAndRouteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RouteEventsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a routed event to metrics_ (non-null); `now` is the engine's clock.
+  // The request log line (debug level): counts, cached tokens, timings.
+  void LogFinished(const Event& e);
   void ObserveToken(Tracked& t, double now);
   void ObserveFinished(const Tracked& t, const Event& e);
   void Send(std::vector<Outgoing> outgoing);

@@ -23,6 +23,7 @@ constexpr absl::Duration kCancelPoll = absl::Milliseconds(20);
 // A handler's longest sleep without news: a safety net, since the watcher wakes it.
 constexpr absl::Duration kIdleWait = absl::Seconds(1);
 constexpr size_t kMaxClientIdBytes = 256;
+constexpr size_t kMaxCacheSaltBytes = 256;
 constexpr float kMaxTemperature = 100.0f;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
@@ -275,6 +276,11 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   if (!priority.ok()) return priority.status();
   r.priority = *priority;
   r.ignore_eos = request.ignore_eos();
+  if (request.cache_salt().size() > kMaxCacheSaltBytes) {
+    return Invalid(absl::StrFormat("cache_salt has %d bytes; the limit is %d",
+                                   request.cache_salt().size(), kMaxCacheSaltBytes));
+  }
+  r.cache_salt = request.cache_salt();
   if (request.request_id().size() > kMaxClientIdBytes) {
     return Invalid(absl::StrFormat("request_id has %d bytes; the limit is %d",
                                    request.request_id().size(), kMaxClientIdBytes));
@@ -521,6 +527,8 @@ grpc::Status GenerationService::GetServerStatus(grpc::ServerContext* context,
   response->set_requests_running(static_cast<uint32_t>(s.running));
   response->set_requests_preempted(static_cast<uint32_t>(s.preempted));
   response->set_preemptions_total(static_cast<uint64_t>(s.preemptions_total));
+  response->set_prefix_cache_queried_tokens(static_cast<uint64_t>(s.prefix_cache_queried_tokens));
+  response->set_prefix_cache_hit_tokens(static_cast<uint64_t>(s.prefix_cache_hit_tokens));
   for (const WorkerStatus& w : s.workers) {
     auto* out = response->add_workers();
     out->set_worker_id(w.id);
@@ -528,6 +536,7 @@ grpc::Status GenerationService::GetServerStatus(grpc::ServerContext* context,
     out->set_page_size(w.info.page_size);
     out->set_kv_pages_total(w.info.num_pages);
     out->set_kv_pages_free(w.free_pages);
+    out->set_kv_pages_cached(w.cached_pages);
   }
   return grpc::Status::OK;
 }

@@ -8,7 +8,9 @@
 //    p % page_size(). KV for positions < start_pos was written by earlier Forward calls with the
 //    same pages; Forward writes KV for the new positions, then attends causally (each token sees
 //    positions <= its own, its own chunk included).
-//  * Sequences in one batch never share pages (callers guarantee it; it is not checked).
+//  * Sequences may share pages (a prefix-cache hit), but only pages holding positions below each
+//    sharer's start_pos, which Forward only reads: a page written by a batch belongs to one
+//    sequence (callers guarantee it; it is not checked).
 //  * Forward validates every input (token ids, page ids, page coverage, positions against the
 //    context length, empty token lists) and returns InvalidArgument without touching the KV
 //    arena when anything is wrong.
