@@ -182,6 +182,32 @@ void KvCacheManager::Commit(RequestId seq, const std::vector<int32_t>& tokens,
   table.committed = full;
 }
 
+std::optional<std::optional<PageCopy>> KvCacheManager::Fork(RequestId parent, RequestId child,
+                                                            int32_t positions) {
+  const Table& from = tables_.at(parent);
+  Worker& w = worker(from.worker);
+  const size_t whole = static_cast<size_t>(positions / w.page_size);
+  const bool partial = positions % w.page_size != 0;
+  std::optional<PageId> own;
+  if (partial && !(own = TakePage(w))) return std::nullopt;
+  Table table;
+  table.worker = from.worker;
+  table.salt = from.salt;
+  table.pages.assign(from.pages.begin(), from.pages.begin() + whole);
+  for (PageId page : table.pages) w.pool.AddRef(page);
+  std::optional<PageCopy> copy;
+  if (own) {
+    copy = PageCopy{from.pages[whole], *own};
+    table.pages.push_back(*own);
+  }
+  if (!tables_.try_emplace(child, std::move(table)).second) {
+    std::fprintf(stderr, "KvCacheManager: sequence %lu already has a table\n",
+                 static_cast<unsigned long>(child));
+    std::abort();
+  }
+  return copy;
+}
+
 void KvCacheManager::Release(RequestId seq) {
   auto it = tables_.find(seq);
   if (it == tables_.end()) return;

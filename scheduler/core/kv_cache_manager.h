@@ -85,6 +85,12 @@ class KvCacheManager {
   // The worker has KV for positions [0, num_computed) of `tokens`: names the full pages among
   // them (a no-op with caching off).
   void Commit(RequestId seq, const std::vector<int32_t>& tokens, int32_t num_computed);
+  // n > 1: gives `child` (which has no table) the KV of `parent`'s positions [0, positions) on
+  // the same worker: whole pages are shared (their ref counts rise); a partial last page, which
+  // the child will write into, is copied into a page of its own (copy on write), returned for
+  // the worker to execute before the child's first step. nullopt, with no change, when no page
+  // is available for the copy.
+  std::optional<std::optional<PageCopy>> Fork(RequestId parent, RequestId child, int32_t positions);
   // Drops the table; its named pages with no other holder are parked, tail pages first (so a
   // prefix outlives its continuations), the others freed.
   void Release(RequestId seq);

@@ -117,8 +117,14 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
         "prompt (%d tokens) + max_tokens (%d) exceeds the model context of %d tokens", prompt,
         request.max_tokens, context));
   }
-  if (seqs_.contains(request.id)) {
-    return absl::AlreadyExistsError(absl::StrFormat("request id %d is in use", request.id));
+  if (request.n < 1 || request.n > kMaxCompletions) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("n must be in [1, %d], got %d", kMaxCompletions, request.n));
+  }
+  for (int32_t i = 0; i < request.n; ++i) {
+    if (seqs_.contains(request.id + i)) {
+      return absl::AlreadyExistsError(absl::StrFormat("request id %d is in use", request.id + i));
+    }
   }
   auto s = std::make_unique<Sequence>();
   s->request = std::move(request);
@@ -134,9 +140,16 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   if (!workers_.empty()) {
     int32_t largest = 0;
     bool fits = false;
+    const int64_t n = s->request.n;
     for (const auto& [id, w] : workers_) {
       largest = std::max(largest, w->info.num_pages * w->info.page_size);
-      fits |= CeilDiv(MaxPositions(*s), w->info.page_size) <= w->info.num_pages;
+      fits |= n * CeilDiv(MaxPositions(*s), w->info.page_size) <= w->info.num_pages;
+    }
+    if (!fits && n > 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "n (%d) x (prompt (%d tokens) + max_tokens (%d)) needs more KV cache than any worker "
+          "has (largest: %d tokens)",
+          n, prompt, s->request.max_tokens, largest));
     }
     if (!fits) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -158,8 +171,59 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   const RequestId id = s->request.id;
   waiting_.PushBack({id, s->priority(), now});
   queued_prompt_tokens_ += prompt;
+  for (int32_t i = 1; i < s->request.n; ++i) {
+    // Completion i: its own sequence and seed, waiting to fork from completion 0.
+    auto child = std::make_unique<Sequence>();
+    child->request = s->request;
+    child->request.id = id + i;
+    child->request.n = 1;
+    child->request.sampling.seed += static_cast<uint64_t>(i);
+    child->tokens = s->tokens;
+    child->num_prompt = prompt;
+    child->arrival = now;
+    child->timings.arrival = now;
+    child->fork_parent = id;
+    s->fork_children.push_back(id + i);
+    seqs_.emplace(id + i, std::move(child));
+  }
   seqs_.emplace(id, std::move(s));
   return absl::OkStatus();
+}
+
+void Scheduler::ForkChildren(Sequence& parent, double now) {
+  WorkerState& w = *FindWorker(*parent.worker);
+  std::vector<RequestId> children;
+  children.swap(parent.fork_children);
+  for (RequestId id : children) {
+    Sequence& child = *seqs_.at(id);
+    child.fork_parent = 0;
+    // The child computes the last prompt token itself, to sample its own first token.
+    std::optional<std::optional<PageCopy>> copy;
+    if (w.running.size() < static_cast<size_t>(options_.max_running)) {
+      copy = kv_.Fork(parent.request.id, id, parent.num_prompt - 1);
+    }
+    if (!copy) {  // no room: it queues, to recompute (or hit the prefix cache) like any other
+      waiting_.PushFront({id, child.priority(), child.arrival});
+      queued_prompt_tokens_ += static_cast<int64_t>(child.tokens.size());
+      continue;
+    }
+    child.worker = w.id;
+    child.state = SeqState::kPrefilling;
+    child.num_computed = child.num_scheduled = parent.num_prompt - 1;
+    child.pending_copy = *copy;
+    child.timings.first_scheduled = now;
+    w.running.push_back(id);
+  }
+}
+
+void Scheduler::ReleaseChildren(Sequence& parent) {
+  for (RequestId id : parent.fork_children) {
+    Sequence& child = *seqs_.at(id);
+    child.fork_parent = 0;
+    waiting_.PushFront({id, child.priority(), child.arrival});
+    queued_prompt_tokens_ += static_cast<int64_t>(child.tokens.size());
+  }
+  parent.fork_children.clear();
 }
 
 void Scheduler::Finish(RequestId id, FinishReason reason, const std::string& message, double now) {
@@ -181,6 +245,7 @@ void Scheduler::RemoveWorker(WorkerId id) {
     s.worker.reset();
     s.worker_knows = false;
     s.pages_sent = 0;
+    s.pending_copy.reset();
     s.num_computed = s.num_scheduled = 0;
     s.pending_samples = 0;
     ++s.epoch;
@@ -357,6 +422,10 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
   step.sample = sample;
   step.sample_index = known_plus_pending - s.num_prompt;
   step.first_sight = !s.worker_knows;
+  if (s.pending_copy) {  // a fork's copy of its partial page, before the step writes into it
+    plan.page_copies.push_back(*s.pending_copy);
+    s.pending_copy.reset();
+  }
   step.sampling = s.request.sampling;
   s.worker_knows = true;
   s.num_scheduled += chunk;
@@ -465,6 +534,7 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
     if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;  // gone since
     s->num_computed += e.chunk;
     kv_.Commit(s->request.id, s->tokens, s->num_computed);
+    if (!s->fork_children.empty() && s->num_computed >= s->num_prompt) ForkChildren(*s, now);
     if (!e.sample) continue;
     --s->pending_samples;
     if (!token) {
@@ -526,11 +596,16 @@ void Scheduler::ReleaseFromWorker(Sequence& s) {
   s.worker.reset();
   s.worker_knows = false;
   s.pages_sent = 0;
+  s.pending_copy.reset();
 }
 
 void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& message,
                           double now) {
-  if (s.worker) {
+  ReleaseChildren(s);  // completions that had not forked yet go on without their parent
+  if (s.fork_parent != 0) {
+    std::vector<RequestId>& siblings = seqs_.at(s.fork_parent)->fork_children;
+    siblings.erase(std::find(siblings.begin(), siblings.end(), s.request.id));
+  } else if (s.worker) {
     ReleaseFromWorker(s);
   } else if (waiting_.Remove(s.request.id, s.priority())) {
     queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());

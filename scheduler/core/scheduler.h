@@ -30,13 +30,20 @@
 // prefix gather where it is cached until that worker's queue outweighs recomputing the prefix
 // elsewhere, so they do not all pile onto one worker. Other workers leave the head queued.
 //
+// n > 1: completion 0 is admitted as usual; completions 1..n-1 wait outside the queue until it
+// has computed the prompt, then fork: whole prompt pages are shared (ref counts), the partial
+// last page is copied into a page of their own (a PageCopy in their first plan: copy on write),
+// and each computes the last prompt token itself to sample its first token with its own seed.
+// A completion that cannot fork (no slot or page; the parent finished first) queues like any
+// request, recomputing what the prefix cache does not hold.
+//
 // Overlap: up to `max_plans_in_flight` plans per worker. A decode whose input is the token
 // sampled by a plan still in flight says feed_last_sampled; stop checks then lag one plan.
 //
 // Invariants (CheckInvariants, run after every step by the randomized tests): the
 // KvCacheManager's (see kv_cache_manager.h), and
 //  * a running sequence's table covers exactly its scheduled positions;
-//  * waiting + running == live sequences; a waiting sequence has no table;
+//  * waiting + running + waiting to fork == live sequences; a waiting sequence has no table;
 //  * when nothing is queued or running, every page is free or cached.
 #pragma once
 
@@ -137,6 +144,10 @@ class Scheduler {
   Sequence* PickVictim(WorkerState& w, int below_class, double now);
   void BuildSteps(WorkerState& w, Plan& plan, Budget& budget, double now);
   void Preempt(Sequence& s);
+  // n > 1: the parent computed the prompt; its waiting completions fork from its pages.
+  void ForkChildren(Sequence& parent, double now);
+  // The parent leaves first: its unforked completions queue as ordinary sequences.
+  void ReleaseChildren(Sequence& parent);
   void ApplySample(Sequence& s, int32_t token, double now);
   void FinishSeq(Sequence& s, FinishReason reason, const std::string& message, double now);
   void ReleaseFromWorker(Sequence& s);

@@ -1,4 +1,6 @@
 // Scheduler::CheckInvariants: the properties the randomized tests assert after every step.
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "scheduler/core/scheduler.h"
 
@@ -40,13 +42,24 @@ absl::Status Scheduler::CheckInvariants() const {
       return absl::InternalError(absl::StrFormat("worker %d: %d pages leaked", wid, usage.held));
     }
   }
-  if (waiting_.size() + running != seqs_.size()) {
-    return absl::InternalError(absl::StrFormat("%d waiting + %d running != %d sequences",
-                                               waiting_.size(), running, seqs_.size()));
+  size_t forking = 0;
+  for (const auto& [id, s] : seqs_) {
+    if (s->fork_parent == 0) continue;
+    ++forking;
+    auto parent = seqs_.find(s->fork_parent);
+    if (parent == seqs_.end() || std::count(parent->second->fork_children.begin(),
+                                            parent->second->fork_children.end(), id) != 1) {
+      return absl::InternalError(absl::StrFormat("seq %d waits for a parent that forgot it", id));
+    }
+  }
+  if (waiting_.size() + running + forking != seqs_.size()) {
+    return absl::InternalError(
+        absl::StrFormat("%d waiting + %d running + %d forking != %d sequences", waiting_.size(),
+                        running, forking, seqs_.size()));
   }
   int64_t queued_tokens = 0;
   for (const auto& [id, s] : seqs_) {
-    if (s->worker) continue;
+    if (s->worker || s->fork_parent != 0) continue;
     if (kv_.has_table(id) || s->num_scheduled != 0) {
       return absl::InternalError(absl::StrFormat("waiting seq %d holds KV", id));
     }

@@ -1,8 +1,10 @@
 #include "scheduler/service/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 
+#include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "scheduler/service/metrics.h"
 
@@ -56,12 +58,23 @@ Engine::Engine(const SchedulerOptions& options, std::function<double()> clock,
                SchedulerMetrics* metrics)
     : clock_(std::move(clock)), metrics_(metrics), scheduler_(options) {}
 
-RequestId Engine::NextRequestId() {
+RequestId Engine::NextRequestIds(int32_t count) {
   absl::MutexLock lock(&mu_);
-  return next_request_id_++;
+  const RequestId first = next_request_id_;
+  next_request_id_ += static_cast<RequestId>(std::max(1, count));
+  return first;
 }
 
 absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestStream> stream) {
+  return SubmitCompletions(std::move(request), {std::move(stream)});
+}
+
+absl::Status Engine::SubmitCompletions(NewRequest request,
+                                       std::vector<std::shared_ptr<RequestStream>> streams) {
+  if (streams.size() != static_cast<size_t>(std::max(1, request.n))) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d streams for a request of n = %d completions", streams.size(), request.n));
+  }
   std::vector<Outgoing> outgoing;
   {
     absl::MutexLock lock(&mu_);
@@ -73,10 +86,12 @@ absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestStream> s
     }
     const RequestId id = request.id;
     const double now = clock_();
-    Tracked tracked{std::move(stream), static_cast<int32_t>(request.prompt.size()), now};
+    const auto prompt = static_cast<int32_t>(request.prompt.size());
     absl::Status status = scheduler_.AddRequest(std::move(request), now);
     if (!status.ok()) return status;
-    streams_[id] = std::move(tracked);
+    for (size_t i = 0; i < streams.size(); ++i) {
+      streams_[id + i] = Tracked{std::move(streams[i]), prompt, now};
+    }
     outgoing = PlanAndRouteLocked();
   }
   Send(std::move(outgoing));

@@ -70,11 +70,17 @@ class Engine {
   // Queues a request whose updates go to `stream`. Errors are the core's validation errors,
   // and UNAVAILABLE once draining.
   absl::Status Submit(NewRequest request, std::shared_ptr<RequestStream> stream);
+  // n > 1: completion i (request id request.id + i, reserved with NextRequestIds(n)) goes to
+  // streams[i]; streams.size() == request.n.
+  absl::Status SubmitCompletions(NewRequest request,
+                                 std::vector<std::shared_ptr<RequestStream>> streams);
   // Ends a request (client cancel, stop string, deadline) and frees its pages.
   void Finish(RequestId id, FinishReason reason, const std::string& why);
   // The engine's clock (seconds), the time base of NewRequest::deadline.
   double Now() const { return clock_(); }
-  RequestId NextRequestId();
+  RequestId NextRequestId() { return NextRequestIds(1); }
+  // The first of `count` consecutive fresh ids.
+  RequestId NextRequestIds(int32_t count);
 
   // Attaches a worker. `on_attached(id)` runs before any plan can reach the worker (it sends
   // the link's Accepted message).

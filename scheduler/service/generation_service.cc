@@ -206,8 +206,8 @@ void GenerationService::WatchCancellations() {
   while (!mu_.AwaitWithTimeout(absl::Condition(&stopping), kCancelPoll)) {
     // IsCancelled() is thread-safe: on a sync call it polls the call's own completion queue
     // without blocking (gRPC allows several pluckers, the handler's Write being another).
-    for (const auto& [context, stream] : streaming_) {
-      if (context->IsCancelled()) stream->Wake();
+    for (const auto& [key, watched] : streaming_) {
+      if (watched.first->IsCancelled()) watched.second->Wake();
     }
   }
 }
@@ -281,6 +281,10 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
                                    request.cache_salt().size(), kMaxCacheSaltBytes));
   }
   r.cache_salt = request.cache_salt();
+  if (request.n() > static_cast<uint32_t>(kMaxCompletions)) {
+    return Invalid(absl::StrFormat("n must be in [1, %d], got %d", kMaxCompletions, request.n()));
+  }
+  r.n = std::max<int32_t>(1, static_cast<int32_t>(request.n()));
   if (request.request_id().size() > kMaxClientIdBytes) {
     return Invalid(absl::StrFormat("request_id has %d bytes; the limit is %d",
                                    request.request_id().size(), kMaxClientIdBytes));
@@ -331,7 +335,7 @@ void GenerationService::Run(grpc::ServerContext* context, const v1::GenerateRequ
     out->status = ToGrpc(r.status());
     return;
   }
-  r->id = engine_->NextRequestId();
+  r->id = engine_->NextRequestIds(r->n);
   out->id = r->id;
   out->prompt_tokens = static_cast<int32_t>(r->prompt.size());
   const auto deadline = context->deadline();
@@ -339,32 +343,65 @@ void GenerationService::Run(grpc::ServerContext* context, const v1::GenerateRequ
     const std::chrono::duration<double> left = deadline - std::chrono::system_clock::now();
     r->deadline = engine_->Now() + left.count();
   }
-  auto stream = std::make_shared<RequestStream>();
-  if (absl::Status s = engine_->Submit(*r, stream); !s.ok()) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int32_t i = 0; i < r->n; ++i) streams.push_back(std::make_shared<RequestStream>());
+  if (absl::Status s = engine_->SubmitCompletions(*r, streams); !s.ok()) {
     out->status = ToGrpc(s);
     return;
   }
-  Stream(context, *r, proto, std::move(stream), writer, out);
+  if (r->n == 1) {
+    Stream(context, *r, proto, std::move(streams[0]), writer, out);
+    return;
+  }
+  StreamCompletions(context, *r, proto, streams, writer, out);
+}
+
+void GenerationService::StreamCompletions(
+    grpc::ServerContext* context, const NewRequest& request, const v1::GenerateRequest& proto,
+    const std::vector<std::shared_ptr<RequestStream>>& streams,
+    grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
+  // One streaming loop per completion (its own detokenizer and stop strings), sharing the
+  // writer under a lock; the call's status is the first failure, else OK.
+  absl::Mutex write_mu;
+  std::vector<Outcome> outs(streams.size());
+  std::vector<std::thread> threads;
+  auto run = [&](size_t i) {
+    NewRequest completion = request;
+    completion.id = request.id + i;
+    Stream(context, completion, proto, streams[i], writer, &outs[i],
+           {static_cast<int32_t>(i), &write_mu});
+  };
+  for (size_t i = 1; i < streams.size(); ++i) threads.emplace_back(run, i);
+  run(0);
+  for (std::thread& t : threads) t.join();
+  const int32_t prompt_tokens = out->prompt_tokens;
+  *out = outs[0];
+  out->prompt_tokens = prompt_tokens;
+  for (size_t i = 1; i < outs.size(); ++i) {
+    out->sent_tokens += outs[i].sent_tokens;
+    if (out->status.ok() && !outs[i].status.ok()) out->status = outs[i].status;
+  }
 }
 
 void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& request,
                                const v1::GenerateRequest& proto,
                                std::shared_ptr<RequestStream> stream,
-                               grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out) {
+                               grpc::ServerWriter<v1::GenerateResponse>* writer, Outcome* out,
+                               CompletionSlot slot) {
   // Watched for cancellation from here until the handler returns.
   {
     absl::MutexLock lock(&mu_);
-    streaming_[context] = stream;
+    streaming_[stream.get()] = {context, stream};
     if (aborting_.load()) stream->Wake();  // AbortAll ran before this call was watched
   }
   struct Unwatch {
     GenerationService* service;
-    grpc::ServerContext* context;
+    RequestStream* stream;
     ~Unwatch() {
       absl::MutexLock lock(&service->mu_);
-      service->streaming_.erase(context);
+      service->streaming_.erase(stream);
     }
-  } unwatch{this, context};
+  } unwatch{this, stream.get()};
   common::StreamingDetokenizer detok(model_->tokenizer);
   StopMatcher stops(std::vector<std::string>(proto.stop().begin(), proto.stop().end()));
   std::string matched_stop;  // set once a stop string matched; later tokens are dropped
@@ -388,6 +425,7 @@ void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& r
     }
     v1::GenerateResponse response;
     response.set_request_id(proto.request_id());
+    response.set_index(static_cast<uint32_t>(slot.index));
     std::string text;
     for (int32_t t : update.tokens) {
       if (!matched_stop.empty()) break;
@@ -416,7 +454,7 @@ void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& r
     }
     if (response.token_ids_size() == 0 && !final) continue;
     response.set_text(std::move(text));
-    if (!writer->Write(response)) {
+    if (!Write(writer, response, slot.write_mu)) {
       engine_->Finish(request.id, FinishReason::kCancelled, "the client went away");
       out->status = grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
       return;
@@ -427,6 +465,13 @@ void GenerationService::Stream(grpc::ServerContext* context, const NewRequest& r
       return;
     }
   }
+}
+
+bool GenerationService::Write(grpc::ServerWriter<v1::GenerateResponse>* writer,
+                              const v1::GenerateResponse& response, absl::Mutex* write_mu) {
+  if (write_mu == nullptr) return writer->Write(response);
+  absl::MutexLock lock(write_mu);
+  return writer->Write(response);
 }
 
 void GenerationService::Report(const Outcome& out, const std::string& client_id,
@@ -466,7 +511,7 @@ void GenerationService::AbortAll(const std::string& message) {
   absl::MutexLock lock(&mu_);
   abort_message_ = message;
   aborting_.store(true);
-  for (const auto& [context, stream] : streaming_) stream->Wake();
+  for (const auto& [key, watched] : streaming_) watched.second->Wake();
 }
 
 std::optional<std::string> GenerationService::AbortMessage() {

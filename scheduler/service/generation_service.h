@@ -47,6 +47,12 @@ struct GenerationLimits {
 
 // A grpc::Service registering pagoda.v1.Generation's four methods itself (the generated
 // Service base would register typed Generate and Tokenize handlers that parse before we can).
+// Which completion of a request a streaming loop serves (n > 1), and the lock its writes share.
+struct CompletionSlot {
+  int32_t index = 0;
+  absl::Mutex* write_mu = nullptr;  // null: the only writer
+};
+
 class GenerationService final : public grpc::Service {
  public:
   // `metrics` may be null; otherwise it must outlive the service.
@@ -98,7 +104,15 @@ class GenerationService final : public grpc::Service {
            grpc::ServerWriter<pagoda::v1::GenerateResponse>* writer, Outcome* out);
   void Stream(grpc::ServerContext* context, const NewRequest& request,
               const pagoda::v1::GenerateRequest& proto, std::shared_ptr<RequestStream> stream,
-              grpc::ServerWriter<pagoda::v1::GenerateResponse>* writer, Outcome* out);
+              grpc::ServerWriter<pagoda::v1::GenerateResponse>* writer, Outcome* out,
+              CompletionSlot slot = CompletionSlot());
+  // n > 1: streams every completion (ids request.id + i) on its own thread.
+  void StreamCompletions(grpc::ServerContext* context, const NewRequest& request,
+                         const pagoda::v1::GenerateRequest& proto,
+                         const std::vector<std::shared_ptr<RequestStream>>& streams,
+                         grpc::ServerWriter<pagoda::v1::GenerateResponse>* writer, Outcome* out);
+  static bool Write(grpc::ServerWriter<pagoda::v1::GenerateResponse>* writer,
+                    const pagoda::v1::GenerateResponse& response, absl::Mutex* write_mu);
   // Writes the completion line and counts the outcome.
   void Report(const Outcome& out, const std::string& client_id, double handler_seconds);
   std::optional<std::string> AbortMessage();
@@ -116,9 +130,10 @@ class GenerationService final : public grpc::Service {
   absl::Mutex mu_;
   std::string abort_message_ ABSL_GUARDED_BY(mu_);
   int active_calls_ ABSL_GUARDED_BY(mu_) = 0;
-  // The calls streaming now, each with the stream its handler waits on.
-  absl::flat_hash_map<grpc::ServerContext*, std::shared_ptr<RequestStream>> streaming_
-      ABSL_GUARDED_BY(mu_);
+  // The streams handlers wait on now (n per call), each with its call.
+  absl::flat_hash_map<RequestStream*,
+                      std::pair<grpc::ServerContext*, std::shared_ptr<RequestStream>>>
+      streaming_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread watcher_;  // last: started once everything it reads exists
 };

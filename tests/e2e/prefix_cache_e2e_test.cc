@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <chrono>
 #include <random>
 #include <thread>
 
@@ -127,6 +128,87 @@ TEST_F(TrainedModelTest, PrefixCacheKeepsGreedyOutputsExact) {
   const v1::ServerStatus idle = cluster_->Status();
   for (const auto& w : idle.workers()) cached_pages += w.kv_pages_cached();
   EXPECT_GT(cached_pages, 0) << "finished requests leave their pages cached";
+}
+
+// One Generate call with n completions, split by GenerateResponse.index.
+struct Completions {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::string> text;
+  std::vector<int> finished;  // messages with `finished`, per completion
+  std::vector<v1::Finished> last;
+  grpc::Status status;
+};
+
+Completions GenerateN(Cluster& cluster, const v1::GenerateRequest& request, int n) {
+  Completions out;
+  out.tokens.resize(n);
+  out.text.resize(n);
+  out.finished.assign(n, 0);
+  out.last.resize(n);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = cluster.stub().Generate(&ctx, request);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    const uint32_t i = resp.index();
+    EXPECT_LT(i, static_cast<uint32_t>(n));
+    if (i >= static_cast<uint32_t>(n)) continue;
+    EXPECT_EQ(out.finished[i], 0) << "completion " << i << " streamed after its end";
+    out.tokens[i].insert(out.tokens[i].end(), resp.token_ids().begin(), resp.token_ids().end());
+    out.text[i] += resp.text();
+    if (resp.has_finished()) {
+      ++out.finished[i];
+      out.last[i] = resp.finished();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+// n > 1: greedy completions all equal the n = 1 answer; seeded ones equal n = 1 requests with
+// seeds seed + i; each completion ends with its own finished message; limits are named.
+TEST_F(TrainedModelTest, CompletionsShareThePromptAndMatchSingleRequests) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster({}, {"--page-size", "4", "--threads", "1"}));
+  v1::GenerateRequest greedy = TextRequest("Once upon a time, there was a little", 24);
+  greedy.set_ignore_eos(true);
+  const Generation single = cluster_->Generate(greedy);
+  ASSERT_TRUE(single.status.ok()) << single.status.error_message();
+  greedy.set_n(3);
+  Completions three = GenerateN(*cluster_, greedy, 3);
+  ASSERT_TRUE(three.status.ok()) << three.status.error_message();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(three.tokens[i], single.tokens) << "completion " << i;
+    EXPECT_EQ(three.text[i], single.text);
+    EXPECT_EQ(three.finished[i], 1);
+    EXPECT_EQ(three.last[i].reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(three.last[i].usage().completion_tokens(), 24u);
+  }
+
+  v1::GenerateRequest sampled = TextRequest("The little dog", 20);
+  sampled.set_ignore_eos(true);
+  sampled.mutable_sampling()->set_temperature(1.0f);
+  sampled.mutable_sampling()->set_seed(1234);
+  sampled.set_n(4);
+  Completions four = GenerateN(*cluster_, sampled, 4);
+  ASSERT_TRUE(four.status.ok()) << four.status.error_message();
+  bool differ = false;
+  for (int i = 0; i < 4; ++i) {
+    v1::GenerateRequest one = sampled;
+    one.set_n(1);
+    one.mutable_sampling()->set_seed(1234 + i);
+    const Generation alone = cluster_->Generate(one);
+    ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
+    EXPECT_EQ(four.tokens[i], alone.tokens) << "completion " << i << " uses seed + " << i;
+    differ |= four.tokens[i] != four.tokens[0];
+  }
+  EXPECT_TRUE(differ) << "different seeds, different samples";
+
+  greedy.set_n(17);
+  const Generation too_many = cluster_->Generate(greedy);
+  EXPECT_EQ(too_many.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(too_many.status.error_message().find("n must be in [1, 16]"), std::string::npos)
+      << too_many.status.error_message();
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10)));
 }
 
 }  // namespace

@@ -325,6 +325,77 @@ TEST(SchedulerTest, PreemptedSequenceReHitsItsPagesAndEvictionComesFirst) {
   ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
 }
 
+// n > 1: completion 0 computes the prompt once; the others fork from its pages (shared whole
+// pages, a copy of the partial one), compute the last prompt token themselves and sample with
+// seeds seed + i.
+TEST(SchedulerTest, CompletionsShareThePromptAndCopyThePartialPage) {
+  Scheduler s(Options());
+  s.AddWorker(1, Worker(16));
+  NewRequest r = Request(10, 10, 3);
+  r.n = 3;
+  r.sampling.seed = 100;
+  ASSERT_TRUE(s.AddRequest(r, 0).ok());
+  auto p = s.Schedule(1, 0);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 1u) << "only completion 0 computes the prompt";
+  EXPECT_EQ(p->steps[0].tokens.size(), 10u);
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  p = s.Schedule(1, 1);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 3u);
+  ASSERT_EQ(p->page_copies.size(), 2u);
+  for (int i = 1; i <= 2; ++i) {
+    const PlanStep& step = p->steps[i];
+    EXPECT_EQ(step.seq_id, 10u + i);
+    EXPECT_TRUE(step.first_sight);
+    EXPECT_EQ(step.start_pos, 9);
+    EXPECT_EQ(step.tokens, (std::vector<int32_t>{19}));
+    EXPECT_EQ(step.sample_index, 0);
+    EXPECT_EQ(step.sampling.seed, 100u + i);
+    ASSERT_EQ(step.new_pages.size(), 3u);
+    EXPECT_EQ(step.new_pages[0], 0) << "shared with completion 0";
+    EXPECT_EQ(step.new_pages[1], 1);
+    EXPECT_EQ(p->page_copies[i - 1].src, 2) << "completion 0's partial page";
+    EXPECT_EQ(p->page_copies[i - 1].dst, step.new_pages[2]);
+  }
+  EXPECT_EQ(s.pool(1)->ref_count(0), 3);
+  EXPECT_EQ(s.pool(1)->ref_count(1), 3);
+  EXPECT_EQ(s.pool(1)->ref_count(2), 1);
+  ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  Outcome out;
+  double now = 2;
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  for (Event& e : s.TakeEvents()) {
+    if (e.kind == Event::Kind::kToken) out.tokens[e.id].push_back(e.token);
+  }
+  Drain(s, 1, out, now);
+  for (RequestId id = 10; id <= 12; ++id) {
+    EXPECT_EQ(out.finished[id].reason, FinishReason::kLength);
+    EXPECT_EQ(out.tokens[id], (std::vector<int32_t>{ScriptedToken(id, 0), ScriptedToken(id, 1),
+                                                    ScriptedToken(id, 2)}));
+  }
+  EXPECT_EQ(s.kv_usage(1).held, 0);
+}
+
+TEST(SchedulerTest, CompletionLimitsAreInvalidArgument) {
+  Scheduler s(Options());
+  s.AddWorker(1, Worker(16));  // 64 tokens
+  NewRequest r = Request(1, 10, 10);
+  r.n = 17;
+  absl::Status st = s.AddRequest(r, 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("n must be in [1, 16]"), std::string::npos) << st;
+  r.n = 4;  // 4 x 5 pages > 16
+  st = s.AddRequest(r, 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("n (4) x"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("largest: 64 tokens"), std::string::npos) << st;
+  r.n = 3;
+  EXPECT_TRUE(s.AddRequest(r, 0).ok());
+  EXPECT_EQ(s.AddRequest(Request(3, 4, 4), 0).code(), absl::StatusCode::kAlreadyExists)
+      << "ids 1..3 belong to the three completions";
+}
+
 // Aging: a low request under a steady stream of critical arrivals is admitted within the
 // bound (3 aging intervals for low → critical, plus the queue ahead of it).
 TEST(SchedulerTest, AgingBoundsTheWaitOfLowPriority) {
@@ -414,6 +485,10 @@ class FakeArena {
   std::string Execute(const Plan& plan,
                       const std::function<int32_t(RequestId, int32_t)>& expected) {
     for (RequestId id : plan.free_seq_ids) tables_.erase(id);
+    for (const PageCopy& copy : plan.page_copies) {
+      std::copy_n(slots_.begin() + copy.src * page_size_, page_size_,
+                  slots_.begin() + copy.dst * page_size_);
+    }
     for (const PlanStep& step : plan.steps) {
       if (step.first_sight) tables_[step.seq_id].clear();
       std::vector<PageId>& table = tables_[step.seq_id];
@@ -456,6 +531,7 @@ NewRequest SharingRequest(std::mt19937& rng, RequestId id, int32_t max_prompt, i
     r.prompt[i] = 10 + static_cast<int32_t>((i * (family + 1) + family) % 90);
   }
   if (rng() % 4 == 0) r.cache_salt = rng() % 2 ? "tenant-a" : "tenant-b";
+  if (rng() % 5 == 0) r.n = 1 + static_cast<int32_t>(rng() % 4);
   return r;
 }
 
@@ -468,7 +544,8 @@ NewRequest SharingRequest(std::mt19937& rng, RequestId id, int32_t max_prompt, i
 // free or cached.
 TEST(SchedulerTest, RandomizedInvariants) {
   std::mt19937 rng(1234);
-  int64_t total_ops = 0, total_preemptions = 0, total_hits = 0;
+  int64_t total_ops = 0, total_preemptions = 0, total_hits = 0, total_completions = 0;
+  int64_t total_copies = 0;
   for (int round = 0; round < 16; ++round) {
     SchedulerOptions o = Options(/*budget=*/1 + rng() % 64, /*chunk=*/1 + rng() % 32,
                                  /*in_flight=*/1 + rng() % 2);
@@ -513,11 +590,16 @@ TEST(SchedulerTest, RandomizedInvariants) {
       const double now = op;
       const int dice = rng() % 20;
       if (op < 1000 && dice < 5) {
-        NewRequest r = SharingRequest(rng, next_id++, max_prompt, max_new);
+        NewRequest r = SharingRequest(rng, next_id, max_prompt, max_new);
+        next_id += r.n;
         if (rng() % 10 == 0) r.deadline = now + rng() % 200;
-        max_tokens[r.id] = r.max_tokens;
-        prompts[r.id] = r.prompt;
-        if (s.AddRequest(r, now).ok()) tokens[r.id];
+        const bool ok = s.AddRequest(r, now).ok();
+        for (RequestId c = r.id; c < r.id + r.n; ++c) {
+          max_tokens[c] = r.max_tokens;
+          prompts[c] = r.prompt;
+          if (ok) tokens[c];
+        }
+        total_completions += r.n > 1 && ok ? r.n : 0;
       } else if (op < 1000 && dice == 5 && next_id > 1) {
         s.Finish(1 + rng() % (next_id - 1), FinishReason::kCancelled, "test", now);
       } else if (op < 1000 && dice == 6 && rng() % 20 == 0) {
@@ -531,6 +613,7 @@ TEST(SchedulerTest, RandomizedInvariants) {
       for (auto& [w, flight] : flights) {
         while (auto plan = s.Schedule(w, now)) {
           ASSERT_LE(plan->num_tokens, o.max_batch_tokens);
+          total_copies += static_cast<int64_t>(plan->page_copies.size());
           flight.push_back(std::move(*plan));
         }
       }
@@ -580,6 +663,8 @@ TEST(SchedulerTest, RandomizedInvariants) {
   EXPECT_GE(total_ops, 10000);
   EXPECT_GT(total_preemptions, 0) << "the small pools must force preemptions";
   EXPECT_GT(total_hits, 0) << "shared prefixes must hit the cache";
+  EXPECT_GT(total_completions, 0);
+  EXPECT_GT(total_copies, 0) << "forks of partial pages must copy them";
 }
 
 // Runs one request to completion on `worker` (the only one that may take it).

@@ -37,6 +37,11 @@ struct SeqInput {                   // one sequence's work in a flat batch
   bool want_logits = false;         // produce logits for the last new token
 };
 
+struct PageCopy {  // copy KV page src into page dst: K and V, every layer, every slot
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
 struct SampleInput {  // how to pick the token of one want_logits sequence
   SamplingParams params;
   uint64_t index = 0;  // tokens generated so far for the sequence (the generator's counter)
@@ -53,6 +58,10 @@ class Backend {
   virtual absl::Status ForwardSample(std::span<const SeqInput> batch,
                                      std::span<const SampleInput> samples,
                                      std::vector<int32_t>* tokens);
+
+  // Copies pages in order (copy on write, before a Forward writes into the copy). Page ids are
+  // checked by the caller. The default refuses: a backend without a KV arena has none to copy.
+  virtual absl::Status CopyPages(std::span<const PageCopy> copies);
 
   virtual int page_size() const = 0;
   virtual int num_pages() const = 0;
