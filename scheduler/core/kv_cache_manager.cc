@@ -14,6 +14,7 @@ struct KvCacheManager::Worker {
   int32_t page_size;
   BlockPool pool;
   PrefixCache cache;
+  absl::flat_hash_map<uint64_t, int32_t> computing;  // page hash -> tables computing it
 };
 
 KvCacheManager::KvCacheManager(bool enable_prefix_caching)
@@ -91,7 +92,7 @@ std::vector<PageId> KvCacheManager::FindRun(Worker& w, RequestId seq,
   const int32_t ps = w.page_size;
   // Full pages strictly before the last token's position: that token is always computed.
   const int32_t max_pages = (static_cast<int32_t>(tokens.size()) - 1) / ps;
-  if (max_pages == 0 || w.cache.num_named() == 0) return run;
+  if (max_pages == 0 || (w.cache.num_named() == 0 && w.computing.empty())) return run;
   const std::vector<uint64_t>& hashes = HashesFor(seq, tokens, salt, ps, max_pages);
   for (int32_t k = 0; k < max_pages; ++k) {
     const uint64_t parent = k == 0 ? ChainRoot(salt) : hashes[k - 1];
@@ -107,9 +108,17 @@ PrefixHit KvCacheManager::Lookup(WorkerId id, RequestId seq, const std::vector<i
                                  const std::string& salt) {
   Worker& w = worker(id);
   PrefixHit hit;
-  for (PageId page : FindRun(w, seq, tokens, salt)) {
+  const std::vector<PageId> run = FindRun(w, seq, tokens, salt);
+  for (PageId page : run) {
     hit.tokens += w.page_size;
     hit.parked_pages += w.cache.parked(page);
+  }
+  const int32_t max_pages = (static_cast<int32_t>(tokens.size()) - 1) / w.page_size;
+  if (w.computing.empty() || max_pages == 0) return hit;
+  const std::vector<uint64_t>& hashes = HashesFor(seq, tokens, salt, w.page_size, max_pages);
+  for (int32_t k = static_cast<int32_t>(run.size()); k < max_pages; ++k) {
+    if (!w.computing.contains(hashes[k])) break;
+    hit.computing_tokens += w.page_size;
   }
   return hit;
 }
@@ -133,11 +142,33 @@ int32_t KvCacheManager::Open(WorkerId id, RequestId seq, const std::vector<int32
   }
   table.committed = static_cast<int32_t>(table.pages.size());
   const int32_t cached = table.committed * w.page_size;
+  Announce(w, table, seq, tokens);
   if (enable_prefix_caching_) {
     queried_tokens_ += static_cast<int64_t>(tokens.size());
     hit_tokens_ += cached;
   }
   return cached;
+}
+
+void KvCacheManager::Announce(Worker& w, Table& table, RequestId seq,
+                              const std::vector<int32_t>& tokens) {
+  if (!enable_prefix_caching_) return;
+  const int32_t full = static_cast<int32_t>(tokens.size()) / w.page_size;
+  if (full <= table.committed) return;
+  const std::vector<uint64_t>& hashes = HashesFor(seq, tokens, table.salt, w.page_size, full);
+  for (int32_t k = table.committed; k < full; ++k) {
+    table.computing.push_back(hashes[k]);
+    ++w.computing[hashes[k]];
+  }
+}
+
+void KvCacheManager::Unannounce(Worker& w, Table& table, size_t count) {
+  count = std::min(count, table.computing.size());
+  for (size_t i = 0; i < count; ++i) {
+    auto it = w.computing.find(table.computing[i]);
+    if (--it->second == 0) w.computing.erase(it);
+  }
+  table.computing.erase(table.computing.begin(), table.computing.begin() + count);
 }
 
 std::optional<PageId> KvCacheManager::TakePage(Worker& w) {
@@ -179,6 +210,7 @@ void KvCacheManager::Commit(RequestId seq, const std::vector<int32_t>& tokens,
     w.cache.Insert(table.pages[k], hashes[k], parent,
                    std::span<const int32_t>(tokens.data() + k * ps, ps));
   }
+  Unannounce(w, table, static_cast<size_t>(full - table.committed));
   table.committed = full;
 }
 
@@ -213,6 +245,7 @@ void KvCacheManager::Release(RequestId seq) {
   if (it == tables_.end()) return;
   Table& table = it->second;
   Worker& w = worker(table.worker);
+  Unannounce(w, table, table.computing.size());
   for (auto p = table.pages.rbegin(); p != table.pages.rend(); ++p) {
     if (!w.pool.DropRef(*p)) continue;
     if (w.cache.named(*p)) {
@@ -238,8 +271,10 @@ absl::Status Violation(const std::string& what) { return absl::InternalError(wha
 absl::Status KvCacheManager::CheckInvariants(
     const std::function<const std::vector<int32_t>*(RequestId)>& tokens_of) const {
   absl::flat_hash_map<WorkerId, std::vector<int32_t>> holders;
+  absl::flat_hash_map<WorkerId, absl::flat_hash_map<uint64_t, int32_t>> computing;
   for (const auto& [id, w] : workers_) holders[id].assign(w->pool.num_pages(), 0);
   for (const auto& [seq, table] : tables_) {
+    for (uint64_t hash : table.computing) ++computing[table.worker][hash];
     auto h = holders.find(table.worker);
     if (h == holders.end()) {
       return Violation(
@@ -315,6 +350,9 @@ absl::Status KvCacheManager::CheckInvariants(
     }
     if (static_cast<int32_t>(w->cache.ParkedOldestFirst().size()) != parked) {
       return Violation(absl::StrFormat("worker %d: the LRU list is broken", id));
+    }
+    if (computing[id] != w->computing) {
+      return Violation(absl::StrFormat("worker %d: pages announced as computing drifted", id));
     }
     if (!enable_prefix_caching_ && w->cache.num_named() != 0) {
       return Violation(absl::StrFormat("worker %d names pages with caching off", id));

@@ -46,6 +46,9 @@ struct PrefixHit {
   int32_t tokens = 0;        // cached tokens usable (full pages, never the last token)
   int32_t parked_pages = 0;  // of the hit pages, those parked (taking them removes them from
                              // the worker's available pages)
+  // Tokens right after the hit that a running sequence on the worker is computing now (its
+  // prompt pages not yet confirmed): waiting for them beats computing them twice.
+  int32_t computing_tokens = 0;
 };
 
 // A worker's page accounting (free + parked + held == total).
@@ -119,6 +122,9 @@ class KvCacheManager {
     std::string salt;
     std::vector<PageId> pages;
     int32_t committed = 0;  // leading pages already offered to the cache
+    // Hashes of the full pages [committed, committed + size) this table will compute (known
+    // tokens), announced in the worker's `computing` map until committed or released.
+    std::vector<uint64_t> computing;
   };
   struct Chain {  // memo of a sequence's page hashes for one page size
     int32_t page_size = 0;
@@ -133,6 +139,8 @@ class KvCacheManager {
   std::vector<PageId> FindRun(Worker& w, RequestId seq, const std::vector<int32_t>& tokens,
                               const std::string& salt);
   std::optional<PageId> TakePage(Worker& w);
+  void Announce(Worker& w, Table& table, RequestId seq, const std::vector<int32_t>& tokens);
+  void Unannounce(Worker& w, Table& table, size_t count);
 
   const bool enable_prefix_caching_;
   absl::flat_hash_map<WorkerId, std::unique_ptr<Worker>> workers_;

@@ -331,6 +331,10 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     if (!entry) return;
     Sequence& s = *seqs_.at(entry->id);
     if (!IsPlacedOn(w, s)) return;  // the head waits for a better worker's next plan
+    // Another sequence here is computing the head's next prompt pages: wait for them.
+    if (kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt).computing_tokens > 0) {
+      return;
+    }
     const int entry_class = waiting_.EffectiveClass(*entry, now);
     // Make room by preempting lower-class sequences; never overtake the head (FIFO by class).
     // A victim's released pages may extend the head's hit, so look up again after each.

@@ -77,6 +77,20 @@ void Drain(Scheduler& s, WorkerId w, Outcome& out, double& now, int max_steps = 
   }
 }
 
+// Runs one request to completion on `worker` (the only one that may take it).
+void RunAlone(Scheduler& s, WorkerId worker, const NewRequest& r, double& now) {
+  ASSERT_TRUE(s.AddRequest(r, now).ok());
+  Outcome out;
+  Drain(s, worker, out, now);
+  ASSERT_TRUE(out.finished.count(r.id));
+}
+
+NewRequest PrefixRequest(RequestId id, int32_t shared, int32_t own, int32_t max_tokens = 2) {
+  NewRequest r = Request(id, shared + own, max_tokens);
+  for (int32_t i = shared; i < shared + own; ++i) r.prompt[i] = 500 + static_cast<int32_t>(id);
+  return r;
+}
+
 TEST(SchedulerTest, RejectsWhatCanNeverFit) {
   Scheduler s(Options());
   EXPECT_EQ(s.AddRequest(Request(1, 0, 4), 0).code(), absl::StatusCode::kInvalidArgument);
@@ -396,6 +410,29 @@ TEST(SchedulerTest, CompletionLimitsAreInvalidArgument) {
       << "ids 1..3 belong to the three completions";
 }
 
+// Two requests with the same long prefix arrive together: the second waits while the first
+// computes the prefix, then reuses it instead of computing it a second time.
+TEST(SchedulerTest, AdmissionWaitsForAPrefixBeingComputed) {
+  Scheduler s(Options(/*budget=*/256, /*chunk=*/256));
+  s.AddWorker(1, Worker(64));
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(1, 32, 4), 0).ok());
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 32, 4), 0).ok());
+  auto p = s.Schedule(1, 0);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 1u) << "request 2 waits for request 1's prefix pages";
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  p = s.Schedule(1, 1);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 2u);
+  EXPECT_EQ(p->steps[1].seq_id, 2u);
+  EXPECT_EQ(p->steps[1].start_pos, 32) << "the prefix came from the cache";
+  Outcome out;
+  double now = 2;
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  Drain(s, 1, out, now);
+  EXPECT_EQ(out.finished[2].cached_tokens, 32);
+}
+
 // Aging: a low request under a steady stream of critical arrivals is admitted within the
 // bound (3 aging intervals for low → critical, plus the queue ahead of it).
 TEST(SchedulerTest, AgingBoundsTheWaitOfLowPriority) {
@@ -665,20 +702,6 @@ TEST(SchedulerTest, RandomizedInvariants) {
   EXPECT_GT(total_hits, 0) << "shared prefixes must hit the cache";
   EXPECT_GT(total_completions, 0);
   EXPECT_GT(total_copies, 0) << "forks of partial pages must copy them";
-}
-
-// Runs one request to completion on `worker` (the only one that may take it).
-void RunAlone(Scheduler& s, WorkerId worker, const NewRequest& r, double& now) {
-  ASSERT_TRUE(s.AddRequest(r, now).ok());
-  Outcome out;
-  Drain(s, worker, out, now);
-  ASSERT_TRUE(out.finished.count(r.id));
-}
-
-NewRequest PrefixRequest(RequestId id, int32_t shared, int32_t own, int32_t max_tokens = 2) {
-  NewRequest r = Request(id, shared + own, max_tokens);
-  for (int32_t i = shared; i < shared + own; ++i) r.prompt[i] = 500 + static_cast<int32_t>(id);
-  return r;
 }
 
 // Placement rule 3 (ties): equal cost goes to the most free KV, then the lowest id; a worker the
