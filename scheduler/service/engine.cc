@@ -186,22 +186,11 @@ void Engine::RouteEventsLocked() {
       if (metrics_ != nullptr) ObserveToken(t, now);
       t.stream->PushToken(e.token);
     } else {
-      LogFinished(e);
       if (metrics_ != nullptr) ObserveFinished(t, e);
       t.stream->PushFinished(std::move(e));
       streams_.erase(it);
     }
   }
-}
-
-void Engine::LogFinished(const Event& e) {
-  const RequestTimings& t = e.timings;
-  PAGODA_LOG(kDebug, "scheduler",
-             "request %d finished (%s): %d prompt tokens (%d cached), %d generated, "
-             "%d preemptions, ttft %.4f s, e2e %.4f s",
-             e.id, FinishReasonName(e.reason), e.prompt_tokens, e.cached_tokens,
-             e.completion_tokens, e.preemptions,
-             t.first_token >= 0 ? t.first_token - t.arrival : -1, t.finished - t.arrival);
 }
 
 void Engine::ObserveToken(Tracked& t, double now) {

@@ -123,8 +123,6 @@ class Engine {
   std::vector<Outgoing> PlanAndRouteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RouteEventsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Reports a routed event to metrics_ (non-null); `now` is the engine's clock.
-  // The request log line (debug level): counts, cached tokens, timings.
-  void LogFinished(const Event& e);
   void ObserveToken(Tracked& t, double now);
   void ObserveFinished(const Tracked& t, const Event& e);
   void Send(std::vector<Outgoing> outgoing);

@@ -492,10 +492,10 @@ void GenerationService::Report(const Outcome& out, const std::string& client_id,
     const RequestTimings& t = e.timings;
     absl::StrAppendFormat(
         &line,
-        " prompt=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
+        " prompt=%d cached=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
         "ttft=%.3fs e2e=%.3fs",
-        e.prompt_tokens, e.completion_tokens, e.preemptions, FinishReasonName(e.reason),
-        t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
+        e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.preemptions,
+        FinishReasonName(e.reason), t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
         t.first_token >= 0 ? t.first_token - t.arrival : 0, t.finished - t.arrival);
   } else {
     absl::StrAppendFormat(&line, " prompt=%d completion=%d e2e=%.3fs", out.prompt_tokens,
