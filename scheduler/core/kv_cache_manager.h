@@ -8,6 +8,9 @@
 // there are logits to sample); Grow appends pages as positions are scheduled; Commit names the
 // full pages whose KV the worker has confirmed, so later sequences can hit them; Release drops
 // the table (finish, cancel, preemption), parking named pages for reuse and freeing the rest.
+// Open also announces the full pages the table will compute from known tokens; Lookup reports
+// them to later requests (PrefixHit::computing_tokens) until Commit or Release withdraws them,
+// so that a request can wait for a prefix in progress instead of computing it a second time.
 //
 // Invariants (CheckInvariants, run after every step by the randomized tests):
 //  * Every page of a worker is exactly one of: free, parked (named, ref count 0, in the LRU) or
