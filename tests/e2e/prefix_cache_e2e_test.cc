@@ -1,7 +1,8 @@
 // End-to-end: the prefix cache never changes what is generated. The same greedy workload (many
 // requests sharing a system prompt, plus multi-turn conversations that resend their history)
 // runs on two 3-worker clusters with small KV pools: one with --enable-prefix-caching=false,
-// one with the cache on and a worker killed mid-run. Outputs must match token for token.
+// one with the cache on and a worker killed mid-run; a few requests ask for n = 2 completions.
+// Outputs must match token for token.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -20,6 +21,7 @@ namespace v1 = pagoda::v1;
 constexpr int kSharedRequests = 32;
 constexpr int kConversations = 6;
 constexpr int kTurns = 4;
+constexpr int kForked = 4;  // requests with n = 2
 
 std::vector<int32_t> RandomIds(std::mt19937& rng, int n) {
   std::vector<int32_t> ids(n);
@@ -33,6 +35,41 @@ v1::GenerateRequest IdsRequest(const std::vector<int32_t>& ids, uint32_t max_tok
   r.set_max_tokens(max_tokens);
   r.set_ignore_eos(true);
   return r;
+}
+
+// One Generate call with n completions, split by GenerateResponse.index.
+struct Completions {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::string> text;
+  std::vector<int> finished;  // messages with `finished`, per completion
+  std::vector<v1::Finished> last;
+  grpc::Status status;
+};
+
+Completions GenerateN(Cluster& cluster, const v1::GenerateRequest& request, int n) {
+  Completions out;
+  out.tokens.resize(n);
+  out.text.resize(n);
+  out.finished.assign(n, 0);
+  out.last.resize(n);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = cluster.stub().Generate(&ctx, request);
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    const uint32_t i = resp.index();
+    EXPECT_LT(i, static_cast<uint32_t>(n));
+    if (i >= static_cast<uint32_t>(n)) continue;
+    EXPECT_EQ(out.finished[i], 0) << "completion " << i << " streamed after its end";
+    out.tokens[i].insert(out.tokens[i].end(), resp.token_ids().begin(), resp.token_ids().end());
+    out.text[i] += resp.text();
+    if (resp.has_finished()) {
+      ++out.finished[i];
+      out.last[i] = resp.finished();
+    }
+  }
+  out.status = reader->Finish();
+  return out;
 }
 
 struct Outputs {
@@ -60,7 +97,15 @@ Outputs RunWorkload(Cluster& cluster, const std::function<void()>& during) {
   }
   const int total = kSharedRequests + kConversations * kTurns;
   std::vector<Generation> results(total);
+  std::vector<Completions> forked(kForked);
   std::vector<std::thread> threads;
+  for (int i = 0; i < kForked; ++i) {
+    std::vector<int32_t> prompt = system;
+    for (int32_t id : RandomIds(rng, 8)) prompt.push_back(id);
+    v1::GenerateRequest r = IdsRequest(prompt, 24);
+    r.set_n(2);
+    threads.emplace_back([&, i, r] { forked[i] = GenerateN(cluster, r, 2); });
+  }
   for (int i = 0; i < kSharedRequests; ++i) {
     threads.emplace_back([&, i] { results[i] = cluster.Generate(shared[i]); });
   }
@@ -89,6 +134,14 @@ Outputs RunWorkload(Cluster& cluster, const std::function<void()>& during) {
               results[i].finished.usage().prompt_tokens());
     out.tokens.push_back(results[i].tokens);
     out.cached_tokens += results[i].finished.usage().cached_tokens();
+  }
+  for (const Completions& c : forked) {
+    EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_EQ(c.tokens[0], c.tokens[1]) << "greedy completions of one prompt";
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(c.finished[i], 1);
+      out.tokens.push_back(c.tokens[i]);
+    }
   }
   out.preemptions = static_cast<int64_t>(cluster.Status().preemptions_total());
   return out;
@@ -128,41 +181,6 @@ TEST_F(TrainedModelTest, PrefixCacheKeepsGreedyOutputsExact) {
   const v1::ServerStatus idle = cluster_->Status();
   for (const auto& w : idle.workers()) cached_pages += w.kv_pages_cached();
   EXPECT_GT(cached_pages, 0) << "finished requests leave their pages cached";
-}
-
-// One Generate call with n completions, split by GenerateResponse.index.
-struct Completions {
-  std::vector<std::vector<int32_t>> tokens;
-  std::vector<std::string> text;
-  std::vector<int> finished;  // messages with `finished`, per completion
-  std::vector<v1::Finished> last;
-  grpc::Status status;
-};
-
-Completions GenerateN(Cluster& cluster, const v1::GenerateRequest& request, int n) {
-  Completions out;
-  out.tokens.resize(n);
-  out.text.resize(n);
-  out.finished.assign(n, 0);
-  out.last.resize(n);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
-  auto reader = cluster.stub().Generate(&ctx, request);
-  v1::GenerateResponse resp;
-  while (reader->Read(&resp)) {
-    const uint32_t i = resp.index();
-    EXPECT_LT(i, static_cast<uint32_t>(n));
-    if (i >= static_cast<uint32_t>(n)) continue;
-    EXPECT_EQ(out.finished[i], 0) << "completion " << i << " streamed after its end";
-    out.tokens[i].insert(out.tokens[i].end(), resp.token_ids().begin(), resp.token_ids().end());
-    out.text[i] += resp.text();
-    if (resp.has_finished()) {
-      ++out.finished[i];
-      out.last[i] = resp.finished();
-    }
-  }
-  out.status = reader->Finish();
-  return out;
 }
 
 // n > 1: greedy completions all equal the n = 1 answer; seeded ones equal n = 1 requests with
