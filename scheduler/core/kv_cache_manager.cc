@@ -30,6 +30,16 @@ KvCacheManager::Worker& KvCacheManager::worker(WorkerId id) const {
   return *it->second;
 }
 
+KvCacheManager::Table& KvCacheManager::NewTable(RequestId seq) {
+  auto [it, inserted] = tables_.try_emplace(seq);
+  if (!inserted) {
+    std::fprintf(stderr, "KvCacheManager: sequence %lu already has a table\n",
+                 static_cast<unsigned long>(seq));
+    std::abort();
+  }
+  return it->second;
+}
+
 void KvCacheManager::AddWorker(WorkerId id, int32_t num_pages, int32_t page_size) {
   workers_[id] = std::make_unique<Worker>(num_pages, page_size);
 }
@@ -126,13 +136,7 @@ PrefixHit KvCacheManager::Lookup(WorkerId id, RequestId seq, const std::vector<i
 int32_t KvCacheManager::Open(WorkerId id, RequestId seq, const std::vector<int32_t>& tokens,
                              const std::string& salt) {
   Worker& w = worker(id);
-  auto [it, inserted] = tables_.try_emplace(seq);
-  if (!inserted) {
-    std::fprintf(stderr, "KvCacheManager: sequence %lu already has a table\n",
-                 static_cast<unsigned long>(seq));
-    std::abort();
-  }
-  Table& table = it->second;
+  Table& table = NewTable(seq);
   table.worker = id;
   table.pages = FindRun(w, seq, tokens, salt);
   table.salt = salt;
@@ -232,11 +236,7 @@ std::optional<std::optional<PageCopy>> KvCacheManager::Fork(RequestId parent, Re
     copy = PageCopy{from.pages[whole], *own};
     table.pages.push_back(*own);
   }
-  if (!tables_.try_emplace(child, std::move(table)).second) {
-    std::fprintf(stderr, "KvCacheManager: sequence %lu already has a table\n",
-                 static_cast<unsigned long>(child));
-    std::abort();
-  }
+  NewTable(child) = std::move(table);
   return copy;
 }
 

@@ -142,6 +142,7 @@ class KvCacheManager {
   std::vector<PageId> FindRun(Worker& w, RequestId seq, const std::vector<int32_t>& tokens,
                               const std::string& salt);
   std::optional<PageId> TakePage(Worker& w);
+  Table& NewTable(RequestId seq);  // aborts when `seq` has one
   void Announce(Worker& w, Table& table, RequestId seq, const std::vector<int32_t>& tokens);
   void Unannounce(Worker& w, Table& table, size_t count);
 
