@@ -136,6 +136,52 @@ TEST(KvCacheManagerTest, CachingOffNamesNothing) {
   EXPECT_EQ(kv.queried_tokens(), 0);
 }
 
+TEST(KvCacheManagerTest, ForkSharesWholePagesAndCopiesThePartialOne) {
+  KvCacheManager kv(false);  // sharing by fork needs no prefix cache
+  kv.AddWorker(1, 8, 4);
+  const std::vector<int32_t> t = Tokens(10);
+  kv.Open(1, 1, t, "");
+  ASSERT_TRUE(kv.Grow(1, 10));   // pages 0, 1, 2
+  auto copy = kv.Fork(1, 2, 9);  // positions [0, 9): pages 0, 1 whole, page 2 partial
+  ASSERT_TRUE(copy.has_value());
+  ASSERT_TRUE(copy->has_value());
+  EXPECT_EQ((*copy)->src, 2);
+  EXPECT_EQ(kv.pages(2), (std::vector<PageId>{0, 1, (*copy)->dst}));
+  EXPECT_EQ(kv.pool(1)->ref_count(0), 2);
+  EXPECT_EQ(kv.pool(1)->ref_count(2), 1);
+  auto aligned = kv.Fork(1, 3, 8);  // positions [0, 8): whole pages only, nothing to copy
+  ASSERT_TRUE(aligned.has_value());
+  EXPECT_FALSE(aligned->has_value());
+  EXPECT_EQ(kv.pages(3), (std::vector<PageId>{0, 1}));
+  EXPECT_TRUE(kv.CheckInvariants([&](RequestId) { return &t; }).ok());
+  // No page left for the copy: no fork, no change.
+  kv.Open(1, 4, Tokens(16, 50), "");
+  ASSERT_TRUE(kv.Grow(4, 16));
+  EXPECT_EQ(kv.AvailablePages(1), 0);
+  EXPECT_FALSE(kv.Fork(1, 5, 9).has_value());
+  EXPECT_FALSE(kv.has_table(5));
+  for (RequestId id : {1, 2, 3, 4}) kv.Forget(id);
+  EXPECT_EQ(kv.usage(1).free, 8);
+}
+
+TEST(KvCacheManagerTest, PagesBeingComputedAreAnnouncedUntilCommitted) {
+  KvCacheManager kv(true);
+  kv.AddWorker(1, 16, 4);
+  const std::vector<int32_t> t = Tokens(13);
+  kv.Open(1, 1, t, "");
+  ASSERT_TRUE(kv.Grow(1, 13));
+  EXPECT_EQ(kv.Lookup(1, 2, t, "").computing_tokens, 12);
+  EXPECT_EQ(kv.Lookup(1, 3, t, "other salt").computing_tokens, 0);
+  kv.Commit(1, t, 8);  // two pages confirmed: a hit now, the third still in progress
+  PrefixHit hit = kv.Lookup(1, 2, t, "");
+  EXPECT_EQ(hit.tokens, 8);
+  EXPECT_EQ(hit.computing_tokens, 4);
+  EXPECT_TRUE(kv.CheckInvariants([&](RequestId) { return &t; }).ok());
+  kv.Release(1);  // gone before computing the rest: nothing more to wait for
+  EXPECT_EQ(kv.Lookup(1, 2, t, "").computing_tokens, 0);
+  EXPECT_TRUE(kv.CheckInvariants(kNoTokens).ok());
+}
+
 TEST(PrefixCacheTest, HashesChainAndCollisionsAreNotHits) {
   const std::vector<int32_t> a = {1, 2, 3, 4};
   EXPECT_NE(PageHash(ChainRoot(""), a), PageHash(ChainRoot("x"), a));
