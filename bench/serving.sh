@@ -30,16 +30,7 @@ source "$root/bench/lib/cluster.sh"
 
 "$root/scripts/build.sh" pagoda-scheduler pagoda-worker pagoda-make-model pagoda-bench
 
-model="${MODEL:-}"
-if [ -z "$model" ]; then
-  # The demo's shape: big enough that the forward pass dominates, small enough for 2 cores.
-  model="$build_dir/models/bench-random.gguf"
-  if [ ! -f "$model" ]; then
-    mkdir -p "$(dirname "$model")"
-    "$bin/pagoda-make-model" --output "$model" --layers 4 --dim 256 --heads 8 --kv-heads 4 \
-      --ffn-dim 688 --vocab 2048 --context 2048 --seed 1
-  fi
-fi
+model="$(bench_model)"
 
 # The worker, the scheduler and the client share this machine: leave the worker one core fewer
 # than there are, or its forward-pass threads and the scheduler preempt each other and the

@@ -42,6 +42,9 @@ ABSL_FLAG(int32_t, max_preemptions_in_row, 3,
           "times a sequence may be preempted without generating a token before it is spared");
 ABSL_FLAG(int32_t, max_plans_in_flight, 2,
           "plans per worker in flight: 2 overlaps planning with execution, 1 turns overlap off");
+ABSL_FLAG(bool, enable_prefix_caching, true,
+          "reuse the KV of full pages across requests (exact prefix cache); "
+          "--enable-prefix-caching=false turns it off");
 ABSL_FLAG(double, drain_timeout, 30,
           "seconds the queued and running requests get to finish after SIGTERM/SIGINT; what is "
           "left then ends with UNAVAILABLE");
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
   options.scheduler.aging_interval = absl::GetFlag(FLAGS_aging_interval_s);
   options.scheduler.max_preemptions_in_row = absl::GetFlag(FLAGS_max_preemptions_in_row);
   options.scheduler.max_plans_in_flight = absl::GetFlag(FLAGS_max_plans_in_flight);
+  options.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   const auto& o = options.scheduler;
   if (o.max_batch_tokens <= 0 || o.max_running <= 0 || o.max_prefill_chunk <= 0 ||
       o.max_queued_requests <= 0 || o.max_queued_prompt_tokens <= 0 ||

@@ -1,10 +1,24 @@
 # Sourced by the bench scripts: start and stop one scheduler + one CPU worker on loopback.
 #   start_cluster MODEL THREADS [scheduler flags...]   # sets $addr, $sched_pid, $worker_pid
 #   stop_cluster
+#   model="$(bench_model)"   # $MODEL, or the bench's random-weight model (made once)
 # Needs $bin (the binaries) set by the caller; logs go to a temporary directory that is
 # printed when a process fails to start.
 
 cluster_dir=""
+
+# The demo's shape: big enough that the forward pass dominates, small enough for 2 cores.
+# Needs $bin and $build_dir.
+bench_model() {
+  if [ -n "${MODEL:-}" ]; then echo "$MODEL"; return; fi
+  local model="$build_dir/models/bench-random.gguf"
+  if [ ! -f "$model" ]; then
+    mkdir -p "$(dirname "$model")"
+    "$bin/pagoda-make-model" --output "$model" --layers 4 --dim 256 --heads 8 --kv-heads 4 \
+      --ffn-dim 688 --vocab 2048 --context 2048 --seed 1 >&2
+  fi
+  echo "$model"
+}
 sched_pid=""
 worker_pid=""
 

@@ -57,7 +57,7 @@ struct Scheduler::Budget {
 };
 
 Scheduler::Scheduler(const SchedulerOptions& options)
-    : options_(options), waiting_(options.aging_interval) {}
+    : options_(options), kv_(options.enable_prefix_caching), waiting_(options.aging_interval) {}
 Scheduler::~Scheduler() = default;
 
 size_t Scheduler::num_running() const {
@@ -70,11 +70,6 @@ size_t Scheduler::num_preempted() const {
   size_t n = 0;
   for (const auto& [id, s] : seqs_) n += s->state == SeqState::kPreempted;
   return n;
-}
-
-const BlockPool* Scheduler::pool(WorkerId worker) const {
-  auto it = workers_.find(worker);
-  return it == workers_.end() ? nullptr : &it->second->pool;
 }
 
 std::optional<SeqState> Scheduler::state(RequestId id) const {
@@ -122,8 +117,14 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
         "prompt (%d tokens) + max_tokens (%d) exceeds the model context of %d tokens", prompt,
         request.max_tokens, context));
   }
-  if (seqs_.contains(request.id)) {
-    return absl::AlreadyExistsError(absl::StrFormat("request id %d is in use", request.id));
+  if (request.n < 1 || request.n > kMaxCompletions) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("n must be in [1, %d], got %d", kMaxCompletions, request.n));
+  }
+  for (int32_t i = 0; i < request.n; ++i) {
+    if (seqs_.contains(request.id + i)) {
+      return absl::AlreadyExistsError(absl::StrFormat("request id %d is in use", request.id + i));
+    }
   }
   auto s = std::make_unique<Sequence>();
   s->request = std::move(request);
@@ -139,9 +140,16 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   if (!workers_.empty()) {
     int32_t largest = 0;
     bool fits = false;
+    const int64_t n = s->request.n;
     for (const auto& [id, w] : workers_) {
       largest = std::max(largest, w->info.num_pages * w->info.page_size);
-      fits |= CeilDiv(MaxPositions(*s), w->info.page_size) <= w->info.num_pages;
+      fits |= n * CeilDiv(MaxPositions(*s), w->info.page_size) <= w->info.num_pages;
+    }
+    if (!fits && n > 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "n (%d) x (prompt (%d tokens) + max_tokens (%d)) needs more KV cache than any worker "
+          "has (largest: %d tokens)",
+          n, prompt, s->request.max_tokens, largest));
     }
     if (!fits) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -163,8 +171,59 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   const RequestId id = s->request.id;
   waiting_.PushBack({id, s->priority(), now});
   queued_prompt_tokens_ += prompt;
+  for (int32_t i = 1; i < s->request.n; ++i) {
+    // Completion i: its own sequence and seed, waiting to fork from completion 0.
+    auto child = std::make_unique<Sequence>();
+    child->request = s->request;
+    child->request.id = id + i;
+    child->request.n = 1;
+    child->request.sampling.seed += static_cast<uint64_t>(i);
+    child->tokens = s->tokens;
+    child->num_prompt = prompt;
+    child->arrival = now;
+    child->timings.arrival = now;
+    child->fork_parent = id;
+    s->fork_children.push_back(id + i);
+    seqs_.emplace(id + i, std::move(child));
+  }
   seqs_.emplace(id, std::move(s));
   return absl::OkStatus();
+}
+
+void Scheduler::ForkChildren(Sequence& parent, double now) {
+  WorkerState& w = *FindWorker(*parent.worker);
+  std::vector<RequestId> children;
+  children.swap(parent.fork_children);
+  for (RequestId id : children) {
+    Sequence& child = *seqs_.at(id);
+    child.fork_parent = 0;
+    // The child computes the last prompt token itself, to sample its own first token.
+    std::optional<std::optional<PageCopy>> copy;
+    if (w.running.size() < static_cast<size_t>(options_.max_running)) {
+      copy = kv_.Fork(parent.request.id, id, parent.num_prompt - 1);
+    }
+    if (!copy) {  // no room: it queues, to recompute (or hit the prefix cache) like any other
+      waiting_.PushFront({id, child.priority(), child.arrival});
+      queued_prompt_tokens_ += static_cast<int64_t>(child.tokens.size());
+      continue;
+    }
+    child.worker = w.id;
+    child.state = SeqState::kPrefilling;
+    child.num_computed = child.num_scheduled = parent.num_prompt - 1;
+    child.pending_copy = *copy;
+    child.timings.first_scheduled = now;
+    w.running.push_back(id);
+  }
+}
+
+void Scheduler::ReleaseChildren(Sequence& parent) {
+  for (RequestId id : parent.fork_children) {
+    Sequence& child = *seqs_.at(id);
+    child.fork_parent = 0;
+    waiting_.PushFront({id, child.priority(), child.arrival});
+    queued_prompt_tokens_ += static_cast<int64_t>(child.tokens.size());
+  }
+  parent.fork_children.clear();
 }
 
 void Scheduler::Finish(RequestId id, FinishReason reason, const std::string& message, double now) {
@@ -173,6 +232,7 @@ void Scheduler::Finish(RequestId id, FinishReason reason, const std::string& mes
 
 void Scheduler::AddWorker(WorkerId id, const WorkerInfo& info) {
   workers_.emplace(id, std::make_unique<WorkerState>(id, info));
+  kv_.AddWorker(id, info.num_pages, info.page_size);
 }
 
 void Scheduler::RemoveWorker(WorkerId id) {
@@ -184,8 +244,8 @@ void Scheduler::RemoveWorker(WorkerId id) {
     Sequence& s = *seqs_.at(*rit);
     s.worker.reset();
     s.worker_knows = false;
-    s.pages.clear();
     s.pages_sent = 0;
+    s.pending_copy.reset();
     s.num_computed = s.num_scheduled = 0;
     s.pending_samples = 0;
     ++s.epoch;
@@ -194,6 +254,7 @@ void Scheduler::RemoveWorker(WorkerId id) {
     queued_prompt_tokens_ += static_cast<int64_t>(s.tokens.size());
   }
   workers_.erase(it);
+  kv_.RemoveWorker(id);  // its tables and its cache
 }
 
 void Scheduler::ExpireDeadlines(double now) {
@@ -270,56 +331,102 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     if (!entry) return;
     Sequence& s = *seqs_.at(entry->id);
     if (!IsPlacedOn(w, s)) return;  // the head waits for a better worker's next plan
+    // Another sequence here is computing the head's next prompt pages: wait for them.
+    if (kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt).computing_tokens > 0) {
+      return;
+    }
     const int entry_class = waiting_.EffectiveClass(*entry, now);
-    const int32_t chunk = std::min({s.unscheduled(), budget.tokens, options_.max_prefill_chunk});
-    const int32_t pages = CeilDiv(chunk, w.info.page_size);
     // Make room by preempting lower-class sequences; never overtake the head (FIFO by class).
-    while (w.running.size() >= static_cast<size_t>(options_.max_running) ||
-           w.pool.num_free() < pages) {
+    // A victim's released pages may extend the head's hit, so look up again after each.
+    while (!HasRoomToAdmit(w, s, budget)) {
       Sequence* victim = PickVictim(w, entry_class, now);
       if (victim == nullptr) return;
       Preempt(*victim);
     }
-    waiting_.Pop(*entry);
+    // By id: a victim of the head's base class (outranked by aging) is now in front of it.
+    waiting_.Remove(entry->id, entry->priority);
     queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
     s.worker = w.id;
     s.state = SeqState::kPrefilling;
     w.running.push_back(s.request.id);
-    if (s.timings.first_scheduled < 0) s.timings.first_scheduled = now;
+    const int32_t cached = kv_.Open(w.id, s.request.id, s.tokens, s.request.cache_salt);
+    s.num_computed = s.num_scheduled = cached;
+    if (s.timings.first_scheduled < 0) {
+      s.timings.first_scheduled = now;
+      s.cached_tokens = std::min(cached, s.num_prompt);
+    }
     AddStep(w, s, plan, budget, /*may_preempt=*/false);
   }
 }
 
-bool Scheduler::IsPlacedOn(const WorkerState& w, const Sequence& s) const {
-  // The worker with a free running slot and the most free KV (in tokens, so page sizes may
-  // differ), then the fewest running, then the lowest id; among workers the whole request
-  // fits on.
-  auto key = [&](const WorkerState& x) {
-    const bool slot = x.running.size() < static_cast<size_t>(options_.max_running);
-    const int64_t free = int64_t{x.pool.num_free()} * x.info.page_size;
-    return std::make_tuple(slot, free, -static_cast<int64_t>(x.running.size()),
-                           -static_cast<int64_t>(x.id));
-  };
+bool Scheduler::HasRoomToAdmit(const WorkerState& w, Sequence& s, const Budget& budget) {
+  if (w.running.size() >= static_cast<size_t>(options_.max_running)) return false;
+  const int32_t ps = w.info.page_size;
+  const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
+  const int32_t chunk = std::min({static_cast<int32_t>(s.tokens.size()) - hit.tokens, budget.tokens,
+                                  options_.max_prefill_chunk});
+  const int32_t pages = CeilDiv(hit.tokens + chunk, ps) - hit.tokens / ps;
+  return pages <= kv_.AvailablePages(w.id) - hit.parked_pages;
+}
+
+std::tuple<bool, int64_t, int64_t, int64_t> Scheduler::PlacementKey(const WorkerState& w,
+                                                                    Sequence& s) {
+  const int32_t ps = w.info.page_size;
+  const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
+  const int32_t uncached = static_cast<int32_t>(s.tokens.size()) - hit.tokens;
+  const int32_t available = kv_.AvailablePages(w.id) - hit.parked_pages;
+  const bool fits_now =
+      w.running.size() < static_cast<size_t>(options_.max_running) &&
+      CeilDiv(static_cast<int32_t>(s.tokens.size()), ps) - hit.tokens / ps <= available;
+  int64_t backlog = 0;
+  for (RequestId id : w.running) {
+    const Sequence& r = *seqs_.at(id);
+    backlog += static_cast<int64_t>(r.tokens.size()) - r.num_computed;
+  }
+  const int64_t cost =
+      uncached + backlog + kDecodeCostTokens * static_cast<int64_t>(w.running.size());
+  return {fits_now, -cost, int64_t{kv_.AvailablePages(w.id)} * ps, -static_cast<int64_t>(w.id)};
+}
+
+bool Scheduler::IsPlacedOn(const WorkerState& w, Sequence& s) {
   if (workers_.size() == 1) return true;
   if (HasBurstShare(w, s)) return true;
   const WorkerState* best = nullptr;
+  std::tuple<bool, int64_t, int64_t, int64_t> best_key;
   for (const auto& [id, x] : workers_) {
     if (CeilDiv(MaxPositions(s), x->info.page_size) > x->info.num_pages) continue;
-    if (best == nullptr || key(*x) > key(*best)) best = x.get();
+    auto key = PlacementKey(*x, s);
+    if (best == nullptr || key > best_key) {
+      best = x.get();
+      best_key = key;
+    }
   }
   return best == &w;
 }
 
-bool Scheduler::HasBurstShare(const WorkerState& w, const Sequence& s) const {
+bool Scheduler::HasBurstShare(const WorkerState& w, Sequence& s) {
   // One request per plan would ramp a burst of N requests over N / workers steps (the worker
-  // that admits one no longer has the most free KV). With at least one waiting request per
-  // worker, a worker under its fair share of everything running and waiting takes the head
-  // when it plans, provided the whole request fits its free pages without preempting anyone.
+  // that admits one is no longer the best). With at least one waiting request per worker, a
+  // worker under its fair share of everything running and waiting takes the head when it
+  // plans, provided the whole request fits its available pages beyond its hit (evicting only
+  // parked pages, preempting no one) and no other worker holds more of its prefix.
   if (waiting_.size() < workers_.size()) return false;
   if (w.running.size() >= static_cast<size_t>(options_.max_running)) return false;
-  if (CeilDiv(MaxPositions(s), w.info.page_size) > w.pool.num_free()) return false;
+  const int32_t ps = w.info.page_size;
+  const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
+  if (CeilDiv(MaxPositions(s), ps) - hit.tokens / ps >
+      kv_.AvailablePages(w.id) - hit.parked_pages) {
+    return false;
+  }
   size_t running = 0;
-  for (const auto& [id, x] : workers_) running += x->running.size();
+  for (const auto& [id, x] : workers_) {
+    running += x->running.size();
+    if (x.get() == &w || !kv_.prefix_caching()) continue;
+    if (CeilDiv(MaxPositions(s), x->info.page_size) > x->info.num_pages) continue;
+    if (kv_.Lookup(x->id, s.request.id, s.tokens, s.request.cache_salt).tokens > hit.tokens) {
+      return false;
+    }
+  }
   const size_t share = (running + waiting_.size() + workers_.size() - 1) / workers_.size();
   return w.running.size() < share;
 }
@@ -341,11 +448,16 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
     step.tokens.assign(s.tokens.begin() + s.num_scheduled,
                        s.tokens.begin() + s.num_scheduled + chunk);
   }
-  step.new_pages.assign(s.pages.begin() + s.pages_sent, s.pages.end());
-  s.pages_sent = static_cast<int32_t>(s.pages.size());
+  const std::vector<PageId>& table = kv_.pages(s.request.id);
+  step.new_pages.assign(table.begin() + s.pages_sent, table.end());
+  s.pages_sent = static_cast<int32_t>(table.size());
   step.sample = sample;
   step.sample_index = known_plus_pending - s.num_prompt;
   step.first_sight = !s.worker_knows;
+  if (s.pending_copy) {  // a fork's copy of its partial page, before the step writes into it
+    plan.page_copies.push_back(*s.pending_copy);
+    s.pending_copy.reset();
+  }
   step.sampling = s.request.sampling;
   s.worker_knows = true;
   s.num_scheduled += chunk;
@@ -357,22 +469,14 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
 }
 
 bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt) {
-  const size_t before = s.pages.size();
-  const size_t needed = static_cast<size_t>(CeilDiv(positions, w.info.page_size));
-  while (s.pages.size() < needed) {
-    if (std::optional<PageId> page = w.pool.Allocate()) {
-      s.pages.push_back(*page);
-      continue;
-    }
+  // Grow evicts unreferenced cached pages before it fails: preemption comes only after.
+  while (!kv_.Grow(s.request.id, positions)) {
     Sequence* victim = may_preempt ? PickVictim(w, -1, 0) : nullptr;
     if (victim != nullptr && victim != &s) {
       Preempt(*victim);
       continue;
     }
-    // No page: give back what this call took, and yield to others (or to the victim choice).
-    std::vector<PageId> taken(s.pages.begin() + before, s.pages.end());
-    s.pages.resize(before);
-    w.pool.Release(taken);
+    // No room: yield to others (or to the victim choice).
     if (victim == &s) Preempt(s);
     return false;
   }
@@ -461,6 +565,8 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
     const std::optional<int32_t> token = e.sample ? token_for(e.id) : std::nullopt;
     if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;  // gone since
     s->num_computed += e.chunk;
+    kv_.Commit(s->request.id, s->tokens, s->num_computed);
+    if (!s->fork_children.empty() && s->num_computed >= s->num_prompt) ForkChildren(*s, now);
     if (!e.sample) continue;
     --s->pending_samples;
     if (!token) {
@@ -518,19 +624,23 @@ void Scheduler::ReleaseFromWorker(Sequence& s) {
   if (!s.worker) return;
   WorkerState* w = FindWorker(*s.worker);
   if (w != nullptr) {
-    w->pool.Release(s.pages);
+    kv_.Release(s.request.id);
     w->running.erase(std::find(w->running.begin(), w->running.end(), s.request.id));
     if (s.worker_knows) w->pending_frees.push_back(s.request.id);
   }
   s.worker.reset();
   s.worker_knows = false;
-  s.pages.clear();
   s.pages_sent = 0;
+  s.pending_copy.reset();
 }
 
 void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& message,
                           double now) {
-  if (s.worker) {
+  ReleaseChildren(s);  // completions that had not forked yet go on without their parent
+  if (s.fork_parent != 0) {
+    std::vector<RequestId>& siblings = seqs_.at(s.fork_parent)->fork_children;
+    siblings.erase(std::find(siblings.begin(), siblings.end(), s.request.id));
+  } else if (s.worker) {
     ReleaseFromWorker(s);
   } else if (waiting_.Remove(s.request.id, s.priority())) {
     queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
@@ -542,10 +652,12 @@ void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& m
   e.message = message;
   e.prompt_tokens = s.num_prompt;
   e.completion_tokens = s.generated();
+  e.cached_tokens = s.cached_tokens;
   e.preemptions = s.preemptions;
   e.timings = s.timings;
   e.timings.finished = now;
   events_.push_back(std::move(e));
+  kv_.Forget(s.request.id);
   seqs_.erase(s.request.id);  // destroys `s`
 }
 

@@ -7,33 +7,60 @@
 // Each iteration a running sequence takes its next input tokens: one (a decode) when only the
 // last token is missing, otherwise a prefill chunk; it samples when its input reaches the end.
 // Plans are built decodes first, then running prefills, then admissions, within the token
-// budget, the running cap and the per-sequence chunk cap. Pages are allocated lazily, a page at
-// a time as positions need them. When none is free the scheduler preempts a victim (lowest
-// class, then latest arrival): its pages are freed and it goes back to the head of its class,
-// keeping its tokens; on resume it recomputes prompt + generated tokens. A higher-class request
-// that cannot otherwise be admitted preempts lower-class running sequences the same way.
+// budget, the running cap and the per-sequence chunk cap.
 //
-// Placement: with several workers, a new (or re-queued) sequence goes to the worker with the
-// most free KV, ties to the fewest running; other workers leave it queued.
+// KV: the KvCacheManager owns every page, block table and the prefix cache; the scheduler asks
+// it for pages and never edits a table. On admission a sequence starts after its longest cached
+// run of full pages (prompt + generated tokens, so a resumed sequence re-hits its own pages);
+// pages are then taken lazily as positions need them, and the manager evicts unreferenced cached
+// pages (LRU) before it ever says no. Only then does the scheduler preempt a victim (lowest
+// class, then latest arrival): its pages are released (the computed full ones stay cached) and
+// it goes back to the head of its class, keeping its tokens; on resume it recomputes what is no
+// longer cached. A higher-class request that cannot otherwise be admitted preempts lower-class
+// running sequences the same way. Full pages join the cache when a result confirms their KV.
+//
+// Placement (several workers): the queue head goes to the best worker, ranked in order by:
+//  1. fits now: a free running slot and room for its uncached tokens in free + parked pages;
+//  2. the lowest cost = uncached tokens (what it would compute there) + the worker's backlog
+//     (tokens its running sequences still have to compute) + kDecodeCostTokens per running
+//     sequence;
+//  3. the most free KV (tokens in free + parked pages), then the lowest worker id.
+// Workers the whole request could never fit on are skipped. Cached tokens lower the cost of the
+// workers holding them, while each admission raises its worker's backlog: requests sharing a
+// prefix gather where it is cached until that worker's queue outweighs recomputing the prefix
+// elsewhere, so they do not all pile onto one worker. Other workers leave the head queued.
+// Burst: with at least one waiting request per worker, ranking alone would admit one request
+// per plan (each admission raises its worker's cost). So a worker under its fair share of
+// everything running and waiting also takes the head when the whole request fits its available
+// pages beyond its hit (no preemption) and no worker the request fits on holds more of its
+// prefix: burst sharing never takes a request away from the cache holding it.
+//
+// n > 1: completion 0 is admitted as usual; completions 1..n-1 wait outside the queue until it
+// has computed the prompt, then fork: whole prompt pages are shared (ref counts), the partial
+// last page is copied into a page of their own (a PageCopy in their first plan: copy on write),
+// and each computes the last prompt token itself to sample its first token with its own seed.
+// A completion that cannot fork (no slot or page; the parent finished first) queues like any
+// request, recomputing what the prefix cache does not hold.
 //
 // Overlap: up to `max_plans_in_flight` plans per worker. A decode whose input is the token
 // sampled by a plan still in flight says feed_last_sampled; stop checks then lag one plan.
 //
-// Invariants (CheckInvariants, run after every step by the randomized tests):
-//  * every page a sequence holds is owned (ref count 1) in its worker's pool and no page is held
-//    by two sequences; free + held == pool size;
-//  * a sequence holds exactly the pages covering its scheduled positions;
-//  * waiting + running == live sequences; a waiting sequence holds no pages;
-//  * when nothing is queued or running, every pool is fully free.
+// Invariants (CheckInvariants, run after every step by the randomized tests): the
+// KvCacheManager's (see kv_cache_manager.h), and
+//  * a running sequence's table covers exactly its scheduled positions;
+//  * waiting + running + waiting to fork == live sequences; a waiting sequence has no table;
+//  * when nothing is queued or running, every page is free or cached.
 #pragma once
 
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "scheduler/core/block_pool.h"
+#include "scheduler/core/kv_cache_manager.h"
 #include "scheduler/core/request_queue.h"
 #include "scheduler/core/sequence.h"
 #include "scheduler/core/types.h"
@@ -52,10 +79,14 @@ struct SchedulerOptions {
   double aging_interval = 10.0;  // seconds of waiting that raise a request one class; <= 0 off
   int32_t max_preemptions_in_row = 3;  // then a sequence is not a victim until it generates
   int32_t max_plans_in_flight = 2;     // 1 = no overlap
+  bool enable_prefix_caching = true;   // reuse the KV of full pages across requests
   // More tokens that end a generation like eos_id (finish reason kEos): the model's end-of-turn
   // and end-of-message tokens (Llama 3's <|eot_id|>, <|eom_id|>; Qwen's <|endoftext|>).
   std::vector<int32_t> more_eos_ids;
 };
+
+// Placement weighs a running sequence as this many prompt tokens still to compute.
+inline constexpr int64_t kDecodeCostTokens = 16;
 
 class Scheduler {
  public:
@@ -96,7 +127,10 @@ class Scheduler {
   // The most times one sequence was preempted in a row, over the scheduler's life.
   int32_t max_preempted_in_row() const { return max_preempted_in_row_; }
   bool HasWork() const { return !seqs_.empty(); }
-  const BlockPool* pool(WorkerId worker) const;
+  const BlockPool* pool(WorkerId worker) const { return kv_.pool(worker); }
+  // Page accounting of an attached worker (free + cached-unreferenced + held).
+  KvUsage kv_usage(WorkerId worker) const { return kv_.usage(worker); }
+  const KvCacheManager& kv() const { return kv_; }
   std::optional<SeqState> state(RequestId id) const;
   // Checks every invariant; returns a description of the first violation, or OK.
   absl::Status CheckInvariants() const;
@@ -109,14 +143,21 @@ class Scheduler {
   void ExpireDeadlines(double now);
   void ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes);
   void AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double now);
-  bool IsPlacedOn(const WorkerState& w, const Sequence& s) const;
-  // During a burst (waiting >= workers): `w` is under its fair share and `s` fits its free KV.
-  bool HasBurstShare(const WorkerState& w, const Sequence& s) const;
+  bool IsPlacedOn(const WorkerState& w, Sequence& s);
+  bool HasRoomToAdmit(const WorkerState& w, Sequence& s, const Budget& budget);
+  // Placement key of `s` on `w` (greater is better; see Placement above).
+  std::tuple<bool, int64_t, int64_t, int64_t> PlacementKey(const WorkerState& w, Sequence& s);
+  // Burst sharing (see Placement above): `w` may take `s` without being its best worker.
+  bool HasBurstShare(const WorkerState& w, Sequence& s);
   bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt);
   bool EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt);
   Sequence* PickVictim(WorkerState& w, int below_class, double now);
   void BuildSteps(WorkerState& w, Plan& plan, Budget& budget, double now);
   void Preempt(Sequence& s);
+  // n > 1: the parent computed the prompt; its waiting completions fork from its pages.
+  void ForkChildren(Sequence& parent, double now);
+  // The parent leaves first: its unforked completions queue as ordinary sequences.
+  void ReleaseChildren(Sequence& parent);
   void ApplySample(Sequence& s, int32_t token, double now);
   void FinishSeq(Sequence& s, FinishReason reason, const std::string& message, double now);
   void ReleaseFromWorker(Sequence& s);
@@ -124,6 +165,7 @@ class Scheduler {
   int32_t DecodeLimit(const Sequence& s) const;
 
   SchedulerOptions options_;
+  KvCacheManager kv_;
   absl::flat_hash_map<RequestId, std::unique_ptr<Sequence>> seqs_;  // waiting or running
   absl::flat_hash_map<WorkerId, std::unique_ptr<WorkerState>> workers_;
   RequestQueue waiting_;

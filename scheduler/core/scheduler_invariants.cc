@@ -1,4 +1,6 @@
 // Scheduler::CheckInvariants: the properties the randomized tests assert after every step.
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "scheduler/core/scheduler.h"
 
@@ -7,8 +9,6 @@ namespace pagoda::scheduler {
 absl::Status Scheduler::CheckInvariants() const {
   size_t running = 0;
   for (const auto& [wid, w] : workers_) {
-    std::vector<bool> held(w->pool.num_pages(), false);
-    int32_t total_held = 0;
     for (RequestId id : w->running) {
       auto it = seqs_.find(id);
       if (it == seqs_.end()) return absl::InternalError(absl::StrFormat("running %d unknown", id));
@@ -18,44 +18,49 @@ absl::Status Scheduler::CheckInvariants() const {
         return absl::InternalError(
             absl::StrFormat("seq %d running in state %s", id, SeqStateName(s.state)));
       }
-      for (PageId p : s.pages) {
-        if (p < 0 || p >= w->pool.num_pages() || held[p] || w->pool.ref_count(p) != 1) {
-          return absl::InternalError(absl::StrFormat("page %d of worker %d owned twice", p, wid));
-        }
-        held[p] = true;
-      }
+      if (!kv_.has_table(id)) return absl::InternalError(absl::StrFormat("seq %d: no table", id));
+      const size_t pages = kv_.pages(id).size();
       const int32_t want = (s.num_scheduled + w->info.page_size - 1) / w->info.page_size;
-      if (static_cast<int32_t>(s.pages.size()) != want) {
-        return absl::InternalError(absl::StrFormat("seq %d holds %d pages for %d positions", id,
-                                                   s.pages.size(), s.num_scheduled));
+      if (static_cast<int32_t>(pages) != want) {
+        return absl::InternalError(
+            absl::StrFormat("seq %d holds %d pages for %d positions", id, pages, s.num_scheduled));
+      }
+      if (s.pages_sent > static_cast<int32_t>(pages)) {
+        return absl::InternalError(absl::StrFormat("seq %d: more pages sent than held", id));
       }
       if (s.num_computed > s.num_scheduled || s.pending_samples < 0 || s.pending_samples > 2) {
         return absl::InternalError(absl::StrFormat("seq %d: bad progress counters", id));
       }
-      total_held += static_cast<int32_t>(s.pages.size());
     }
     if (w->running.size() > static_cast<size_t>(options_.max_running)) {
       return absl::InternalError(absl::StrFormat("worker %d runs %d sequences, cap %d", wid,
                                                  w->running.size(), options_.max_running));
     }
     running += w->running.size();
-    if (total_held + w->pool.num_free() != w->pool.num_pages()) {
-      return absl::InternalError(absl::StrFormat("worker %d: %d held + %d free != %d pages", wid,
-                                                 total_held, w->pool.num_free(),
-                                                 w->pool.num_pages()));
-    }
-    if (seqs_.empty() && w->pool.num_free() != w->pool.num_pages()) {
-      return absl::InternalError(absl::StrFormat("worker %d: pages leaked", wid));
+    const KvUsage usage = kv_.usage(wid);
+    if (seqs_.empty() && usage.held != 0) {
+      return absl::InternalError(absl::StrFormat("worker %d: %d pages leaked", wid, usage.held));
     }
   }
-  if (waiting_.size() + running != seqs_.size()) {
-    return absl::InternalError(absl::StrFormat("%d waiting + %d running != %d sequences",
-                                               waiting_.size(), running, seqs_.size()));
+  size_t forking = 0;
+  for (const auto& [id, s] : seqs_) {
+    if (s->fork_parent == 0) continue;
+    ++forking;
+    auto parent = seqs_.find(s->fork_parent);
+    if (parent == seqs_.end() || std::count(parent->second->fork_children.begin(),
+                                            parent->second->fork_children.end(), id) != 1) {
+      return absl::InternalError(absl::StrFormat("seq %d waits for a parent that forgot it", id));
+    }
+  }
+  if (waiting_.size() + running + forking != seqs_.size()) {
+    return absl::InternalError(
+        absl::StrFormat("%d waiting + %d running + %d forking != %d sequences", waiting_.size(),
+                        running, forking, seqs_.size()));
   }
   int64_t queued_tokens = 0;
   for (const auto& [id, s] : seqs_) {
-    if (s->worker) continue;
-    if (!s->pages.empty() || s->num_scheduled != 0) {
+    if (s->worker || s->fork_parent != 0) continue;
+    if (kv_.has_table(id) || s->num_scheduled != 0) {
       return absl::InternalError(absl::StrFormat("waiting seq %d holds KV", id));
     }
     queued_tokens += static_cast<int64_t>(s->tokens.size());
@@ -64,7 +69,12 @@ absl::Status Scheduler::CheckInvariants() const {
     return absl::InternalError(
         absl::StrFormat("queued tokens %d != tracked %d", queued_tokens, queued_prompt_tokens_));
   }
-  return absl::OkStatus();
+  // The KV invariants: ref counts equal holders, held pages never free or parked, named pages
+  // match their tokens and their holders', free + parked + held == pages.
+  return kv_.CheckInvariants([this](RequestId id) -> const std::vector<int32_t>* {
+    auto it = seqs_.find(id);
+    return it == seqs_.end() ? nullptr : &it->second->tokens;
+  });
 }
 
 }  // namespace pagoda::scheduler

@@ -28,15 +28,21 @@ struct Sequence {
 
   std::optional<WorkerId> worker;  // set while running
   bool worker_knows = false;       // first_sight was sent to `worker`
-  std::vector<PageId> pages;       // block table on `worker`
-  int32_t pages_sent = 0;          // prefix of `pages` the worker has been told about
+  // The block table itself is KvCacheManager's.
+  int32_t pages_sent = 0;  // leading pages of the block table the worker has been told about
   int32_t num_computed = 0;
   int32_t num_scheduled = 0;
   int32_t pending_samples = 0;
   uint32_t epoch = 0;
 
-  int32_t preemptions = 0;       // total
-  int32_t preempted_in_row = 0;  // since the last generated token
+  // n > 1: completions 1..n-1 wait (in no queue) until completion 0, their parent, has computed
+  // the prompt, then fork from its pages; if the parent goes first, they queue as usual.
+  RequestId fork_parent = 0;             // set while waiting to fork
+  std::vector<RequestId> fork_children;  // on the parent, until it forks them
+  std::optional<PageCopy> pending_copy;  // a fork's copy of the partial page, for its first plan
+  int32_t cached_tokens = 0;             // prompt tokens hit in the prefix cache at first admission
+  int32_t preemptions = 0;               // total
+  int32_t preempted_in_row = 0;          // since the last generated token
   RequestTimings timings;
 
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }

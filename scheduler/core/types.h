@@ -49,7 +49,14 @@ struct NewRequest {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   Priority priority = Priority::kNormal;
+  // Mixed into the prefix-cache hash chain: only requests with the same salt share cached KV.
+  std::string cache_salt;
+  // Completions of this prompt, 1..kMaxCompletions. Completion i is the sequence with id
+  // `id + i` (the caller reserves the ids) and samples with seed `sampling.seed + i`; they share
+  // the prompt's pages (see Scheduler).
+  int32_t n = 1;
 };
+inline constexpr int32_t kMaxCompletions = 16;
 
 // What a worker told us when it attached.
 struct WorkerInfo {
@@ -73,11 +80,19 @@ struct PlanStep {
   int32_t sample_index = 0;       // index of the sampled token within the generation
 };
 
+// Copy-on-write: the worker copies page `src` into page `dst` (K and V, every layer).
+struct PageCopy {
+  PageId src = 0;
+  PageId dst = 0;
+  bool operator==(const PageCopy&) const = default;
+};
+
 // The flat batch for one worker for one iteration.
 struct Plan {
   WorkerId worker = 0;
   uint64_t iteration = 0;
   std::vector<RequestId> free_seq_ids;  // applied by the worker before steps
+  std::vector<PageCopy> page_copies;    // applied after the frees, before the steps
   std::vector<PlanStep> steps;
   int32_t num_tokens = 0;  // input tokens in steps (a feed_last_sampled step counts one)
 };

@@ -4,7 +4,6 @@
 #include <deque>
 #include <vector>
 
-#include "scheduler/core/block_pool.h"
 #include "scheduler/core/types.h"
 
 namespace pagoda::scheduler {
@@ -24,10 +23,9 @@ struct FlightPlan {
 
 struct WorkerState {
   WorkerState(WorkerId worker_id, const WorkerInfo& worker_info)
-      : id(worker_id), info(worker_info), pool(worker_info.num_pages) {}
+      : id(worker_id), info(worker_info) {}
   WorkerId id;
   WorkerInfo info;
-  BlockPool pool;
   std::vector<RequestId> running;        // admission order
   std::deque<FlightPlan> flight;         // oldest first; results arrive in this order
   uint64_t iteration = 0;                // of the last plan built

@@ -1,8 +1,10 @@
 #include "scheduler/engine/engine.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "scheduler/metrics/metrics.h"
@@ -58,9 +60,11 @@ Engine::Engine(const SchedulerOptions& options, std::function<double()> clock,
                SchedulerMetrics* metrics)
     : clock_(std::move(clock)), metrics_(metrics), scheduler_(options) {}
 
-RequestId Engine::NextRequestId() {
+RequestId Engine::NextRequestIds(int32_t count) {
   absl::MutexLock lock(&mu_);
-  return next_request_id_++;
+  const RequestId first = next_request_id_;
+  next_request_id_ += static_cast<RequestId>(std::max(1, count));
+  return first;
 }
 
 WorkerId Engine::NextWorkerId() {
@@ -69,6 +73,15 @@ WorkerId Engine::NextWorkerId() {
 }
 
 absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestSink> sink) {
+  return SubmitCompletions(std::move(request), {std::move(sink)});
+}
+
+absl::Status Engine::SubmitCompletions(NewRequest request,
+                                       std::vector<std::shared_ptr<RequestSink>> sinks) {
+  if (sinks.size() != static_cast<size_t>(std::max(1, request.n))) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%d sinks for a request of n = %d completions", sinks.size(), request.n));
+  }
   Outgoing out;
   {
     absl::MutexLock lock(&mu_);
@@ -80,10 +93,12 @@ absl::Status Engine::Submit(NewRequest request, std::shared_ptr<RequestSink> sin
     }
     const RequestId id = request.id;
     const double now = clock_();
-    Tracked tracked{std::move(sink), static_cast<int32_t>(request.prompt.size()), now};
+    const auto prompt = static_cast<int32_t>(request.prompt.size());
     absl::Status status = scheduler_.AddRequest(std::move(request), now);
     if (!status.ok()) return status;
-    tracked_[id] = std::move(tracked);
+    for (size_t i = 0; i < sinks.size(); ++i) {
+      tracked_[id + i] = Tracked{std::move(sinks[i]), prompt, now};
+    }
     PlanAndRouteLocked(&out);
   }
   Deliver(std::move(out));
@@ -248,13 +263,16 @@ EngineStatus Engine::Status() {
   status.running = scheduler_.num_running();
   status.preempted = scheduler_.num_preempted();
   status.preemptions_total = scheduler_.total_preemptions();
+  status.prefix_cache_queried_tokens = scheduler_.kv().queried_tokens();
+  status.prefix_cache_hit_tokens = scheduler_.kv().hit_tokens();
   for (const auto& [id, worker] : workers_) {
-    const BlockPool* pool = scheduler_.pool(id);
+    const KvUsage kv = scheduler_.kv_usage(id);
     WorkerStatus w;
     w.id = id;
     w.name = worker.name;
     w.info = worker.info;
-    w.free_pages = pool->num_free();
+    w.free_pages = kv.free + kv.parked;  // owned by no sequence
+    w.cached_pages = kv.parked;
     status.workers.push_back(std::move(w));
   }
   return status;

@@ -51,6 +51,7 @@ struct WorkerStatus {
   std::string name;
   WorkerInfo info;
   int32_t free_pages = 0;
+  int32_t cached_pages = 0;  // of free_pages, those the prefix cache keeps (reusable, evictable)
 };
 
 struct EngineStatus {
@@ -58,6 +59,8 @@ struct EngineStatus {
   size_t running = 0;
   size_t preempted = 0;
   int64_t preemptions_total = 0;
+  int64_t prefix_cache_queried_tokens = 0;  // prompt tokens looked up at admissions
+  int64_t prefix_cache_hit_tokens = 0;      // of those, tokens found cached
   std::vector<WorkerStatus> workers;
 };
 
@@ -73,12 +76,19 @@ class Engine {
   // Queues a request whose updates go to `sink`. Errors are the core's validation errors,
   // and UNAVAILABLE once draining; on an error the sink is never called.
   absl::Status Submit(NewRequest request, std::shared_ptr<RequestSink> sink);
+  // n > 1: completion i (request id request.id + i, reserved with NextRequestIds(n)) goes to
+  // sinks[i]; sinks.size() == max(1, request.n). Errors as Submit's; on an error no sink is
+  // ever called.
+  absl::Status SubmitCompletions(NewRequest request,
+                                 std::vector<std::shared_ptr<RequestSink>> sinks);
   // Ends a request (client cancel, stop string, deadline) and frees its pages. Unknown or
   // finished ids are ignored.
   void Finish(RequestId id, FinishReason reason, const std::string& why);
   // The engine's clock (seconds), the time base of NewRequest::deadline.
   double Now() const { return clock_(); }
-  RequestId NextRequestId();
+  RequestId NextRequestId() { return NextRequestIds(1); }
+  // The first of `count` consecutive fresh ids.
+  RequestId NextRequestIds(int32_t count);
 
   // A fresh worker id, for the link to announce (Accepted) before it attaches the worker.
   WorkerId NextWorkerId();

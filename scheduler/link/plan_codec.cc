@@ -5,6 +5,11 @@ namespace pagoda::scheduler {
 void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
   out->set_iteration(plan.iteration);
   out->mutable_free_seq_ids()->Add(plan.free_seq_ids.begin(), plan.free_seq_ids.end());
+  for (const PageCopy& copy : plan.page_copies) {
+    auto* c = out->add_page_copies();
+    c->set_src(static_cast<uint32_t>(copy.src));
+    c->set_dst(static_cast<uint32_t>(copy.dst));
+  }
   out->mutable_steps()->Reserve(static_cast<int>(plan.steps.size()));
   for (const PlanStep& step : plan.steps) {
     auto* s = out->add_steps();

@@ -92,6 +92,18 @@ SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Re
                           .Name("pagoda_kv_cache_pages_capacity")
                           .Help("KV pages in the worker's arena, per worker.")
                           .Register(r);
+  kv_cached_family_ = &prometheus::BuildGauge()
+                           .Name("pagoda_kv_cache_pages_cached")
+                           .Help(
+                               "KV pages the prefix cache keeps that no sequence holds (reusable "
+                               "by a hit, evicted least-recently-used first), per worker.")
+                           .Register(r);
+  prefix_queries_ = &AddCounter(r, "pagoda_prefix_cache_queries_total",
+                                "Prefix cache queries, in prompt tokens looked up when requests "
+                                "were admitted on a worker (vLLM: prefix_cache_queries).");
+  prefix_hits_ = &AddCounter(r, "pagoda_prefix_cache_hits_total",
+                             "Prefix cache hits, in tokens whose KV was reused instead of "
+                             "computed (vLLM: prefix_cache_hits).");
   prompt_tokens_ = &AddCounter(r, "pagoda_prompt_tokens_total",
                                "Prompt tokens of requests that reached their first token.");
   generation_tokens_ =
@@ -171,22 +183,31 @@ void SchedulerMetrics::Refresh() const {
   preempted_->Set(static_cast<double>(g.preempted));
   workers_->Set(static_cast<double>(g.workers.size()));
   // The core keeps the running total; the counter follows it.
-  if (g.preemptions_total > preemptions_seen_) {
-    preemptions_->Increment(static_cast<double>(g.preemptions_total - preemptions_seen_));
-    preemptions_seen_ = g.preemptions_total;
-  }
+  auto follow = [](prometheus::Counter* counter, int64_t total, int64_t& seen) {
+    if (total > seen) {
+      counter->Increment(static_cast<double>(total - seen));
+      seen = total;
+    }
+  };
+  follow(preemptions_, g.preemptions_total, preemptions_seen_);
+  follow(prefix_queries_, g.prefix_cache_queries, prefix_queries_seen_);
+  follow(prefix_hits_, g.prefix_cache_hits, prefix_hits_seen_);
   RefreshWorkers(g.workers);
 }
 
 void SchedulerMetrics::RefreshWorkers(const std::vector<EngineGauges::Worker>& workers) const {
   // Workers are shown by name; two workers given the same name are summed.
-  absl::flat_hash_map<std::string, std::pair<int64_t, int64_t>> pages;  // name -> used, total
+  struct Pages {
+    int64_t used = 0, total = 0, cached = 0;
+  };
+  absl::flat_hash_map<std::string, Pages> pages;  // by name
   int64_t used = 0;
   int64_t total = 0;
   for (const EngineGauges::Worker& w : workers) {
-    auto& [u, t] = pages[w.name];
-    u += w.pages_used;
-    t += w.pages_total;
+    Pages& p = pages[w.name];
+    p.used += w.pages_used;
+    p.total += w.pages_total;
+    p.cached += w.pages_cached;
     used += w.pages_used;
     total += w.pages_total;
   }
@@ -199,6 +220,7 @@ void SchedulerMetrics::RefreshWorkers(const std::vector<EngineGauges::Worker>& w
     }
     kv_used_family_->Remove(it->second.used);
     kv_total_family_->Remove(it->second.total);
+    kv_cached_family_->Remove(it->second.cached);
     worker_gauges_.erase(it++);
   }
   for (const auto& [name, p] : pages) {
@@ -206,9 +228,11 @@ void SchedulerMetrics::RefreshWorkers(const std::vector<EngineGauges::Worker>& w
     if (g.used == nullptr) {
       g.used = &kv_used_family_->Add({{"worker", name}});
       g.total = &kv_total_family_->Add({{"worker", name}});
+      g.cached = &kv_cached_family_->Add({{"worker", name}});
     }
-    g.used->Set(static_cast<double>(p.first));
-    g.total->Set(static_cast<double>(p.second));
+    g.used->Set(static_cast<double>(p.used));
+    g.total->Set(static_cast<double>(p.total));
+    g.cached->Set(static_cast<double>(p.cached));
   }
 }
 

@@ -45,10 +45,13 @@ struct EngineGauges {
   size_t waiting = 0;
   size_t preempted = 0;  // waiting again after a preemption (a subset of waiting)
   int64_t preemptions_total = 0;
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, running total
+  int64_t prefix_cache_hits = 0;     // of those, tokens found cached
   struct Worker {
     std::string name;
     int32_t pages_total = 0;
     int32_t pages_used = 0;
+    int32_t pages_cached = 0;  // unreferenced pages the prefix cache keeps
   };
   std::vector<Worker> workers;
 };
@@ -91,6 +94,7 @@ class SchedulerMetrics {
   struct WorkerGauges {
     prometheus::Gauge* used = nullptr;
     prometheus::Gauge* total = nullptr;
+    prometheus::Gauge* cached = nullptr;
   };
 
   // Copies the snapshot into the state gauges; called by every scrape.
@@ -109,6 +113,9 @@ class SchedulerMetrics {
   prometheus::Counter* preemptions_;
   prometheus::Family<prometheus::Gauge>* kv_used_family_;
   prometheus::Family<prometheus::Gauge>* kv_total_family_;
+  prometheus::Family<prometheus::Gauge>* kv_cached_family_;
+  prometheus::Counter* prefix_queries_;
+  prometheus::Counter* prefix_hits_;
 
   // Events.
   prometheus::Counter* prompt_tokens_;
@@ -126,6 +133,8 @@ class SchedulerMetrics {
   mutable absl::Mutex refresh_mu_;
   std::function<EngineGauges()> source_ ABSL_GUARDED_BY(refresh_mu_);
   mutable int64_t preemptions_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  mutable int64_t prefix_queries_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  mutable int64_t prefix_hits_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
   mutable absl::flat_hash_map<std::string, WorkerGauges> worker_gauges_
       ABSL_GUARDED_BY(refresh_mu_);
 

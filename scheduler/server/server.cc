@@ -40,8 +40,11 @@ EngineGauges ToGauges(const EngineStatus& s) {
   g.waiting = s.waiting;
   g.preempted = s.preempted;
   g.preemptions_total = s.preemptions_total;
+  g.prefix_cache_queries = s.prefix_cache_queried_tokens;
+  g.prefix_cache_hits = s.prefix_cache_hit_tokens;
   for (const WorkerStatus& w : s.workers) {
-    g.workers.push_back({w.name, w.info.num_pages, w.info.num_pages - w.free_pages});
+    g.workers.push_back(
+        {w.name, w.info.num_pages, w.info.num_pages - w.free_pages, w.cached_pages});
   }
   return g;
 }

@@ -1,5 +1,6 @@
 #include "scheduler/service/generate_call.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -67,6 +68,20 @@ grpc::Status FinalStatus(const Event& e) {
 
 }  // namespace
 
+// Completion `index`'s sink in the engine: forwards to the call, which it keeps alive until
+// the engine drops it (after delivering that completion's end).
+class GenerateCall::Sink final : public RequestSink {
+ public:
+  Sink(std::shared_ptr<GenerateCall> call, int index) : call_(std::move(call)), index_(index) {}
+  bool OnToken(int32_t token) override { return call_->OnToken(index_, token); }
+  bool OnFinished(Event event) override { return call_->OnFinished(index_, std::move(event)); }
+  void Flush() override { call_->Flush(); }
+
+ private:
+  const std::shared_ptr<GenerateCall> call_;
+  const int index_;
+};
+
 GenerateCall* GenerateCall::Start(GenerationService* service, grpc::CallbackServerContext* context,
                                   const v1::GenerateRequest& request, const absl::Status& decoded) {
   auto call = std::make_shared<GenerateCall>(service, context, request);
@@ -81,16 +96,14 @@ GenerateCall::GenerateCall(GenerationService* service, grpc::CallbackServerConte
     : service_(service),
       context_(context),
       client_id_(request.request_id()),
-      start_(service->engine_->Now()),
-      detok_(service->model_->tokenizer),
-      stops_(std::vector<std::string>(request.stop().begin(), request.stop().end())) {}
+      start_(service->engine_->Now()) {}
 
 void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status& decoded) {
   if (!decoded.ok()) return Refuse(ToGrpcStatus(decoded));
   absl::StatusOr<NewRequest> r = service_->Validate(request);
   if (!r.ok()) return Refuse(ToGrpcStatus(r.status()));
   Engine* engine = service_->engine_;
-  r->id = engine->NextRequestId();
+  r->id = engine->NextRequestIds(r->n);
   outcome_.id = r->id;
   outcome_.prompt_tokens = static_cast<int32_t>(r->prompt.size());
   const auto deadline = context_->deadline();
@@ -98,12 +111,21 @@ void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status&
     const std::chrono::duration<double> left = deadline - std::chrono::system_clock::now();
     r->deadline = engine->Now() + left.count();
   }
+  // Nothing reaches the call before Submit: its completions need no lock yet.
+  std::vector<std::shared_ptr<RequestSink>> sinks;
+  for (int i = 0; i < r->n; ++i) {
+    completions_.push_back(std::make_unique<Completion>(
+        service_->model_->tokenizer,
+        std::vector<std::string>(request.stop().begin(), request.stop().end())));
+    sinks.push_back(std::make_shared<Sink>(self_, i));
+  }
+  ends_.resize(completions_.size());
   {
     absl::MutexLock lock(&mu_);
     id_ = r->id;
-    submitted_ = true;  // before Submit, which may already deliver to this sink
+    submitted_ = true;  // before Submit, which may already deliver to the sinks
   }
-  if (absl::Status s = engine->Submit(*std::move(r), self_); !s.ok()) {
+  if (absl::Status s = engine->SubmitCompletions(*std::move(r), std::move(sinks)); !s.ok()) {
     {
       absl::MutexLock lock(&mu_);
       submitted_ = false;
@@ -123,24 +145,42 @@ void GenerateCall::Refuse(grpc::Status status) {
   Finish(std::move(status));
 }
 
-bool GenerateCall::OnToken(int32_t token) {
+bool GenerateCall::OnToken(int index, int32_t token) {
   absl::MutexLock lock(&mu_);
   if (done_ || ending_) return false;
-  const bool idle = pending_.empty() && !final_ && !writing_;
-  pending_.push_back(token);
+  Completion& c = *completions_[index];
+  // A flush is owed already when this completion had news and no write was in flight.
+  const bool idle = c.pending.empty() && !c.final && !writing_;
+  c.pending.push_back(token);
   return idle;
 }
 
-bool GenerateCall::OnFinished(Event event) {
+bool GenerateCall::OnFinished(int index, Event event) {
   absl::MutexLock lock(&mu_);
+  ++arrived_;
   if (done_) return false;
-  final_ = std::move(event);
+  completions_[index]->final = std::move(event);
   return !writing_;
+}
+
+int GenerateCall::NextWithNews() {
+  const int n = static_cast<int>(completions_.size());
+  for (int k = 0; k < n; ++k) {
+    const int i = (next_ + k) % n;
+    const Completion& c = *completions_[i];
+    if (!c.pending.empty() || c.final) {
+      next_ = (i + 1) % n;
+      return i;
+    }
+  }
+  return -1;
 }
 
 void GenerateCall::Flush() {
   for (;;) {
+    int index = -1;
     std::optional<Event> final;
+    bool last = false;
     std::optional<grpc::Status> end;
     {
       absl::MutexLock lock(&mu_);
@@ -148,16 +188,17 @@ void GenerateCall::Flush() {
       if (ending_) {
         done_ = true;
         end = ending_;
-      } else if (pending_.empty() && !final_) {
+      } else if (index = NextWithNews(); index < 0) {
         return;
       } else {
+        Completion& c = *completions_[index];
         writing_ = true;
         taken_.clear();
-        taken_.swap(pending_);  // the two buffers trade places: no allocation per message
-        if (final_) {
-          final = std::move(final_);
-          final_.reset();
-          final_taken_ = true;
+        taken_.swap(c.pending);  // the two buffers trade places: no allocation per message
+        if (c.final) {
+          final = std::move(c.final);
+          c.final.reset();
+          last = ++taken_ends_ == static_cast<int>(completions_.size());
         }
       }
     }
@@ -166,44 +207,53 @@ void GenerateCall::Flush() {
       Finish(*std::move(end));
       return;
     }
-    if (Write(taken_, std::move(final))) return;
+    if (Write(index, taken_, std::move(final), last)) return;
     absl::MutexLock lock(&mu_);
     writing_ = false;  // nothing was sent: look again
   }
 }
 
-bool GenerateCall::Write(const std::vector<int32_t>& tokens, std::optional<Event> final) {
+bool GenerateCall::Write(int index, const std::vector<int32_t>& tokens, std::optional<Event> final,
+                         bool last) {
+  Completion& c = *completions_[index];
   response_.Clear();
   response_.set_request_id(client_id_);
+  response_.set_index(static_cast<uint32_t>(index));
   std::string text;
   bool matched = false;
   for (int32_t t : tokens) {
-    if (!matched_stop_.empty()) break;
+    if (!c.matched_stop.empty()) break;
     response_.add_token_ids(t);
+    ++c.sent_tokens;
     ++outcome_.sent_tokens;
-    text::StopMatcher::Result m = stops_.Push(detok_.Push(t));
+    text::StopMatcher::Result m = c.stops.Push(c.detok.Push(t));
     text += m.text;
     if (m.matched) {
-      matched_stop_ = m.stop;
+      c.matched_stop = m.stop;
       matched = true;
     }
   }
-  // Not under mu_: the engine delivers this request's end to OnFinished, and the next Flush
+  // Not under mu_: the engine delivers this completion's end to OnFinished, and a later Flush
   // sends it.
-  if (matched) service_->engine_->Finish(*outcome_.id, FinishReason::kStopString, "");
+  if (matched) service_->engine_->Finish(*outcome_.id + index, FinishReason::kStopString, "");
   if (final) {
-    if (matched_stop_.empty()) {
-      text += stops_.Push(detok_.Flush()).text + stops_.Flush();
+    if (c.matched_stop.empty()) {
+      text += c.stops.Push(c.detok.Flush()).text + c.stops.Flush();
     } else {
       // The match wins even when the core finished for another reason in the same iteration;
       // tokens past the match were never sent.
       final->reason = FinishReason::kStopString;
-      final->completion_tokens = outcome_.sent_tokens;
+      final->completion_tokens = c.sent_tokens;
     }
     FillFinished(*final, response_.mutable_finished());
-    response_.mutable_finished()->set_matched_stop(matched_stop_);
+    response_.mutable_finished()->set_matched_stop(c.matched_stop);
     response_.set_text(std::move(text));
-    WriteFinal(*std::move(final));
+    RecordEnd(index, *final);
+    if (last) {
+      WriteFinal();
+    } else {
+      StartWrite(&response_);
+    }
     return true;
   }
   if (response_.token_ids_size() == 0) return false;
@@ -212,7 +262,13 @@ bool GenerateCall::Write(const std::vector<int32_t>& tokens, std::optional<Event
   return true;
 }
 
-void GenerateCall::WriteFinal(Event final) {
+void GenerateCall::RecordEnd(int index, const Event& final) {
+  const grpc::Status status = FinalStatus(final);
+  if (end_status_.ok() && !status.ok()) end_status_ = status;
+  ends_[index] = final;
+}
+
+void GenerateCall::WriteFinal() {
   std::optional<grpc::Status> early;
   {
     absl::MutexLock lock(&mu_);
@@ -224,8 +280,15 @@ void GenerateCall::WriteFinal(Event final) {
     Finish(*std::move(early));
     return;
   }
-  outcome_.status = FinalStatus(final);
-  outcome_.finished = std::move(final);
+  // The log line's event: completion 0's, with the tokens and preemptions of all n.
+  Event merged = *std::move(ends_[0]);
+  for (size_t i = 1; i < ends_.size(); ++i) {
+    merged.completion_tokens += ends_[i]->completion_tokens;
+    merged.preemptions += ends_[i]->preemptions;
+    merged.timings.finished = std::max(merged.timings.finished, ends_[i]->timings.finished);
+  }
+  outcome_.status = end_status_;
+  outcome_.finished = std::move(merged);
   StartWriteAndFinish(&response_, grpc::WriteOptions(), outcome_.status);
 }
 
@@ -239,14 +302,19 @@ void GenerateCall::Stop(grpc::Status status, FinishReason reason) {
     tell_engine = submitted_;
     id = id_;
   }
-  if (tell_engine) service_->engine_->Finish(id, reason, status.error_message());
+  if (tell_engine) {
+    // Finished completions are ignored by the engine; the ids are this call's alone.
+    for (size_t i = 0; i < completions_.size(); ++i) {
+      service_->engine_->Finish(id + i, reason, status.error_message());
+    }
+  }
   Flush();
 }
 
 void GenerateCall::Abort(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
-    if (done_ || ending_ || final_ || final_taken_) return;
+    if (done_ || ending_ || arrived_ == static_cast<int>(completions_.size())) return;
   }
   Stop(grpc::Status(grpc::StatusCode::UNAVAILABLE, why), FinishReason::kCancelled);
 }

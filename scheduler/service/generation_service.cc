@@ -19,6 +19,7 @@ namespace {
 namespace v1 = pagoda::v1;
 
 constexpr size_t kMaxClientIdBytes = 256;
+constexpr size_t kMaxCacheSaltBytes = 256;
 constexpr float kMaxTemperature = 100.0f;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
@@ -205,6 +206,15 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   if (!priority.ok()) return priority.status();
   r.priority = *priority;
   r.ignore_eos = request.ignore_eos();
+  if (request.cache_salt().size() > kMaxCacheSaltBytes) {
+    return Invalid(absl::StrFormat("cache_salt has %d bytes; the limit is %d",
+                                   request.cache_salt().size(), kMaxCacheSaltBytes));
+  }
+  r.cache_salt = request.cache_salt();
+  if (request.n() > static_cast<uint32_t>(kMaxCompletions)) {
+    return Invalid(absl::StrFormat("n must be in [1, %d], got %d", kMaxCompletions, request.n()));
+  }
+  r.n = std::max<int32_t>(1, static_cast<int32_t>(request.n()));
   if (request.request_id().size() > kMaxClientIdBytes) {
     return Invalid(absl::StrFormat("request_id has %d bytes; the limit is %d",
                                    request.request_id().size(), kMaxClientIdBytes));
@@ -249,10 +259,10 @@ void GenerationService::Report(const GenerateOutcome& out, const std::string& cl
     const RequestTimings& t = e.timings;
     absl::StrAppendFormat(
         &line,
-        " prompt=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
+        " prompt=%d cached=%d completion=%d preemptions=%d finish=%s queue=%.3fs "
         "ttft=%.3fs e2e=%.3fs",
-        e.prompt_tokens, e.completion_tokens, e.preemptions, FinishReasonName(e.reason),
-        t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
+        e.prompt_tokens, e.cached_tokens, e.completion_tokens, e.preemptions,
+        FinishReasonName(e.reason), t.first_scheduled >= 0 ? t.first_scheduled - t.arrival : 0,
         t.first_token >= 0 ? t.first_token - t.arrival : 0, t.finished - t.arrival);
   } else {
     absl::StrAppendFormat(&line, " prompt=%d completion=%d e2e=%.3fs", out.prompt_tokens,
@@ -321,6 +331,8 @@ grpc::Status GenerationService::GetServerStatus(v1::ServerStatus* response) {
   response->set_requests_running(static_cast<uint32_t>(s.running));
   response->set_requests_preempted(static_cast<uint32_t>(s.preempted));
   response->set_preemptions_total(static_cast<uint64_t>(s.preemptions_total));
+  response->set_prefix_cache_queried_tokens(static_cast<uint64_t>(s.prefix_cache_queried_tokens));
+  response->set_prefix_cache_hit_tokens(static_cast<uint64_t>(s.prefix_cache_hit_tokens));
   for (const WorkerStatus& w : s.workers) {
     auto* out = response->add_workers();
     out->set_worker_id(w.id);
@@ -328,6 +340,7 @@ grpc::Status GenerationService::GetServerStatus(v1::ServerStatus* response) {
     out->set_page_size(w.info.page_size);
     out->set_kv_pages_total(w.info.num_pages);
     out->set_kv_pages_free(w.free_pages);
+    out->set_kv_pages_cached(w.cached_pages);
   }
   return grpc::Status::OK;
 }

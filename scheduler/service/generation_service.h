@@ -2,8 +2,9 @@
 //
 // No thread per stream and no polling: each Generate call is a GenerateCall reactor
 // (generate_call.h) that validates and tokenizes on the thread gRPC starts it on, submits to
-// the Engine as the request's RequestSink, and streams what the engine delivers; the client's
-// cancellation or disconnection reaches it through the reactor's OnCancel. The unary methods
+// the Engine as the sink of the request's n completions, and streams what the engine delivers
+// (one reactor per call whatever n is); the client's cancellation or disconnection reaches it
+// through the reactor's OnCancel. The unary methods
 // (Tokenize, GetModelInfo, GetServerStatus) answer inline on gRPC's callback threads.
 // Errors become gRPC statuses here (and in GenerateCall) and only here.
 //

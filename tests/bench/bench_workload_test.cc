@@ -242,3 +242,50 @@ TEST(WorkloadTest, RejectsTinyModelsAndBadPrefixOptions) {
 
 }  // namespace
 }  // namespace pagoda::bench
+
+namespace pagoda::bench {
+namespace {
+
+// Multi-turn: turn t of a conversation resends turn t-1's prompt, a stand-in answer of turn
+// t-1's output length, and a new user part; conversations interleave by index.
+TEST(WorkloadTest, MultiTurnTurnsResendTheWholeHistory) {
+  WorkloadOptions o;
+  o.prompts = PromptKind::kMultiTurn;
+  o.conversations = 3;
+  o.turns = 4;
+  o.input = {LengthDist::kUniform, 20};
+  o.output = {LengthDist::kUniform, 10};
+  auto w = Workload::Create(o, kModel);
+  ASSERT_TRUE(w.ok()) << w.status();
+  for (int c = 0; c < 3; ++c) {
+    RequestSpec prev = w->Make(c);
+    EXPECT_EQ(prev.prompt[0], 1) << "BOS";
+    for (int t = 1; t < 4; ++t) {
+      RequestSpec turn = w->Make(c + 3 * t);
+      ASSERT_GT(turn.prompt.size(), prev.prompt.size() + prev.output_len);
+      EXPECT_TRUE(std::equal(prev.prompt.begin(), prev.prompt.end(), turn.prompt.begin()))
+          << "conversation " << c << " turn " << t;
+      prev = turn;
+    }
+  }
+  EXPECT_NE(w->Make(0).prompt, w->Make(1).prompt) << "conversations differ";
+  // After `turns` turns a fresh conversation starts.
+  EXPECT_EQ(w->Make(12).prompt.size(), w->Make(12).prompt.size());
+  EXPECT_NE(w->Make(12).prompt, w->Make(0).prompt);
+  EXPECT_LT(w->Make(12).prompt.size(), w->Make(9).prompt.size());
+  o.conversations = 0;
+  EXPECT_FALSE(Workload::Create(o, kModel).ok());
+  // A long conversation is cut to the context.
+  o.conversations = 1;
+  o.turns = 50;
+  o.input = {LengthDist::kFixed, 100};
+  o.output = {LengthDist::kFixed, 100};
+  auto long_chat = Workload::Create(o, kModel);
+  ASSERT_TRUE(long_chat.ok());
+  RequestSpec last = long_chat->Make(49);
+  EXPECT_TRUE(last.clamped);
+  EXPECT_EQ(static_cast<int>(last.prompt.size()) + last.output_len, 4096);
+}
+
+}  // namespace
+}  // namespace pagoda::bench

@@ -206,10 +206,12 @@ TEST_F(MetricsTest, PrometheusScrapesSchedulerAndTwoWorkers) {
   double prompt_tokens = 0;
   double generated = 0;
   double gaps = 0;  // inter-token intervals: one fewer than the tokens of each request
+  double cached = 0;
   for (int i = 0; i < kRequests; ++i) {
     ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
     ASSERT_EQ(results[i].tokens.size(), requests[i].max_tokens());
     prompt_tokens += results[i].finished.usage().prompt_tokens();
+    cached += results[i].finished.usage().cached_tokens();
     generated += requests[i].max_tokens();
     gaps += requests[i].max_tokens() - 1;
   }
@@ -233,6 +235,10 @@ TEST_F(MetricsTest, PrometheusScrapesSchedulerAndTwoWorkers) {
   EXPECT_GT(plans, 0);
   EXPECT_EQ(prom->AwaitEq("pagoda_iteration_planning_seconds_count", plans), plans);
   EXPECT_EQ(prom->AwaitEq("pagoda_preemptions_total", 0), 0);
+  // Without preemptions every request was looked up in the prefix cache once, at admission.
+  EXPECT_EQ(prom->AwaitEq("pagoda_prefix_cache_queries_total", prompt_tokens), prompt_tokens);
+  EXPECT_EQ(prom->AwaitEq("pagoda_prefix_cache_hits_total", cached), cached);
+  EXPECT_EQ(prom->AwaitEq("count(pagoda_kv_cache_pages_cached >= 0)", 2), 2);
 
   // State gauges, back to idle; pages per worker by name.
   EXPECT_EQ(prom->AwaitEq("pagoda_num_requests_running", 0), 0);

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <set>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -59,6 +61,17 @@ class SyntheticE2eTest : public ::testing::Test {
                                 worker_flags.end());
     cluster_ = Cluster::Start(options, &error);
     ASSERT_NE(cluster_, nullptr) << error;
+  }
+
+  // True once no request is queued or running (polled every millisecond), false after `timeout`.
+  bool WaitNoRequests(absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      const v1::ServerStatus s = cluster_->Status();
+      if (s.requests_running() == 0 && s.requests_waiting() == 0) return true;
+      if (absl::Now() > deadline) return false;
+      absl::SleepFor(absl::Milliseconds(1));
+    }
   }
 
   std::unique_ptr<Cluster> cluster_;
@@ -143,14 +156,90 @@ TEST_F(SyntheticE2eTest, CancelledStreamLeavesTheWorkerAtOnce) {
   while (tokens < 5 && reader->Read(&response)) tokens += response.token_ids_size();
   ASSERT_GE(tokens, 5);
   ctx.TryCancel();
-  const absl::Time cancelled = absl::Now();
-  bool gone = false;
-  while (!gone && absl::Now() - cancelled < absl::Seconds(5)) {
-    const v1::ServerStatus s = cluster_->Status();
-    gone = s.requests_running() == 0 && s.requests_waiting() == 0;
-    if (!gone) absl::SleepFor(absl::Milliseconds(1));
+  EXPECT_TRUE(WaitNoRequests(absl::Seconds(5))) << cluster_->Status().DebugString();
+  while (reader->Read(&response)) {
   }
-  EXPECT_TRUE(gone) << cluster_->Status().DebugString();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
+}
+
+// n > 1 on synthetic workers: concurrent requests of 2 to 4 completions, prompts with partial
+// last pages (so every fork copies a page on the worker), on one stream each: every completion
+// (by `index`) carries exactly the prompt's synthetic tokens and ends with its own finished
+// message, after which it sends nothing. Then a cancelled n = 3 stream ends all three
+// completions in the scheduler at once.
+TEST_F(SyntheticE2eTest, CompletionsShareOneStreamAndACancelEndsThemAll) {
+  Start({"--synthetic-step-ms", "2", "--kv-pages", "96", "--page-size", "8"}, 2);
+  std::mt19937 rng(11);
+  constexpr int kRequests = 8;
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < kRequests; ++i) {
+    requests.push_back(Request(rng, 9 + static_cast<int>(rng() % 32), 1 + rng() % 30));
+    // Completions fork at the last prompt token: a partial page before it is copied.
+    if ((requests.back().token_ids().ids_size() - 1) % 8 == 0) {
+      requests.back().mutable_token_ids()->add_ids(7);
+    }
+    requests.back().set_n(2 + i % 3);
+  }
+  struct Got {
+    grpc::Status status;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<int> finished;        // finished messages per index
+    std::vector<int> after_finished;  // messages per index after its finished one
+  };
+  std::vector<Got> got(kRequests);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      const uint32_t n = requests[i].n();
+      Got& g = got[i];
+      g.tokens.resize(n);
+      g.finished.assign(n, 0);
+      g.after_finished.assign(n, 0);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(60)));
+      auto reader = cluster_->stub().Generate(&ctx, requests[i]);
+      v1::GenerateResponse response;
+      while (reader->Read(&response)) {
+        const uint32_t index = response.index();
+        if (index >= n) {
+          ++g.after_finished[0];  // out of range: counted as a failure below
+          continue;
+        }
+        g.after_finished[index] += g.finished[index] > 0;
+        g.tokens[index].insert(g.tokens[index].end(), response.token_ids().begin(),
+                               response.token_ids().end());
+        if (response.has_finished()) {
+          ++g.finished[index];
+          EXPECT_EQ(response.finished().reason(), v1::FINISH_REASON_LENGTH);
+          EXPECT_EQ(response.finished().usage().completion_tokens(), requests[i].max_tokens());
+        }
+      }
+      g.status = reader->Finish();
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kRequests; ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i, " n=", requests[i].n()));
+    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    for (uint32_t c = 0; c < requests[i].n(); ++c) {
+      EXPECT_EQ(got[i].tokens[c], Expected(requests[i])) << "completion " << c;
+      EXPECT_EQ(got[i].finished[c], 1) << "completion " << c;
+      EXPECT_EQ(got[i].after_finished[c], 0) << "completion " << c;
+    }
+  }
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
+
+  v1::GenerateRequest long_request = Request(rng, 13, 240);
+  long_request.set_n(3);
+  grpc::ClientContext ctx;
+  auto reader = cluster_->stub().Generate(&ctx, long_request);
+  v1::GenerateResponse response;
+  std::set<uint32_t> seen;
+  while (seen.size() < 3 && reader->Read(&response)) seen.insert(response.index());
+  ASSERT_EQ(seen.size(), 3u) << "every completion streams before the cancel";
+  ctx.TryCancel();
+  EXPECT_TRUE(WaitNoRequests(absl::Seconds(5))) << cluster_->Status().DebugString();
   while (reader->Read(&response)) {
   }
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);

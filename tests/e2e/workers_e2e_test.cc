@@ -47,6 +47,9 @@ bool WaitForWorkers(Cluster& cluster, int n, absl::Duration timeout) {
 }
 
 // KV pages that sequences hold on the worker registered as `name` (0 when it is not attached).
+// kv_pages_free counts the prefix cache's unreferenced pages too (kv_pages_cached of them), so
+// total - free is exactly the pages running sequences hold: a worker with only cached pages
+// (its sequences finished) holds none.
 uint32_t PagesHeld(const v1::ServerStatus& status, const std::string& name) {
   for (const v1::WorkerState& w : status.workers()) {
     if (w.name() == name) return w.kv_pages_total() - w.kv_pages_free();

@@ -423,6 +423,47 @@ TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
   }
 }
 
+// Copy on write (n > 1): a fork that shares the prompt's whole pages and gets a copy of the
+// partial last page, then recomputes the last prompt token, sees exactly the prompt's KV: its
+// logits equal the prefill's last row, and the CPU backend's after the same copy.
+TEST(CudaBackendGpuTest, PageCopiesGiveAForkThePromptKv) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(17);
+  common::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 5);
+  o.dtype = common::GgmlType::F16;
+  auto model = testing::RandomModel(o);
+  ASSERT_NE(model, nullptr);
+  constexpr int kPage = 8, kPrompt = 20;
+  auto cpu = MakeCpu(model, kPage, 16);
+  auto gpu = MakeCuda(model, kPage, 16, DType::kFp16);
+  ASSERT_NE(gpu, nullptr);
+  std::vector<int32_t> prompt(kPrompt);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % model->config().vocab_size);
+  const std::vector<int32_t> pages = {3, 9, 4};        // positions [0, 24)
+  const std::vector<int32_t> fork_pages = {3, 9, 12};  // page 4 copied to 12
+  const std::vector<PageCopy> copies = {{4, 12}};
+  std::vector<float> cpu_fork, gpu_full, gpu_fork;
+  for (Backend* b : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(gpu.get())}) {
+    std::vector<float> full, fork;
+    ASSERT_TRUE(b->Forward(std::vector<SeqInput>{{prompt, 0, pages, true}}, &full).ok());
+    ASSERT_TRUE(b->CopyPages(copies).ok());
+    const std::vector<int32_t> last = {prompt.back()};
+    ASSERT_TRUE(
+        b->Forward(std::vector<SeqInput>{{last, kPrompt - 1, fork_pages, true}}, &fork).ok());
+    EXPECT_LT(RelError(fork, full), 1e-2) << b->name() << ": the fork reads the copied KV";
+    if (b == cpu.get()) cpu_fork = fork;
+    if (b == gpu.get()) gpu_full = full, gpu_fork = fork;
+  }
+  EXPECT_LT(RelError(gpu_fork, cpu_fork), 6e-3);
+  // Without the copy the fork reads another page: different logits.
+  std::vector<float> wrong;
+  const std::vector<int32_t> uncopied = {3, 9, 13};
+  const std::vector<int32_t> last = {prompt.back()};
+  ASSERT_TRUE(
+      gpu->Forward(std::vector<SeqInput>{{last, kPrompt - 1, uncopied, true}}, &wrong).ok());
+  EXPECT_GT(RelError(wrong, gpu_full), 1e-2);
+}
+
 TEST(CudaBackendGpuTest, BadBatchesAreRejected) {
   SKIP_WITHOUT_GPU();
   auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));

@@ -199,6 +199,14 @@ void Answer(Engine& engine, WorkerId worker, RecordingChannel& channel, size_t i
   engine.OnWorkerResult(worker, plan.iteration, sampled, "");
 }
 
+// Attaches a worker of 64 pages of 4 tokens on `channel`; returns its id.
+WorkerId AttachSmallWorker(Engine& engine, std::shared_ptr<WorkerChannel> channel) {
+  const WorkerId worker = engine.NextWorkerId();
+  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 64},
+                      std::move(channel));
+  return worker;
+}
+
 TEST(EngineTest, NextPlanLeavesBeforeTheTokensAreFlushed) {
   SchedulerOptions options;
   options.context_length = 64;
@@ -206,9 +214,7 @@ TEST(EngineTest, NextPlanLeavesBeforeTheTokensAreFlushed) {
   Engine engine(options, [] { return 0.0; });
   Sequencer seq;
   auto channel = std::make_shared<RecordingChannel>(&seq);
-  const WorkerId worker = engine.NextWorkerId();
-  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 64},
-                      channel);
+  const WorkerId worker = AttachSmallWorker(engine, channel);
   NewRequest r;
   r.id = engine.NextRequestId();
   r.prompt = {1, 2, 3};
@@ -229,9 +235,7 @@ TEST(EngineTest, SinkMayEndItsRequestFromFlush) {
   Engine engine(options, [] { return 0.0; });
   Sequencer seq;
   auto channel = std::make_shared<RecordingChannel>(&seq);
-  const WorkerId worker = engine.NextWorkerId();
-  engine.AttachWorker(worker, "w0", {.num_pages = 64, .page_size = 4, .max_batch_tokens = 64},
-                      channel);
+  const WorkerId worker = AttachSmallWorker(engine, channel);
   NewRequest r;
   r.id = engine.NextRequestId();
   r.prompt = {1, 2, 3};
@@ -243,6 +247,41 @@ TEST(EngineTest, SinkMayEndItsRequestFromFlush) {
   }
   ASSERT_TRUE(sink->finished().has_value());
   EXPECT_EQ(sink->finished()->reason, FinishReason::kStopString);
+  EXPECT_EQ(engine.Status().running, 0u);
+}
+
+// n > 1: completion i's tokens and end go to sink i; a sink ending its completion (a stop
+// string) leaves the others running; a sink count other than n is refused before anything runs.
+TEST(EngineTest, CompletionsGoToTheirOwnSinks) {
+  SchedulerOptions options;
+  options.context_length = 64;
+  Engine engine(options, [] { return 0.0; });
+  Sequencer seq;
+  auto channel = std::make_shared<RecordingChannel>(&seq);
+  const WorkerId worker = AttachSmallWorker(engine, channel);
+  NewRequest r;
+  r.n = 3;
+  r.id = engine.NextRequestIds(r.n);
+  EXPECT_EQ(engine.NextRequestId(), r.id + 3) << "n ids are reserved";
+  r.prompt = {1, 2, 3, 4, 5, 6};
+  r.max_tokens = 5;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>(&seq, &engine, r.id + i, i == 1 ? 2 : 0));
+  }
+  EXPECT_EQ(engine.SubmitCompletions(r, {sinks[0], sinks[1]}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(engine.Status().waiting + engine.Status().running, 0u);
+  ASSERT_TRUE(engine.SubmitCompletions(r, {sinks[0], sinks[1], sinks[2]}).ok());
+  for (size_t i = 0; i < channel->size() && i < 100; ++i) Answer(engine, worker, *channel, i);
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(sinks[i]->finished().has_value());
+    EXPECT_EQ(sinks[i]->finished()->id, r.id + i);
+    EXPECT_EQ(sinks[i]->finished()->reason,
+              i == 1 ? FinishReason::kStopString : FinishReason::kLength);
+    EXPECT_EQ(sinks[i]->finished()->completion_tokens, i == 1 ? 2 : 5);
+  }
   EXPECT_EQ(engine.Status().running, 0u);
 }
 

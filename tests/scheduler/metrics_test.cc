@@ -69,7 +69,9 @@ TEST(SchedulerMetricsTest, StateGaugesAreCopiedAtScrapeTimeAndLeftWorkersDisappe
   g.waiting = 5;
   g.preempted = 2;
   g.preemptions_total = 7;
-  g.workers = {{"w0", 100, 25}, {"w1", 300, 75}};
+  g.prefix_cache_queries = 1000;
+  g.prefix_cache_hits = 640;
+  g.workers = {{"w0", 100, 25, 10}, {"w1", 300, 75, 0}};
   metrics.SetSnapshotSource([&] { return g; });
   std::string text = metrics.Render();
   EXPECT_EQ(Value(text, "pagoda_num_requests_running"), 3);
@@ -80,12 +82,16 @@ TEST(SchedulerMetricsTest, StateGaugesAreCopiedAtScrapeTimeAndLeftWorkersDisappe
   EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_used{worker="w1"})"), 75);
   EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_capacity{worker="w0"})"), 100);
   EXPECT_DOUBLE_EQ(Value(text, "pagoda_kv_cache_usage_ratio"), 100.0 / 400.0);
+  EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_cached{worker="w0"})"), 10);
+  EXPECT_EQ(Value(text, "pagoda_prefix_cache_queries_total"), 1000);
+  EXPECT_EQ(Value(text, "pagoda_prefix_cache_hits_total"), 640);
 
   // A cancellation and a worker leaving: the next scrape shows the engine's new state.
   g.running = 0;
   g.waiting = 4;
   g.preemptions_total = 9;
-  g.workers = {{"w1", 300, 0}};
+  g.prefix_cache_queries = 1500;
+  g.workers = {{"w1", 300, 0, 4}};
   text = metrics.Render();
   EXPECT_EQ(Value(text, "pagoda_num_requests_running"), 0);
   EXPECT_EQ(Value(text, "pagoda_num_requests_waiting"), 4);
@@ -93,6 +99,9 @@ TEST(SchedulerMetricsTest, StateGaugesAreCopiedAtScrapeTimeAndLeftWorkersDisappe
   EXPECT_TRUE(std::isnan(Value(text, R"(pagoda_kv_cache_pages_used{worker="w0"})")));
   EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_used{worker="w1"})"), 0);
   EXPECT_EQ(Value(text, "pagoda_kv_cache_usage_ratio"), 0);
+  EXPECT_TRUE(std::isnan(Value(text, R"(pagoda_kv_cache_pages_cached{worker="w0"})")));
+  EXPECT_EQ(Value(text, R"(pagoda_kv_cache_pages_cached{worker="w1"})"), 4);
+  EXPECT_EQ(Value(text, "pagoda_prefix_cache_queries_total"), 1500);
 }
 
 // Captures the engine's plans; the test answers them in order.

@@ -116,3 +116,68 @@ TEST(RunnerTest, BadPlansGiveErrorsNotCrashes) {
 
 }  // namespace
 }  // namespace pagoda::worker
+
+namespace pagoda::worker {
+namespace {
+
+// Copy on write as n > 1 uses it: sequence 2 shares sequence 1's whole prompt pages and a copy
+// of its partial last page, recomputes the last prompt token and samples what sequence 1
+// sampled; sequence 1 keeps decoding in its own page, and both continue like the golden run.
+TEST(RunnerTest, PageCopiesLetAForkContinueFromSharedPages) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
+  std::ifstream in(*golden_path);
+  const auto cases = nlohmann::json::parse(in)["cases"];
+  const auto prompt = cases[2]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto expect = cases[2]["expected_token_ids"].get<std::vector<int32_t>>();
+  const int p = static_cast<int>(prompt.size());
+  // A page size that leaves a whole page to share and several positions in the partial one.
+  int kPage = std::max(3, (p + 1) / 2);
+  while ((p - 1) % kPage == 0) ++kPage;
+  auto runner = MakeRunner(*model, kPage, 64);
+  std::vector<uint32_t> pages;  // room for two decode steps
+  for (int i = 0; i < (p + 2 + kPage - 1) / kPage; ++i) pages.push_back(10 + i);
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  AddStep(plan, 1, prompt, 0, pages, true, 0);
+  wv1::IterationResult r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled(0).token_id(), expect[0]);
+  // The fork: whole pages shared, the partial one (holding position p - 1) copied to page 40.
+  const int partial = (p - 1) / kPage;
+  std::vector<uint32_t> fork_pages(pages.begin(), pages.begin() + partial);
+  fork_pages.push_back(40);
+  fork_pages.push_back(41);  // room for one decode step
+  plan.Clear();
+  plan.set_iteration(2);
+  auto* copy = plan.add_page_copies();
+  copy->set_src(pages[partial]);
+  copy->set_dst(40);
+  AddStep(plan, 1, {expect[0]}, p, {}, true, 1);
+  AddStep(plan, 2, {prompt.back()}, p - 1, fork_pages, true, 0)->set_first_sight(true);
+  r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled_size(), 2);
+  EXPECT_EQ(r.sampled(0).token_id(), expect[1]);
+  EXPECT_EQ(r.sampled(1).token_id(), expect[0]) << "the fork sees the copied prompt KV";
+  // Both continue: sequence 2's writes land in its copy, never in sequence 1's page.
+  plan.Clear();
+  plan.set_iteration(3);
+  AddStep(plan, 1, {expect[1]}, p + 1, {}, true, 2);
+  AddStep(plan, 2, {expect[0]}, p, {}, true, 1);
+  r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  EXPECT_EQ(r.sampled(0).token_id(), expect[2]);
+  EXPECT_EQ(r.sampled(1).token_id(), expect[1]);
+  // Bad copies are refused before anything runs.
+  plan.Clear();
+  plan.set_iteration(4);
+  copy = plan.add_page_copies();
+  copy->set_src(3);
+  copy->set_dst(64);
+  r = runner->Execute(plan);
+  EXPECT_NE(r.error().find("below 64"), std::string::npos) << r.error();
+}
+
+}  // namespace
+}  // namespace pagoda::worker

@@ -116,6 +116,42 @@ TEST(SyntheticBackendTest, RefusesUnwrittenPositionsAndBadBatches) {
   EXPECT_FALSE(SyntheticBackend::Create(Config(), {.page_size = 4, .num_pages = 0}).ok());
 }
 
+// n > 1: a completion forks from the prompt's pages, its partial last page copied (copy on
+// write) before it writes there: it generates the prompt's tokens, and its writes leave the
+// original page alone.
+TEST(SyntheticBackendTest, CopiedPagesCarryTheirTokens) {
+  auto b = Make(16);
+  const std::vector<int32_t> prompt = {5, 17, 3, 88, 41, 2};  // 1.5 pages of 4
+  const std::vector<int32_t> reference = Generate(*b, prompt, {0, 1, 3}, 64, 5);
+  // The parent computes the prompt on pages 2 and 7 and samples its first token.
+  const std::vector<int32_t> parent_pages = {2, 7, 12};
+  ASSERT_EQ(Generate(*b, prompt, parent_pages, 64, 1), std::vector<int32_t>{reference[0]});
+  ASSERT_TRUE(b->CopyPages(std::vector<PageCopy>{{.src = 7, .dst = 9}}).ok());
+  // The child shares page 2, owns the copy 9, recomputes the last prompt token and decodes on.
+  const std::vector<int32_t> child_pages = {2, 9, 11};
+  std::vector<int32_t> seq = prompt;
+  std::vector<int32_t> child;
+  const SampleInput greedy;
+  std::vector<int32_t> tokens;
+  for (int32_t pos = static_cast<int32_t>(prompt.size()) - 1; child.size() < 5; ++pos) {
+    SeqInput in{std::span<const int32_t>(seq.data() + pos, 1), pos, child_pages, true};
+    ASSERT_TRUE(b->ForwardSample({&in, 1}, {&greedy, 1}, &tokens).ok()) << "position " << pos;
+    child.push_back(tokens.at(0));
+    seq.push_back(tokens.at(0));
+  }
+  EXPECT_EQ(child, reference);
+  // The parent decodes its first token at position 6: page 7 still holds the prompt.
+  SeqInput parent{std::span<const int32_t>(seq.data() + 6, 1), 6, parent_pages, true};
+  ASSERT_TRUE(b->ForwardSample({&parent, 1}, {&greedy, 1}, &tokens).ok());
+  EXPECT_EQ(tokens.at(0), reference[1]);
+  // Without the copy, page 10 was never written: reading it is refused.
+  const std::vector<int32_t> uncopied_pages = {2, 10};
+  SeqInput uncopied{std::span<const int32_t>(prompt.data() + 5, 1), 5, uncopied_pages, true};
+  EXPECT_FALSE(b->ForwardSample({&uncopied, 1}, {&greedy, 1}, &tokens).ok());
+  EXPECT_EQ(b->CopyPages(std::vector<PageCopy>{{.src = 16, .dst = 0}}).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SyntheticBackendTest, EveryStepLastsAtLeastTheStepTime) {
   auto b = Make(16, absl::Milliseconds(20));
   const std::vector<int32_t> prompt = {1, 2, 3};

@@ -3,7 +3,8 @@
 //   pagoda-bench --server HOST:PORT [--concurrency N | --request-rate R | --static-batch]
 //       [--sweep-concurrency 1,4,16,64] [--baselines] [--num-requests N | --duration-s S]
 //       [--input-len N --input-dist fixed|uniform|sharegpt] [--output-len N --output-dist ...]
-//       [--prompts random|shared-prefix] [--temperature T] [--slo-ttft-ms MS] [--slo-tpot-ms MS]
+//       [--prompts random|shared-prefix|multi-turn] [--temperature T] [--slo-ttft-ms MS]
+//       [--slo-tpot-ms MS]
 //       [--json FILE] [--plot FILE.png] [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
 //
 // README.md ("Benchmarking") documents every flag and every number.
@@ -61,10 +62,14 @@ ABSL_FLAG(std::string, input_dist, "fixed", "prompt lengths: fixed, uniform or s
 ABSL_FLAG(int32_t, output_len, 128, "mean output length in tokens (max_tokens of each request)");
 ABSL_FLAG(std::string, output_dist, "fixed", "output lengths: fixed, uniform or sharegpt");
 ABSL_FLAG(double, range_ratio, 0.5, "uniform lengths: drawn from [len * (1 - r), len * (1 + r)]");
-ABSL_FLAG(std::string, prompts, "random", "random or shared-prefix");
+ABSL_FLAG(std::string, prompts, "random", "random, shared-prefix or multi-turn");
 ABSL_FLAG(int32_t, shared_prefix_len, 64, "shared-prefix prompts: tokens in common");
 ABSL_FLAG(int32_t, prefix_groups, 1,
           "shared-prefix prompts: distinct prefixes (request i uses prefix i mod groups)");
+ABSL_FLAG(int32_t, conversations, 16,
+          "multi-turn prompts: conversations; request i is a turn of conversation i mod this");
+ABSL_FLAG(int32_t, turns, 4,
+          "multi-turn prompts: turns per conversation, each resending the whole history");
 ABSL_FLAG(double, temperature, 0, "0 = greedy; > 0 = sampled, each request with its own seed");
 ABSL_FLAG(int32_t, top_k, 0, "sampled: keep the k most likely tokens; 0 = off");
 ABSL_FLAG(double, top_p, 1, "sampled: nucleus mass; 1 = off");
@@ -145,6 +150,8 @@ absl::StatusOr<bench::WorkloadOptions> WorkloadFromFlags() {
   ASSIGN_OR_RETURN(w.prompts, bench::ParsePromptKind(absl::GetFlag(FLAGS_prompts)));
   w.shared_prefix_len = absl::GetFlag(FLAGS_shared_prefix_len);
   w.prefix_groups = absl::GetFlag(FLAGS_prefix_groups);
+  w.conversations = absl::GetFlag(FLAGS_conversations);
+  w.turns = absl::GetFlag(FLAGS_turns);
   w.seed = absl::GetFlag(FLAGS_seed);
   return w;
 }

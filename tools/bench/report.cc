@@ -111,6 +111,10 @@ json ConfigJson(const BenchReport& r) {
     workload["shared_prefix_len"] = r.workload.shared_prefix_len;
     workload["prefix_groups"] = r.workload.prefix_groups;
   }
+  if (r.workload.prompts == PromptKind::kMultiTurn) {
+    workload["conversations"] = r.workload.conversations;
+    workload["turns"] = r.workload.turns;
+  }
   json slo = json::object();
   if (r.slo.ttft_ms > 0) slo["ttft_ms"] = r.slo.ttft_ms;
   if (r.slo.tpot_ms > 0) slo["tpot_ms"] = r.slo.tpot_ms;

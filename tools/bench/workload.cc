@@ -143,12 +143,21 @@ double LengthSampler::ExpectedMean() const {
 absl::StatusOr<PromptKind> ParsePromptKind(absl::string_view name) {
   if (name == "random") return PromptKind::kRandom;
   if (name == "shared-prefix" || name == "shared_prefix") return PromptKind::kSharedPrefix;
+  if (name == "multi-turn" || name == "multi_turn") return PromptKind::kMultiTurn;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown prompt kind \"", name, "\": use random or shared-prefix"));
+      absl::StrCat("unknown prompt kind \"", name, "\": use random, shared-prefix or multi-turn"));
 }
 
 absl::string_view PromptKindName(PromptKind kind) {
-  return kind == PromptKind::kRandom ? "random" : "shared-prefix";
+  switch (kind) {
+    case PromptKind::kRandom:
+      return "random";
+    case PromptKind::kSharedPrefix:
+      return "shared-prefix";
+    case PromptKind::kMultiTurn:
+      return "multi-turn";
+  }
+  return "?";
 }
 
 absl::StatusOr<Workload> Workload::Create(const WorkloadOptions& options,
@@ -167,6 +176,12 @@ absl::StatusOr<Workload> Workload::Create(const WorkloadOptions& options,
     return absl::InvalidArgumentError(absl::StrCat(
         "shared-prefix prompts need --prefix-groups >= 1 and --shared-prefix-len >= 1; got ",
         options.prefix_groups, " and ", options.shared_prefix_len));
+  }
+  if (options.prompts == PromptKind::kMultiTurn &&
+      (options.conversations < 1 || options.turns < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("multi-turn prompts need --conversations >= 1 and --turns >= 1; got ",
+                     options.conversations, " and ", options.turns));
   }
   auto input = LengthSampler::Create(options.input);
   if (!input.ok())
@@ -198,13 +213,7 @@ std::vector<int32_t> Workload::Prefix(int group, int len, uint64_t salt) const {
   return ids;
 }
 
-RequestSpec Workload::Make(int index, uint64_t salt) const {
-  Rng length_rng(MixSeed(options_.seed ^ kRequestStream, index));
-  Rng rng(MixSeed(MixSeed(options_.seed ^ kPromptStream, salt), index));
-  RequestSpec r;
-  r.index = index;
-  int input_len = input_.Sample(length_rng);
-  r.output_len = output_.Sample(length_rng);
+void Workload::Clamp(int* input_len, RequestSpec& r) const {
   // Keep the output (what throughput counts) and shorten the prompt; the output yields only
   // when it alone would fill the context.
   const int context = model_.context_length;
@@ -212,10 +221,50 @@ RequestSpec Workload::Make(int index, uint64_t salt) const {
     r.output_len = context - 1;
     r.clamped = true;
   }
-  if (input_len + r.output_len > context) {
-    input_len = context - r.output_len;
+  if (*input_len + r.output_len > context) {
+    *input_len = context - r.output_len;
     r.clamped = true;
   }
+}
+
+RequestSpec Workload::MakeTurn(int index, uint64_t salt) const {
+  const int conversations = options_.conversations;
+  const int round = index / conversations;
+  const int turn = round % options_.turns;
+  const uint64_t conversation =
+      static_cast<uint64_t>(round / options_.turns) * conversations + index % conversations;
+  // Every turn of a conversation draws the same history from the same streams.
+  Rng length_rng(MixSeed(options_.seed ^ kRequestStream, conversation));
+  Rng rng(MixSeed(MixSeed(options_.seed ^ kPromptStream, salt), conversation));
+  RequestSpec r;
+  r.index = index;
+  if (model_.bos_token_id >= 0) r.prompt.push_back(model_.bos_token_id);
+  for (int t = 0;; ++t) {
+    const int user = input_.Sample(length_rng);
+    const int answer = output_.Sample(length_rng);
+    for (int i = 0; i < user; ++i) r.prompt.push_back(RandomId(rng));
+    if (t == turn) {
+      r.output_len = answer;
+      break;
+    }
+    for (int i = 0; i < answer; ++i) r.prompt.push_back(RandomId(rng));
+  }
+  int input_len = static_cast<int>(r.prompt.size());
+  Clamp(&input_len, r);
+  r.prompt.resize(input_len);
+  r.sampling_seed = MixSeed(options_.seed ^ kSamplingStream, index);
+  return r;
+}
+
+RequestSpec Workload::Make(int index, uint64_t salt) const {
+  if (options_.prompts == PromptKind::kMultiTurn) return MakeTurn(index, salt);
+  Rng length_rng(MixSeed(options_.seed ^ kRequestStream, index));
+  Rng rng(MixSeed(MixSeed(options_.seed ^ kPromptStream, salt), index));
+  RequestSpec r;
+  r.index = index;
+  int input_len = input_.Sample(length_rng);
+  r.output_len = output_.Sample(length_rng);
+  Clamp(&input_len, r);
   // At least one id of a shared-prefix prompt is the request's own, so no two are identical.
   const int shared = options_.prompts == PromptKind::kSharedPrefix
                          ? std::min(options_.shared_prefix_len, input_len - 1)

@@ -81,6 +81,13 @@ double ClampedLogNormalMean(double mu, double sigma, double lo, double hi);
 enum class PromptKind {
   kRandom,        // every prompt is fresh random ids
   kSharedPrefix,  // prompts of group g share their first shared_prefix_len ids
+  // Conversations that resend their whole history every turn: request i is turn
+  // (i / conversations) % turns of conversation i % conversations (a new set of conversations
+  // starts every conversations * turns requests). Turn t's prompt is BOS, then for each earlier
+  // turn its user part (an input length) and a stand-in for the model's answer (an output
+  // length of random ids), then turn t's user part. Closed-loop at concurrency = conversations,
+  // turn t + 1 of a conversation starts about when its turn t ends, as in a chat.
+  kMultiTurn,
 };
 
 absl::StatusOr<PromptKind> ParsePromptKind(absl::string_view name);
@@ -99,6 +106,8 @@ struct WorkloadOptions {
   PromptKind prompts = PromptKind::kRandom;
   int shared_prefix_len = 64;  // kSharedPrefix: ids in common (at most prompt length - 1)
   int prefix_groups = 1;       // kSharedPrefix: request i uses prefix i % prefix_groups
+  int conversations = 16;      // kMultiTurn: conversations in parallel
+  int turns = 4;               // kMultiTurn: turns per conversation
   uint64_t seed = 0;
 };
 
@@ -135,6 +144,10 @@ class Workload {
   Workload(WorkloadOptions options, ModelLimits model, LengthSampler input, LengthSampler output);
 
   int32_t RandomId(Rng& rng) const;
+  // kMultiTurn: request `index`'s turn of its conversation.
+  RequestSpec MakeTurn(int index, uint64_t salt) const;
+  // Shortens the prompt (then the output) so that both fit the context.
+  void Clamp(int* input_len, RequestSpec& r) const;
   std::vector<int32_t> Prefix(int group, int len, uint64_t salt) const;
 
   WorkloadOptions options_;

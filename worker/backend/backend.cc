@@ -23,6 +23,12 @@ absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
   return absl::OkStatus();
 }
 
+absl::Status Backend::CopyPages(std::span<const PageCopy> copies) {
+  if (copies.empty()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrFormat(
+      "the %s backend cannot copy KV pages (%d copies asked)", name(), copies.size()));
+}
+
 absl::Status ValidateBatch(std::span<const SeqInput> batch, const common::ModelConfig& c,
                            int page_size, int num_pages) {
   const int64_t ps = page_size;

@@ -8,7 +8,9 @@
 //    p % page_size(). KV for positions < start_pos was written by earlier Forward calls with the
 //    same pages; Forward writes KV for the new positions, then attends causally (each token sees
 //    positions <= its own, its own chunk included).
-//  * Sequences in one batch never share pages (callers guarantee it; it is not checked).
+//  * Sequences may share pages (a prefix-cache hit), but only pages holding positions below each
+//    sharer's start_pos, which Forward only reads: a page written by a batch belongs to one
+//    sequence (callers guarantee it; it is not checked).
 //  * Forward validates every input (token ids, page ids, page coverage, positions against the
 //    context length, empty token lists) and returns InvalidArgument without touching the KV
 //    arena when anything is wrong.
@@ -35,6 +37,11 @@ struct SeqInput {                   // one sequence's work in a flat batch
   bool want_logits = false;         // produce logits for the last new token
 };
 
+struct PageCopy {  // copy KV page src into page dst: K and V, every layer, every slot
+  int32_t src = 0;
+  int32_t dst = 0;
+};
+
 struct SampleInput {  // how to pick the token of one want_logits sequence
   SamplingParams params;
   uint64_t index = 0;  // tokens generated so far for the sequence (the generator's counter)
@@ -51,6 +58,10 @@ class Backend {
   virtual absl::Status ForwardSample(std::span<const SeqInput> batch,
                                      std::span<const SampleInput> samples,
                                      std::vector<int32_t>* tokens);
+
+  // Copies pages in order (copy on write, before a Forward writes into the copy). Page ids are
+  // checked by the caller. The default refuses: a backend without a KV arena has none to copy.
+  virtual absl::Status CopyPages(std::span<const PageCopy> copies);
 
   virtual int page_size() const = 0;
   virtual int num_pages() const = 0;

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 
 namespace pagoda::worker {
 namespace {
@@ -36,6 +37,7 @@ Runner::Runner(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) 
 absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInput>* batch,
                              std::vector<SampleInput>* samples) {
   for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
+  RETURN_IF_ERROR(CopyPages(plan));
   // First every state change, then the batch: spans into seqs_ must not see a rehash.
   for (const wv1::SequenceStep& step : plan.steps()) {
     if (step.first_sight()) seqs_[step.seq_id()] = SeqState{{}, FromProto(step.sampling())};
@@ -75,6 +77,21 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     if (step.sample()) samples->push_back({s.sampling, step.sample_index()});
   }
   return absl::OkStatus();
+}
+
+absl::Status Runner::CopyPages(const wv1::IterationPlan& plan) {
+  if (plan.page_copies().empty()) return absl::OkStatus();
+  copies_.clear();
+  for (const wv1::PageCopy& c : plan.page_copies()) {
+    const uint32_t limit = static_cast<uint32_t>(backend_->num_pages());
+    if (c.src() >= limit || c.dst() >= limit || c.src() == c.dst()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("plan %d copies page %d to page %d; ids must differ and be below %d",
+                          plan.iteration(), c.src(), c.dst(), limit));
+    }
+    copies_.push_back({static_cast<int32_t>(c.src()), static_cast<int32_t>(c.dst())});
+  }
+  return backend_->CopyPages(copies_);
 }
 
 wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {

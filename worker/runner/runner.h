@@ -1,5 +1,6 @@
 // Runner: executes IterationPlans on a Backend and samples.
 //
+// Order within a plan: frees, page copies (copy on write), then the batch.
 // State per live sequence: its block table (grown by each plan's new_pages), its sampling
 // parameters (sent on first sight) and its last sampled token, which a feed_last_sampled step
 // takes as input (the scheduler sent that plan before it saw the token: overlap). The scheduler
@@ -56,7 +57,11 @@ class Runner {
   absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan, std::vector<SeqInput>* batch,
                        std::vector<SampleInput>* samples);
 
+  // Validates and executes the plan's page copies.
+  absl::Status CopyPages(const pagoda::worker::v1::IterationPlan& plan);
+
   std::unique_ptr<Backend> backend_;
+  std::vector<PageCopy> copies_;  // scratch
   absl::flat_hash_map<uint64_t, SeqState> seqs_;
   std::vector<int32_t> tokens_;  // sampled tokens of the current plan, reused across plans
   std::function<void(const StepTiming&)> observer_;

@@ -23,11 +23,28 @@ TEST(BlockPoolTest, AllocateAndRelease) {
   EXPECT_EQ(pool.num_free(), 3);
 }
 
-TEST(BlockPoolDeathTest, DoubleReleaseAborts) {
+TEST(BlockPoolTest, SharedPagesNeedEveryReferenceDropped) {
+  BlockPool pool(2);
+  PageId a = *pool.Allocate();
+  pool.AddRef(a);
+  EXPECT_EQ(pool.ref_count(a), 2);
+  EXPECT_FALSE(pool.DropRef(a));
+  EXPECT_TRUE(pool.DropRef(a));
+  EXPECT_FALSE(pool.is_free(a)) << "the caller decides: park or free";
+  pool.AddRef(a);  // a parked page taken again
+  EXPECT_TRUE(pool.DropRef(a));
+  pool.Free(a);
+  EXPECT_EQ(pool.num_free(), 2);
+}
+
+TEST(BlockPoolDeathTest, MisuseAborts) {
   BlockPool pool(2);
   PageId a = *pool.Allocate();
   pool.Release({a});
   EXPECT_DEATH(pool.Release({a}), "release of free page");
+  EXPECT_DEATH(pool.AddRef(a), "reference to free page");
+  PageId b = *pool.Allocate();
+  EXPECT_DEATH(pool.Free(b), "free of held or free page");
 }
 
 }  // namespace

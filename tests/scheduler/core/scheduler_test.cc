@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <deque>
+#include <functional>
 #include <map>
 #include <random>
 #include <set>
+#include <string>
 
 namespace pagoda::scheduler {
 namespace {
@@ -76,6 +78,20 @@ void Drain(Scheduler& s, WorkerId w, Outcome& out, double& now, int max_steps = 
   }
 }
 
+// Runs one request to completion on `worker` (the only one that may take it).
+void RunAlone(Scheduler& s, WorkerId worker, const NewRequest& r, double& now) {
+  ASSERT_TRUE(s.AddRequest(r, now).ok());
+  Outcome out;
+  Drain(s, worker, out, now);
+  ASSERT_TRUE(out.finished.count(r.id));
+}
+
+NewRequest PrefixRequest(RequestId id, int32_t shared, int32_t own, int32_t max_tokens = 2) {
+  NewRequest r = Request(id, shared + own, max_tokens);
+  for (int32_t i = shared; i < shared + own; ++i) r.prompt[i] = 500 + static_cast<int32_t>(id);
+  return r;
+}
+
 TEST(SchedulerTest, RejectsWhatCanNeverFit) {
   Scheduler s(Options());
   EXPECT_EQ(s.AddRequest(Request(1, 0, 4), 0).code(), absl::StatusCode::kInvalidArgument);
@@ -116,7 +132,7 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
   EXPECT_EQ(chunks, (std::vector<int32_t>{8, 8, 4, 1, 1}));
   EXPECT_EQ(tokens,
             (std::vector<int32_t>{ScriptedToken(7, 0), ScriptedToken(7, 1), ScriptedToken(7, 2)}));
-  EXPECT_EQ(s.pool(1)->num_free(), 16);
+  EXPECT_EQ(s.kv_usage(1).held, 0);
   ASSERT_TRUE(s.AddRequest(Request(8, 2, 1), 30).ok());
   auto plan = s.Schedule(1, 30);
   ASSERT_TRUE(plan.has_value());
@@ -182,7 +198,7 @@ TEST(SchedulerTest, FinishFreesPagesEvenWithPlanInFlight) {
   auto plan = s.Schedule(1, 0);
   ASSERT_TRUE(plan.has_value());
   s.Finish(1, FinishReason::kCancelled, "client", 0.5);
-  EXPECT_EQ(s.pool(1)->num_free(), 8);
+  EXPECT_EQ(s.kv_usage(1).held, 0);
   auto events = s.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].reason, FinishReason::kCancelled);
@@ -243,7 +259,7 @@ TEST(SchedulerTest, OverlapFeedsTheLastSampleAndLagsStops) {
   EXPECT_EQ(out.tokens[1],
             (std::vector<int32_t>{ScriptedToken(1, 0), ScriptedToken(1, 1), ScriptedToken(1, 2)}));
   EXPECT_EQ(out.finished[1].reason, FinishReason::kLength);
-  EXPECT_EQ(s.pool(1)->num_free(), 16);
+  EXPECT_EQ(s.kv_usage(1).held, 0);
 }
 
 // A pool too small for everyone at once: sequences are preempted and recomputed, and every
@@ -285,6 +301,160 @@ TEST(SchedulerTest, HigherClassPreemptsLowerWhenItCannotBeAdmitted) {
   EXPECT_EQ(p->steps[0].seq_id, 2u);
   EXPECT_EQ(s.state(1), SeqState::kPreempted);
   EXPECT_EQ(p->free_seq_ids, (std::vector<RequestId>{1}));
+}
+
+// A preempted sequence resumes from its own cached pages; a new request takes unreferenced
+// cached pages (evicting them) before anything running is preempted.
+TEST(SchedulerTest, PreemptedSequenceReHitsItsPagesAndEvictionComesFirst) {
+  SchedulerOptions o = Options();
+  o.max_running = 1;
+  Scheduler s(o);
+  s.AddWorker(1, Worker(8));
+  ASSERT_TRUE(s.AddRequest(Request(1, 12, 6, Priority::kLow), 0).ok());
+  double now = 0;
+  for (int i = 0; i < 3; ++i) {  // prefill, then two decodes
+    auto p = s.Schedule(1, now);
+    ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  }
+  ASSERT_TRUE(s.AddRequest(Request(2, 4, 2, Priority::kHigh), now).ok());
+  Outcome out;
+  auto p = s.Schedule(1, now);
+  ASSERT_EQ(s.state(1), SeqState::kPreempted);
+  EXPECT_EQ(s.kv_usage(1).parked, 3) << "request 1's computed full pages stay cached";
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  p = s.Schedule(1, ++now);  // request 2 decodes and finishes
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  p = s.Schedule(1, ++now);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 1u);
+  EXPECT_EQ(p->steps[0].seq_id, 1u);
+  EXPECT_TRUE(p->steps[0].first_sight);
+  EXPECT_EQ(p->steps[0].start_pos, 12) << "resumed on its own 3 cached pages";
+  EXPECT_EQ(p->steps[0].tokens.size(), 3u) << "recomputes only the 3 generated tokens";
+  EXPECT_EQ(p->steps[0].new_pages.size(), 4u);
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  Drain(s, 1, out, now);
+  EXPECT_EQ(out.finished[1].cached_tokens, 0) << "its first admission hit nothing";
+  EXPECT_EQ(out.finished[1].completion_tokens, 6);
+
+  // Eviction before preemption: 6 of 8 pages parked, one request running, and a second one
+  // needing 4 pages takes cached pages instead of preempting the first.
+  o.max_running = 2;
+  Scheduler t(o);
+  t.AddWorker(1, Worker(8));
+  now = 0;
+  Outcome ignored;
+  ASSERT_TRUE(t.AddRequest(Request(1, 24, 1), now).ok());
+  Drain(t, 1, ignored, now);
+  EXPECT_EQ(t.kv_usage(1).parked, 6);
+  NewRequest other = Request(2, 7, 20);
+  other.prompt.assign(7, 60);
+  ASSERT_TRUE(t.AddRequest(other, now).ok());
+  p = t.Schedule(1, now);
+  ASSERT_TRUE(t.OnResult(1, p->iteration, Answer(*p), now).ok());
+  NewRequest third = Request(3, 16, 1);
+  third.prompt.assign(16, 70);
+  ASSERT_TRUE(t.AddRequest(third, now).ok());
+  p = t.Schedule(1, now);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(t.total_preemptions(), 0);
+  EXPECT_EQ(t.state(2), SeqState::kDecoding);
+  EXPECT_EQ(t.kv_usage(1).held, 2 + 4);
+  ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+}
+
+// n > 1: completion 0 computes the prompt once; the others fork from its pages (shared whole
+// pages, a copy of the partial one), compute the last prompt token themselves and sample with
+// seeds seed + i.
+TEST(SchedulerTest, CompletionsShareThePromptAndCopyThePartialPage) {
+  Scheduler s(Options());
+  s.AddWorker(1, Worker(16));
+  NewRequest r = Request(10, 10, 3);
+  r.n = 3;
+  r.sampling.seed = 100;
+  ASSERT_TRUE(s.AddRequest(r, 0).ok());
+  auto p = s.Schedule(1, 0);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 1u) << "only completion 0 computes the prompt";
+  EXPECT_EQ(p->steps[0].tokens.size(), 10u);
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  p = s.Schedule(1, 1);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 3u);
+  ASSERT_EQ(p->page_copies.size(), 2u);
+  for (int i = 1; i <= 2; ++i) {
+    const PlanStep& step = p->steps[i];
+    EXPECT_EQ(step.seq_id, 10u + i);
+    EXPECT_TRUE(step.first_sight);
+    EXPECT_EQ(step.start_pos, 9);
+    EXPECT_EQ(step.tokens, (std::vector<int32_t>{19}));
+    EXPECT_EQ(step.sample_index, 0);
+    EXPECT_EQ(step.sampling.seed, 100u + i);
+    ASSERT_EQ(step.new_pages.size(), 3u);
+    EXPECT_EQ(step.new_pages[0], 0) << "shared with completion 0";
+    EXPECT_EQ(step.new_pages[1], 1);
+    EXPECT_EQ(p->page_copies[i - 1].src, 2) << "completion 0's partial page";
+    EXPECT_EQ(p->page_copies[i - 1].dst, step.new_pages[2]);
+  }
+  EXPECT_EQ(s.pool(1)->ref_count(0), 3);
+  EXPECT_EQ(s.pool(1)->ref_count(1), 3);
+  EXPECT_EQ(s.pool(1)->ref_count(2), 1);
+  ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  Outcome out;
+  double now = 2;
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  for (Event& e : s.TakeEvents()) {
+    if (e.kind == Event::Kind::kToken) out.tokens[e.id].push_back(e.token);
+  }
+  Drain(s, 1, out, now);
+  for (RequestId id = 10; id <= 12; ++id) {
+    EXPECT_EQ(out.finished[id].reason, FinishReason::kLength);
+    EXPECT_EQ(out.tokens[id], (std::vector<int32_t>{ScriptedToken(id, 0), ScriptedToken(id, 1),
+                                                    ScriptedToken(id, 2)}));
+  }
+  EXPECT_EQ(s.kv_usage(1).held, 0);
+}
+
+TEST(SchedulerTest, CompletionLimitsAreInvalidArgument) {
+  Scheduler s(Options());
+  s.AddWorker(1, Worker(16));  // 64 tokens
+  NewRequest r = Request(1, 10, 10);
+  r.n = 17;
+  absl::Status st = s.AddRequest(r, 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("n must be in [1, 16]"), std::string::npos) << st;
+  r.n = 4;  // 4 x 5 pages > 16
+  st = s.AddRequest(r, 0);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("n (4) x"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("largest: 64 tokens"), std::string::npos) << st;
+  r.n = 3;
+  EXPECT_TRUE(s.AddRequest(r, 0).ok());
+  EXPECT_EQ(s.AddRequest(Request(3, 4, 4), 0).code(), absl::StatusCode::kAlreadyExists)
+      << "ids 1..3 belong to the three completions";
+}
+
+// Two requests with the same long prefix arrive together: the second waits while the first
+// computes the prefix, then reuses it instead of computing it a second time.
+TEST(SchedulerTest, AdmissionWaitsForAPrefixBeingComputed) {
+  Scheduler s(Options(/*budget=*/256, /*chunk=*/256));
+  s.AddWorker(1, Worker(64));
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(1, 32, 4), 0).ok());
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 32, 4), 0).ok());
+  auto p = s.Schedule(1, 0);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 1u) << "request 2 waits for request 1's prefix pages";
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  p = s.Schedule(1, 1);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->steps.size(), 2u);
+  EXPECT_EQ(p->steps[1].seq_id, 2u);
+  EXPECT_EQ(p->steps[1].start_pos, 32) << "the prefix came from the cache";
+  Outcome out;
+  double now = 2;
+  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  Drain(s, 1, out, now);
+  EXPECT_EQ(out.finished[2].cached_tokens, 32);
 }
 
 // Aging: a low request under a steady stream of critical arrivals is admitted within the
@@ -343,7 +513,7 @@ TEST(SchedulerTest, DeadlinesDropQueuedAndRunningRequests) {
   ASSERT_EQ(p->steps.size(), 1u) << "max_running 1 keeps request 2 queued";
   ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
   s.TakeEvents();
-  EXPECT_LT(s.pool(1)->num_free(), 16);
+  EXPECT_GT(s.kv_usage(1).held, 0);
 
   p = s.Schedule(1, 4);  // past the queued request's deadline only
   ASSERT_TRUE(p.has_value());
@@ -359,22 +529,90 @@ TEST(SchedulerTest, DeadlinesDropQueuedAndRunningRequests) {
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].id, 1u);
   EXPECT_EQ(events[0].reason, FinishReason::kDeadline);
-  EXPECT_EQ(s.pool(1)->num_free(), 16);
+  EXPECT_EQ(s.kv_usage(1).held, 0);
   EXPECT_FALSE(s.HasWork());
 }
 
-// Random arrivals of mixed sizes and classes, cancellations, deadlines, worker churn (1 to 3
-// workers; one dies now and then with its plans in flight) and scripted results with overlap,
-// against pools down to barely enough for one request. Invariants are checked after every
-// operation; every request finishes with exactly the scripted tokens; the pools end free.
+// A scripted worker's KV arena: each slot remembers the token written at its position, so a
+// step that reads a position (a prefix-cache hit, a page shared by a preempted sequence's
+// successor) can be checked to find exactly the token its own sequence has there.
+class FakeArena {
+ public:
+  FakeArena(int32_t pages, int32_t page_size)
+      : page_size_(page_size), slots_(pages * page_size, -1) {}
+
+  // Executes a plan in order, as a worker does; `expected(id, pos)` is the token of sequence
+  // `id` at position `pos`. Returns an error naming the first wrong read or write.
+  std::string Execute(const Plan& plan,
+                      const std::function<int32_t(RequestId, int32_t)>& expected) {
+    for (RequestId id : plan.free_seq_ids) tables_.erase(id);
+    for (const PageCopy& copy : plan.page_copies) {
+      std::copy_n(slots_.begin() + copy.src * page_size_, page_size_,
+                  slots_.begin() + copy.dst * page_size_);
+    }
+    for (const PlanStep& step : plan.steps) {
+      if (step.first_sight) tables_[step.seq_id].clear();
+      std::vector<PageId>& table = tables_[step.seq_id];
+      table.insert(table.end(), step.new_pages.begin(), step.new_pages.end());
+      for (int32_t pos = 0; pos < step.start_pos; ++pos) {
+        if (Slot(table, pos) != expected(step.seq_id, pos)) {
+          return "seq " + std::to_string(step.seq_id) + " reads a wrong token at position " +
+                 std::to_string(pos);
+        }
+      }
+      const int32_t n = step.feed_last_sampled ? 1 : static_cast<int32_t>(step.tokens.size());
+      for (int32_t i = 0; i < n; ++i) {
+        const int32_t pos = step.start_pos + i;
+        const int32_t token = expected(step.seq_id, pos);
+        if (!step.feed_last_sampled && step.tokens[i] != token) return "wrong input token";
+        if (static_cast<size_t>(pos / page_size_) >= table.size()) return "write past the table";
+        slots_[table[pos / page_size_] * page_size_ + pos % page_size_] = token;
+      }
+    }
+    return "";
+  }
+
+ private:
+  int32_t Slot(const std::vector<PageId>& table, int32_t pos) const {
+    if (static_cast<size_t>(pos / page_size_) >= table.size()) return -2;
+    return slots_[table[pos / page_size_] * page_size_ + pos % page_size_];
+  }
+
+  int32_t page_size_;
+  std::vector<int32_t> slots_;
+  std::map<RequestId, std::vector<PageId>> tables_;
+};
+
+// Prompts from a few families that share prefixes of every length, so the prefix cache hits.
+NewRequest SharingRequest(std::mt19937& rng, RequestId id, int32_t max_prompt, int32_t max_new) {
+  NewRequest r = Request(id, 1 + rng() % max_prompt, 1 + rng() % max_new,
+                         static_cast<Priority>(rng() % kNumPriorities));
+  const int32_t family = rng() % 3;
+  for (size_t i = 0; i < r.prompt.size(); ++i) {
+    r.prompt[i] = 10 + static_cast<int32_t>((i * (family + 1) + family) % 90);
+  }
+  if (rng() % 4 == 0) r.cache_salt = rng() % 2 ? "tenant-a" : "tenant-b";
+  if (rng() % 5 == 0) r.n = 1 + static_cast<int32_t>(rng() % 4);
+  return r;
+}
+
+// Random arrivals of mixed sizes and classes sharing prefixes, cancellations, deadlines, worker
+// churn (1 to 3 workers; one dies now and then with its plans in flight) and scripted results
+// with overlap, against pools down to barely enough for one request, with the prefix cache on
+// (and off in every fourth round). Invariants (the scheduler's and the KvCacheManager's) are
+// checked after every operation; a fake KV arena checks every position a step reads holds its
+// own sequence's token; every request finishes with exactly the scripted tokens; the pools end
+// free or cached.
 TEST(SchedulerTest, RandomizedInvariants) {
   std::mt19937 rng(1234);
-  int64_t total_ops = 0, total_preemptions = 0;
-  for (int round = 0; round < 12; ++round) {
+  int64_t total_ops = 0, total_preemptions = 0, total_hits = 0, total_completions = 0;
+  int64_t total_copies = 0;
+  for (int round = 0; round < 16; ++round) {
     SchedulerOptions o = Options(/*budget=*/1 + rng() % 64, /*chunk=*/1 + rng() % 32,
                                  /*in_flight=*/1 + rng() % 2);
     o.max_running = 1 + rng() % 8;
     o.aging_interval = rng() % 2 ? 50 : 0;
+    o.enable_prefix_caching = round % 4 != 3;
     Scheduler s(o);
     const int32_t page_size = 1 + rng() % 8;
     const int32_t max_prompt = 40, max_new = 24;
@@ -384,13 +622,23 @@ TEST(SchedulerTest, RandomizedInvariants) {
     const int num_workers = 1 + round % 3;
     WorkerId next_worker = 0;
     std::map<WorkerId, std::deque<Plan>> flights;  // live workers and their plans in flight
-    for (int i = 0; i < num_workers; ++i) {
+    std::map<WorkerId, FakeArena> arenas;
+    auto add_worker = [&] {
       s.AddWorker(++next_worker, Worker(pages, page_size));
       flights[next_worker];
-    }
+      arenas.emplace(next_worker, FakeArena(pages, page_size));
+    };
+    for (int i = 0; i < num_workers; ++i) add_worker();
     std::map<RequestId, std::vector<int32_t>> tokens;
-    std::map<RequestId, FinishReason> finished;
+    std::map<RequestId, std::vector<int32_t>> prompts;
+    std::map<RequestId, Event> finished;
     std::map<RequestId, int32_t> max_tokens;
+    auto expected = [&](RequestId id, int32_t pos) {
+      const std::vector<int32_t>& prompt = prompts.at(id);
+      return pos < static_cast<int32_t>(prompt.size())
+                 ? prompt[pos]
+                 : ScriptedToken(id, pos - static_cast<int32_t>(prompt.size()));
+    };
     int next_id = 1;
     auto busy = [&] {
       for (const auto& [w, f] : flights) {
@@ -403,29 +651,37 @@ TEST(SchedulerTest, RandomizedInvariants) {
       const double now = op;
       const int dice = rng() % 20;
       if (op < 1000 && dice < 5) {
-        NewRequest r = Request(next_id++, 1 + rng() % max_prompt, 1 + rng() % max_new,
-                               static_cast<Priority>(rng() % kNumPriorities));
+        NewRequest r = SharingRequest(rng, next_id, max_prompt, max_new);
+        next_id += r.n;
         if (rng() % 10 == 0) r.deadline = now + rng() % 200;
-        max_tokens[r.id] = r.max_tokens;
-        if (s.AddRequest(r, now).ok()) tokens[r.id];
+        const bool ok = s.AddRequest(r, now).ok();
+        for (RequestId c = r.id; c < r.id + r.n; ++c) {
+          max_tokens[c] = r.max_tokens;
+          prompts[c] = r.prompt;
+          if (ok) tokens[c];
+        }
+        total_completions += r.n > 1 && ok ? r.n : 0;
       } else if (op < 1000 && dice == 5 && next_id > 1) {
         s.Finish(1 + rng() % (next_id - 1), FinishReason::kCancelled, "test", now);
       } else if (op < 1000 && dice == 6 && rng() % 20 == 0) {
         // A worker dies with its plans in flight; a fresh one replaces it.
         auto victim = std::next(flights.begin(), rng() % flights.size());
         s.RemoveWorker(victim->first);
+        arenas.erase(victim->first);
         flights.erase(victim);
-        s.AddWorker(++next_worker, Worker(pages, page_size));
-        flights[next_worker];
+        add_worker();
       }
       for (auto& [w, flight] : flights) {
         while (auto plan = s.Schedule(w, now)) {
           ASSERT_LE(plan->num_tokens, o.max_batch_tokens);
+          total_copies += static_cast<int64_t>(plan->page_copies.size());
           flight.push_back(std::move(*plan));
         }
       }
       auto answering = std::next(flights.begin(), rng() % flights.size());
       if (std::deque<Plan>& flight = answering->second; !flight.empty() && rng() % 3 != 0) {
+        const std::string wrong = arenas.at(answering->first).Execute(flight.front(), expected);
+        ASSERT_EQ(wrong, "") << "round " << round << " op " << op;
         ASSERT_TRUE(
             s.OnResult(answering->first, flight.front().iteration, Answer(flight.front()), now)
                 .ok());
@@ -435,7 +691,7 @@ TEST(SchedulerTest, RandomizedInvariants) {
         if (e.kind == Event::Kind::kToken) {
           tokens[e.id].push_back(e.token);
         } else {
-          finished[e.id] = e.reason;
+          finished[e.id] = e;
         }
       }
       ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants() << " at op " << op;
@@ -445,23 +701,36 @@ TEST(SchedulerTest, RandomizedInvariants) {
       for (size_t i = 0; i < got.size(); ++i) {
         ASSERT_EQ(got[i], ScriptedToken(id, static_cast<int32_t>(i))) << "request " << id;
       }
-      if (finished[id] == FinishReason::kLength) {
+      if (finished[id].reason == FinishReason::kLength) {
         EXPECT_EQ(got.size(), static_cast<size_t>(max_tokens[id]));
       }
+      EXPECT_LE(finished[id].cached_tokens, finished[id].prompt_tokens);
+      EXPECT_LT(finished[id].cached_tokens, finished[id].prompt_tokens) << "last token computed";
+      if (!o.enable_prefix_caching) EXPECT_EQ(finished[id].cached_tokens, 0);
     }
-    for (const auto& [w, flight] : flights) EXPECT_EQ(s.pool(w)->num_free(), pages);
+    for (const auto& [w, flight] : flights) {
+      const KvUsage u = s.kv_usage(w);
+      EXPECT_EQ(u.held, 0);
+      EXPECT_EQ(u.free + u.parked, pages);
+      if (!o.enable_prefix_caching) EXPECT_EQ(u.free, pages);
+    }
     if (s.forced_preemptions() == 0) {
       EXPECT_LE(s.max_preempted_in_row(), o.max_preemptions_in_row);
     }
     total_preemptions += s.total_preemptions();
+    total_hits += s.kv().hit_tokens();
+    if (!o.enable_prefix_caching) EXPECT_EQ(s.kv().hit_tokens(), 0);
   }
   EXPECT_GE(total_ops, 10000);
   EXPECT_GT(total_preemptions, 0) << "the small pools must force preemptions";
+  EXPECT_GT(total_hits, 0) << "shared prefixes must hit the cache";
+  EXPECT_GT(total_completions, 0);
+  EXPECT_GT(total_copies, 0) << "forks of partial pages must copy them";
 }
 
-// Placement: a new sequence goes to the worker with the most free KV, ties to the fewest
-// running; a worker too small for the request never gets it.
-TEST(SchedulerTest, PlacementPrefersMostFreeKvThenFewestRunning) {
+// Placement rule 3 (ties): equal cost goes to the most free KV, then the lowest id; a worker the
+// whole request could never fit on never gets it.
+TEST(SchedulerTest, PlacementTiesGoToMostFreeKvThenLowestId) {
   Scheduler s(Options());
   s.AddWorker(1, Worker(16));
   s.AddWorker(2, Worker(32));
@@ -469,29 +738,102 @@ TEST(SchedulerTest, PlacementPrefersMostFreeKvThenFewestRunning) {
   ASSERT_TRUE(s.AddRequest(Request(1, 30, 10), 0).ok());
   EXPECT_FALSE(s.Schedule(1, 0).has_value()) << "worker 2 has more free KV";
   EXPECT_FALSE(s.Schedule(3, 0).has_value()) << "request 1 does not fit on worker 3";
-  auto p = s.Schedule(2, 0);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->steps[0].seq_id, 1u);
-  // Worker 2 now has 32 - 8 = 24 pages (96 tokens) free; worker 1 has 64 tokens, worker 3
-  // 32: request 2 goes to worker 2 again.
-  ASSERT_TRUE(s.AddRequest(Request(2, 4, 4), 1).ok());
-  EXPECT_FALSE(s.Schedule(1, 1).has_value());
-  ASSERT_TRUE(s.OnResult(2, p->iteration, Answer(*p), 1).ok());
-  p = s.Schedule(2, 1);
-  ASSERT_TRUE(p.has_value());
-  EXPECT_EQ(p->steps.size(), 2u);
-  // Equal free KV: the worker with fewer running sequences.
+  ASSERT_TRUE(s.Schedule(2, 0).has_value());
   Scheduler t(Options());
   t.AddWorker(1, Worker(16));
   t.AddWorker(2, Worker(16));
   ASSERT_TRUE(t.AddRequest(Request(1, 4, 4), 0).ok());
-  ASSERT_TRUE(t.Schedule(1, 0).has_value()) << "a tie goes to the lowest id";
-  ASSERT_TRUE(t.AddRequest(Request(2, 4, 4), 0).ok());
-  // Worker 1 holds one page now; worker 2 has more free KV and fewer running.
-  EXPECT_FALSE(t.Schedule(1, 0).has_value());
-  auto q = t.Schedule(2, 0);
-  ASSERT_TRUE(q.has_value());
-  EXPECT_EQ(q->steps[0].seq_id, 2u);
+  EXPECT_FALSE(t.Schedule(2, 0).has_value()) << "a tie goes to the lowest id";
+  ASSERT_TRUE(t.Schedule(1, 0).has_value());
+}
+
+// Rule 2 (cost): a worker holding the prompt's prefix computes fewer tokens and wins, as long as
+// its backlog plus running sequences do not outweigh what the cache saves.
+TEST(SchedulerTest, PlacementPrefersTheWorkerWithTheCachedPrefix) {
+  Scheduler s(Options(/*budget=*/64, /*chunk=*/64));
+  s.AddWorker(2, Worker(64));
+  double now = 0;
+  // Request 1 runs alone on worker 2, caching its 40-token prefix.
+  RunAlone(s, 2, PrefixRequest(1, 40, 4), now);
+  EXPECT_GT(s.kv_usage(2).parked, 0);
+  s.AddWorker(1, Worker(64));
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 40, 4), now).ok());
+  EXPECT_FALSE(s.Schedule(1, now).has_value()) << "worker 2 has the prefix cached";
+  auto p = s.Schedule(2, now);
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->steps[0].start_pos, 40) << "the cached prefix is not recomputed";
+  // Worker 2 now runs request 2 (16 tokens of decode weight): a request with nothing cached
+  // anywhere goes to the idle worker 1.
+  ASSERT_TRUE(s.AddRequest(Request(3, 8, 2), now).ok());
+  EXPECT_FALSE(s.Schedule(2, now).has_value());
+  EXPECT_TRUE(s.Schedule(1, now).has_value());
+}
+
+// Rule 2 (load): the cached worker's backlog outweighs the saving, so the next sharer computes
+// the prefix on the idle worker.
+TEST(SchedulerTest, PlacementWeighsBacklogAgainstCachedTokens) {
+  Scheduler s(Options(/*budget=*/8, /*chunk=*/8));
+  s.AddWorker(2, Worker(128));
+  double now = 0;
+  RunAlone(s, 2, PrefixRequest(1, 16, 4), now);
+  // A long prompt (a 200-token backlog) now runs on worker 2, in 8-token chunks.
+  ASSERT_TRUE(s.AddRequest(Request(9, 200, 2), now).ok());
+  ASSERT_TRUE(s.Schedule(2, now).has_value());
+  s.AddWorker(1, Worker(128));
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 16, 4), now).ok());
+  EXPECT_FALSE(s.Schedule(2, now).has_value()) << "plan in flight on worker 2, and it is busy";
+  auto p = s.Schedule(1, now);
+  ASSERT_TRUE(p.has_value()) << "20 tokens on idle worker 1 beat 4 + ~200 backlog on worker 2";
+  EXPECT_EQ(p->steps[0].seq_id, 2u);
+  EXPECT_EQ(p->steps[0].start_pos, 0);
+}
+
+// Rule 1 (fits now): a cheaper worker without a free running slot loses to one that has it.
+TEST(SchedulerTest, PlacementPrefersAWorkerThatFitsNow) {
+  SchedulerOptions o = Options();
+  o.max_running = 1;
+  Scheduler s(o);
+  s.AddWorker(1, Worker(64));
+  s.AddWorker(2, Worker(64));
+  double now = 0;
+  RunAlone(s, 1, PrefixRequest(1, 32, 4), now);
+  ASSERT_TRUE(s.AddRequest(Request(5, 4, 30), now).ok());
+  ASSERT_TRUE(s.Schedule(1, now).has_value()) << "worker 1 wins the tie; its slot is now taken";
+  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 32, 4), now).ok());
+  EXPECT_FALSE(s.Schedule(1, now).has_value());
+  auto p = s.Schedule(2, now);
+  ASSERT_TRUE(p.has_value()) << "worker 1 has the prefix but no free slot";
+  EXPECT_EQ(p->steps[0].seq_id, 2u);
+}
+
+// Many requests sharing a prefix, all queued at once on three workers: they spread out.
+TEST(SchedulerTest, SharedPrefixRequestsDoNotPileOntoOneWorker) {
+  Scheduler s(Options(/*budget=*/256, /*chunk=*/256));
+  for (WorkerId w = 1; w <= 3; ++w) s.AddWorker(w, Worker(256));
+  double now = 0;
+  RunAlone(s, 1, PrefixRequest(100, 64, 8), now);
+  for (RequestId id = 1; id <= 30; ++id) {
+    ASSERT_TRUE(s.AddRequest(PrefixRequest(id, 64, 8), now).ok());
+  }
+  std::map<WorkerId, int> placed;
+  std::map<WorkerId, std::deque<Plan>> flight;
+  for (int round = 0; round < 20 && s.num_waiting() > 0; ++round) {
+    for (WorkerId w = 1; w <= 3; ++w) {
+      if (auto p = s.Schedule(w, now)) {
+        for (const PlanStep& step : p->steps) placed[w] += step.first_sight;
+        flight[w].push_back(std::move(*p));
+      }
+    }
+    for (auto& [w, f] : flight) {
+      if (f.empty()) continue;
+      ASSERT_TRUE(s.OnResult(w, f.front().iteration, Answer(f.front()), now).ok());
+      f.pop_front();
+    }
+    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  }
+  EXPECT_EQ(placed[1] + placed[2] + placed[3], 30);
+  for (WorkerId w = 1; w <= 3; ++w) EXPECT_GE(placed[w], 5) << "worker " << w;
+  EXPECT_GT(placed[1], placed[2]) << "the worker with the prefix cached takes more";
 }
 
 // A burst (at least one waiting request per worker): each worker takes its fair share of the
@@ -510,6 +852,27 @@ TEST(SchedulerTest, BurstIsSharedAmongWorkersInOnePlanEach) {
   }
   EXPECT_EQ(admitted.size(), 16u);
   EXPECT_EQ(s.num_waiting(), 0u);
+}
+
+// Burst sharing respects placement by cache hits: a worker under its fair share does not take
+// a burst request whose prefix another worker holds; the cache holder takes it, its fair share
+// at least in one plan.
+TEST(SchedulerTest, BurstSharingLeavesACachedPrefixToItsWorker) {
+  Scheduler s(Options(/*budget=*/256, /*chunk=*/256));
+  s.AddWorker(1, Worker(64));
+  double now = 0;
+  RunAlone(s, 1, PrefixRequest(100, 32, 4), now);
+  s.AddWorker(2, Worker(64));
+  for (RequestId id = 1; id <= 4; ++id) {
+    ASSERT_TRUE(s.AddRequest(PrefixRequest(id, 32, 4), now).ok());
+  }
+  EXPECT_FALSE(s.Schedule(2, now).has_value()) << "worker 1 holds the burst's prefix";
+  auto p = s.Schedule(1, now);
+  ASSERT_TRUE(p.has_value());
+  ASSERT_FALSE(p->steps.empty());
+  EXPECT_EQ(p->steps[0].start_pos, 32) << "the cached prefix is not recomputed";
+  EXPECT_GE(p->steps.size(), 2u) << "worker 1 takes at least its fair share at once";
+  ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
 }
 
 }  // namespace

@@ -45,6 +45,10 @@ class CpuBackend : public Backend {
 
   absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
 
+  absl::Status CopyPages(std::span<const PageCopy> copies) override {
+    for (const PageCopy& c : copies) arena_.CopyPage(c.src, c.dst);
+    return absl::OkStatus();
+  }
   int page_size() const override { return options_.page_size; }
   int num_pages() const override { return options_.num_pages; }
   const common::ModelConfig& config() const override { return model_->config(); }

@@ -1,5 +1,8 @@
 #include "worker/backend/cpu/kv_arena.h"
 
+#include <algorithm>
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
 
@@ -32,6 +35,16 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
     arena.v_[static_cast<size_t>(l)].assign(static_cast<size_t>(per_layer), 0.0f);
   }
   return arena;
+}
+
+void KvArena::CopyPage(int src, int dst) {
+  const size_t page = static_cast<size_t>(shape_.page_size) * shape_.n_kv_heads * shape_.head_dim;
+  for (std::vector<std::vector<float>>* kv : {&k_, &v_}) {
+    for (std::vector<float>& layer : *kv) {
+      std::copy_n(layer.begin() + static_cast<ptrdiff_t>(page * src), page,
+                  layer.begin() + static_cast<ptrdiff_t>(page * dst));
+    }
+  }
 }
 
 size_t KvArena::bytes() const {

@@ -35,6 +35,8 @@ class KvArena {
   float* k(int layer) { return k_[static_cast<size_t>(layer)].data(); }  // [pages][ps][kv][hd]
   float* v(int layer) { return v_[static_cast<size_t>(layer)].data(); }
   size_t bytes() const;
+  // Copies page `src` into page `dst` in every layer, K and V (ids unchecked: the caller's).
+  void CopyPage(int src, int dst);
 
  private:
   KvArena() = default;

@@ -441,4 +441,20 @@ absl::Status CudaBackend::ForwardSample(std::span<const SeqInput> batch,
   return absl::OkStatus();
 }
 
+absl::Status CudaBackend::CopyPages(std::span<const PageCopy> copies) {
+  char* arena = arena_.get<char>();
+  const size_t page = layout_.page_bytes();
+  for (const PageCopy& c : copies) {
+    for (int layer = 0; layer < layout_.n_layers; ++layer) {
+      for (size_t base : {layout_.k_offset(layer), layout_.v_offset(layer)}) {
+        RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(arena + base + page * size_t(c.dst),
+                                                   arena + base + page * size_t(c.src), page,
+                                                   cudaMemcpyDeviceToDevice, stream_),
+                                   "KV page copy"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace pagoda::worker::cuda

@@ -62,6 +62,8 @@ class CudaBackend : public Backend {
   absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              std::vector<int32_t>* tokens) override;
 
+  // Device-to-device copies on the backend's stream, ordered before the next Forward.
+  absl::Status CopyPages(std::span<const PageCopy> copies) override;
   int page_size() const override { return options_.page_size; }
   int num_pages() const override { return layout_.num_pages; }
   const common::ModelConfig& config() const override { return weights_.config(); }

@@ -1,5 +1,7 @@
 #include "worker/backend/synthetic/synthetic_backend.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -56,6 +58,19 @@ absl::StatusOr<int32_t> SyntheticBackend::NextToken(const SeqInput& in, size_t e
     history_[p] = token;
   }
   return SyntheticNextToken(history_, config_.vocab_size);
+}
+
+absl::Status SyntheticBackend::CopyPages(std::span<const PageCopy> copies) {
+  const size_t ps = static_cast<size_t>(options_.page_size);
+  for (const PageCopy& c : copies) {
+    if (c.src < 0 || c.src >= options_.num_pages || c.dst < 0 || c.dst >= options_.num_pages) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "page copy %d -> %d is outside the arena of %d pages", c.src, c.dst, options_.num_pages));
+    }
+    if (c.src == c.dst) continue;
+    std::copy_n(slots_.begin() + c.src * ps, ps, slots_.begin() + c.dst * ps);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SyntheticBackend::Step(std::span<const SeqInput> batch, std::vector<int32_t>* tokens) {

@@ -12,6 +12,8 @@
 //    compares the streamed tokens with SyntheticNextToken() over prompt + output checks the
 //    scheduler's batching, page tables and routing end to end.
 //  * Reading a slot that no Forward wrote is InvalidArgument naming the entry and position.
+//  * CopyPages copies each page's slots (the token ids, unwritten ones included) in order, as
+//    the KV of a real backend would be copied (n > 1: copy on write of a shared partial page).
 //  * Forward's logits are one-hot at the synthetic token (greedy sampling gives the same token);
 //    ForwardSample ignores the sampling parameters: every request behaves as greedy.
 //  * Batches are validated like every backend's (ValidateBatch). One thread at a time.
@@ -48,6 +50,7 @@ class SyntheticBackend final : public Backend {
   absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
   absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              std::vector<int32_t>* tokens) override;
+  absl::Status CopyPages(std::span<const PageCopy> copies) override;
 
   int page_size() const override { return options_.page_size; }
   int num_pages() const override { return options_.num_pages; }
