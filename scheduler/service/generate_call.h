@@ -68,7 +68,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   class Sink;
   // One completion's stream.
   struct Completion {
-    Completion(const common::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
+    Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
         : detok(tokenizer), stops(std::move(stop_strings)) {}
     // Guarded by the call's mu_.
     std::vector<int32_t> pending;  // tokens not yet in a message
