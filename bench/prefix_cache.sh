@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Prefix-cache benchmark, in one call: builds Pagoda, then on one machine starts a scheduler and
-# one CPU worker (bench/lib/cluster.sh) with the prefix cache on, runs two workloads with
-# pagoda-bench, restarts the same cluster with --enable-prefix-caching=false, runs them again,
+# Prefix-cache benchmark, in one call and on one cluster: builds Pagoda, starts a scheduler and
+# one CPU worker (bench/lib/cluster.sh), runs two workloads with pagoda-bench with the cache on,
+# then again with it off for those requests (pagoda-bench --unique-cache-salts: every request
+# its own cache_salt, so none reuses another's prompt KV and every prompt token is computed),
 # and prints TTFT p50/p99 and output tokens/s for both and their off/on ratios:
 #   (a) shared-prefix: NUM_REQUESTS (64) requests, all at once, sharing a SYSTEM_LEN (1,024)-token
 #       system prompt, each with USER_LEN (64) tokens of its own;
@@ -50,19 +51,19 @@ run_bench() {  # NAME FLAGS...: one pagoda-bench run into $out_dir/prefix_cache-
   fi
 }
 
+start_cluster "$model" "$threads"
 for mode in on off; do
   flags=()
-  [ "$mode" = off ] && flags=(--enable-prefix-caching=false)
-  start_cluster "$model" "$threads" "${flags[@]}"
+  [ "$mode" = off ] && flags=(--unique-cache-salts)
   echo "prefix_cache.sh: cache $mode: (a) shared prefix, (b) multi-turn" >&2
   run_bench "shared-$mode" --prompts shared-prefix --shared-prefix-len "$system_len" \
     --input-len $(( system_len + user_len )) --num-requests "$num_requests" \
-    --request-rate inf
+    --request-rate inf "${flags[@]}"
   run_bench "multi-$mode" --prompts multi-turn --conversations "$conversations" \
     --turns "$turns" --input-len "$user_len" --num-requests $(( conversations * turns )) \
-    --concurrency "$conversations"
-  stop_cluster
+    --concurrency "$conversations" "${flags[@]}"
 done
+stop_cluster
 
 metric() { jq -r ".runs[0].metrics.$2" "$out_dir/prefix_cache-$1.json"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0 ? a / b : 0) }'; }

@@ -86,6 +86,9 @@ ABSL_FLAG(std::string, json, "", "write every result (and each request's numbers
 ABSL_FLAG(std::string, plot, "",
           "draw FILE.png with gnuplot: metrics over concurrency for sweeps, over time otherwise");
 ABSL_FLAG(bool, progress, true, "progress bar on stderr");
+ABSL_FLAG(bool, unique_cache_salts, false,
+          "give every request its own cache_salt, so no request reuses another's prompt KV: "
+          "the prefix cache's 'off' baseline on the same cluster");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate(s) that verify the scheduler: connect over TLS (empty, with no "
           "--tls-cert either: plaintext)");
@@ -119,6 +122,7 @@ struct Options {
   double timeout_s = 600;
   double wait_for_server_s = 30;
   bool progress = true;
+  bool unique_cache_salts = false;
   std::string json_path;
   std::string plot_path;
 };
@@ -230,6 +234,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.timeout_s = absl::GetFlag(FLAGS_timeout_s);
   o.wait_for_server_s = absl::GetFlag(FLAGS_wait_for_server_s);
   o.progress = absl::GetFlag(FLAGS_progress);
+  o.unique_cache_salts = absl::GetFlag(FLAGS_unique_cache_salts);
   o.json_path = absl::GetFlag(FLAGS_json);
   o.plot_path = absl::GetFlag(FLAGS_plot);
   RETURN_IF_ERROR(CheckCombination(o));
@@ -317,6 +322,7 @@ class BenchSession {
     run.sampling = options_.sampling;
     run.timeout_s = options_.timeout_s;
     run.progress = options_.progress;
+    run.unique_cache_salts = options_.unique_cache_salts;
     run.label = label;
     // Same request indices in every run (same lengths), fresh prompt ids (no cross-run cache).
     run.prompt_salt = next_salt_++;

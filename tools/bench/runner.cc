@@ -114,6 +114,9 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
       : request_(BuildRequest(spec, options.sampling)),
         clock_(clock),
         tracker_(std::move(tracker)) {
+    if (options.unique_cache_salts) {
+      request_.set_cache_salt(absl::StrCat("bench-", options.prompt_salt, "-", spec.index));
+    }
     record_.index = spec.index;
     record_.prompt_tokens = static_cast<int>(spec.prompt.size());
     record_.expected_output_tokens = spec.output_len;

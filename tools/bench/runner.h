@@ -25,6 +25,9 @@ struct RunOptions {
   double timeout_s = 600;    // deadline of each request
   int first_index = 0;       // the run sends workload requests first_index, first_index + 1, ...
   uint64_t prompt_salt = 0;  // Workload::Make's salt: a fresh value per run defeats caching
+  // Each request gets its own GenerateRequest.cache_salt: no request reuses another's prompt KV
+  // (the prefix cache "off" on a cluster that has it on).
+  bool unique_cache_salts = false;
   bool progress = true;
   std::string label;  // printed before the progress bar
 };
