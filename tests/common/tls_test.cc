@@ -4,8 +4,10 @@
 #include "common/tls.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <string>
 
 namespace pagoda::common {
 namespace {
@@ -13,8 +15,12 @@ namespace {
 constexpr char kCert[] = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 constexpr char kKey[] = "-----BEGIN PRIVATE KEY-----\nMIGH\n-----END PRIVATE KEY-----\n";
 
+// Files of their own for each test process: ctest runs the tests of this binary in parallel, and
+// a shared path would be rewritten (or truncated) under another test's feet.
 std::string WriteFile(const std::string& name, const std::string& content) {
-  const std::string path = ::testing::TempDir() + "/" + name;
+  const std::string path = ::testing::TempDir() + "/pagoda-tls-test-" + std::to_string(getpid()) +
+                           "-" + ::testing::UnitTest::GetInstance()->current_test_info()->name() +
+                           "-" + name;
   std::ofstream(path, std::ios::binary) << content;
   return path;
 }
@@ -73,8 +79,8 @@ TEST(TlsTest, UnreadableEmptyOrNonPemFilesAreNamed) {
   const std::string cert = WriteFile("cert.pem", kCert), key = WriteFile("key.pem", kKey);
   ExpectError({"", "", "/nonexistent/ca.pem"}, TlsSide::kClient,
               "cannot read --tls-ca /nonexistent/ca.pem: No such file or directory");
-  ExpectError({cert, WriteFile("empty.pem", ""), ""}, TlsSide::kServer,
-              "--tls-key " + ::testing::TempDir() + "/empty.pem is empty");
+  const std::string empty = WriteFile("empty.pem", "");
+  ExpectError({cert, empty, ""}, TlsSide::kServer, "--tls-key " + empty + " is empty");
   // Swapped files: the key where the certificate goes.
   ExpectError({key, cert, ""}, TlsSide::kServer, "is not a PEM file with a CERTIFICATE");
   ExpectError({cert, cert, ""}, TlsSide::kServer, "is not a PEM file with a PRIVATE KEY");
