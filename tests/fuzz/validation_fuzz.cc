@@ -120,10 +120,13 @@ void CheckAccepted(Fixture& f, const v1::GenerateRequest& request, NewRequest r)
     }
   }
   r.id = 1;
+  const int32_t completions = std::max(r.n, 1);  // ids 1..n: one per completion
   if (absl::Status s = f.core->AddRequest(std::move(r), 0.0); !s.ok()) {
     FuzzFail(absl::StrCat("the core rejects a validated request: ", s.ToString()));
   }
-  f.core->Finish(1, scheduler::FinishReason::kCancelled, "fuzz", 0.0);
+  for (int32_t i = 0; i < completions; ++i) {
+    f.core->Finish(1 + i, scheduler::FinishReason::kCancelled, "fuzz", 0.0);
+  }
   (void)f.core->TakeEvents();
 }
 
