@@ -26,6 +26,14 @@ class ArgCheck {
     }
     return *this;
   }
+  // lo <= value <= hi: "<name> <value> must be in [lo, hi]".
+  ArgCheck& RequireRange(int64_t value, int64_t lo, int64_t hi, const char* name) {
+    return Require(value >= lo && value <= hi, "%s %d must be in [%d, %d]", name, value, lo, hi);
+  }
+  // value > 0: "<name> <value> must be positive".
+  ArgCheck& RequirePositive(int64_t value, const char* name) {
+    return Require(value > 0, "%s %d must be positive", name, value);
+  }
   // A device pointer that must be set (and `alignment`-byte aligned, 1 = any).
   ArgCheck& RequirePointer(const void* p, const char* name, uintptr_t alignment = 1) {
     Require(p != nullptr, "%s is null", name);

@@ -33,16 +33,15 @@ inline constexpr int kMaxHeadDimArg = 256;  // kMaxHeadDim, before the kernels' 
 inline void CheckAttentionArgs(ArgCheck& check, const AttentionShape& s, const AttentionBatch& b,
                                const void* q, const void* k_cache, const void* v_cache,
                                const void* out, uintptr_t alignment) {
-  check.Require(s.n_heads > 0, "n_heads %d must be positive", s.n_heads)
+  check.RequirePositive(s.n_heads, "n_heads")
       .Require(s.n_kv_heads > 0 && s.n_kv_heads <= kMaxGridYZ, "n_kv_heads %d must be in [1, %d]",
                s.n_kv_heads, kMaxGridYZ)
       .Require(s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads == 0,
                "n_kv_heads %d must divide n_heads %d", s.n_kv_heads, s.n_heads)
       .Require(s.head_dim > 0 && s.head_dim % 2 == 0 && s.head_dim <= kMaxHeadDimArg,
                "head_dim %d must be even, in [2, %d]", s.head_dim, kMaxHeadDimArg)
-      .Require(s.page_size > 0, "page_size %d must be positive", s.page_size)
-      .Require(b.num_seqs >= 0 && b.num_seqs <= kMaxGridYZ, "num_seqs %d must be in [0, %d]",
-               b.num_seqs, kMaxGridYZ)
+      .RequirePositive(s.page_size, "page_size")
+      .RequireRange(b.num_seqs, 0, kMaxGridYZ, "num_seqs")
       .RequirePointer(b.token_start, "batch.token_start")
       .RequirePointer(b.num_tokens, "batch.num_tokens")
       .RequirePointer(b.start_pos, "batch.start_pos")

@@ -71,9 +71,7 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
   if (b.num_seqs == 0) return absl::OkStatus();
   ArgCheck check("LaunchDecodeAttention");
   attention_internal::CheckAttentionArgs(check, s, b, p.q, p.k_cache, p.v_cache, p.out, 4);
-  check
-      .Require(p.max_partitions >= 1 && p.max_partitions <= kMaxGridYZ,
-               "max_partitions %d must be in [1, %d]", p.max_partitions, kMaxGridYZ)
+  check.RequireRange(p.max_partitions, 1, kMaxGridYZ, "max_partitions")
       .Require(p.max_partitions <= 1 || p.workspace != nullptr,
                "workspace is null with max_partitions %d > 1", p.max_partitions)
       .Require(Aligned(p.workspace, 16), "workspace (%p) must be 16-byte aligned", p.workspace)

@@ -168,10 +168,9 @@ int GridFor(size_t n) {
 
 absl::Status LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchEmbed");
-  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
-                p.num_tokens, kMaxBlocks);
+  check.RequireRange(p.num_tokens, 0, kMaxBlocks, "num_tokens");
   if (p.num_tokens == 0) return check.status();
-  check.Require(p.dim > 0, "dim %d must be positive", p.dim)
+  check.RequirePositive(p.dim, "dim")
       .RequirePointer(p.tokens, "tokens")
       .RequirePointer(p.table, "table")
       .RequirePointer(p.x, "x");
@@ -188,10 +187,9 @@ absl::Status LaunchEmbed(const EmbedParams& p, cudaStream_t stream) {
 
 absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchRmsNormCast");
-  check.Require(p.num_rows >= 0 && p.num_rows <= kMaxBlocks, "num_rows %d must be in [0, %d]",
-                p.num_rows, kMaxBlocks);
+  check.RequireRange(p.num_rows, 0, kMaxBlocks, "num_rows");
   if (p.num_rows == 0) return check.status();
-  check.Require(p.dim > 0, "dim %d must be positive", p.dim)
+  check.RequirePositive(p.dim, "dim")
       .Require(p.eps >= 0, "eps %g must be >= 0", p.eps)
       .RequirePointer(p.x, "x")
       .RequirePointer(p.weight, "weight")
@@ -209,8 +207,7 @@ absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) 
 
 absl::Status LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchRopeTable");
-  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
-                p.num_tokens, kMaxBlocks);
+  check.RequireRange(p.num_tokens, 0, kMaxBlocks, "num_tokens");
   if (p.num_tokens == 0) return check.status();
   check
       .Require(p.head_dim > 0 && p.head_dim % 2 == 0, "head_dim %d must be even and positive",
@@ -227,33 +224,29 @@ absl::Status LaunchRopeTable(const RopeTableParams& p, cudaStream_t stream) {
 
 absl::Status LaunchQkvHooks(const QkvHooksParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchQkvHooks");
-  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
-                p.num_tokens, kMaxBlocks);
+  check.RequireRange(p.num_tokens, 0, kMaxBlocks, "num_tokens");
   if (p.num_tokens == 0 || (p.bias == nullptr && p.q_norm == nullptr)) return check.status();
-  check.Require(p.head_dim > 0, "head_dim %d must be positive", p.head_dim)
-      .Require(p.n_heads > 0, "n_heads %d must be positive", p.n_heads)
-      .Require(p.n_kv_heads > 0, "n_kv_heads %d must be positive", p.n_kv_heads)
+  check.RequirePositive(p.head_dim, "head_dim")
+      .RequirePositive(p.n_heads, "n_heads")
+      .RequirePositive(p.n_kv_heads, "n_kv_heads")
       .Require((p.q_norm == nullptr) == (p.k_norm == nullptr),
                "q_norm and k_norm must both be set or both be null")
       .RequirePointer(p.qkv, "qkv");
   RETURN_IF_ERROR(check.status());
-  return CudaStatus(LaunchKernel(QkvHooksKernel, p.num_tokens, 64, 0, stream, p),
-                    "LaunchQkvHooks");
+  return CudaStatus(LaunchKernel(QkvHooksKernel, p.num_tokens, 64, 0, stream, p), "LaunchQkvHooks");
 }
 
 absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchRopeKvWrite");
-  check.Require(p.num_tokens >= 0 && p.num_tokens <= kMaxBlocks, "num_tokens %d must be in [0, %d]",
-                p.num_tokens, kMaxBlocks);
+  check.RequireRange(p.num_tokens, 0, kMaxBlocks, "num_tokens");
   if (p.num_tokens == 0) return check.status();
   check
       .Require(p.head_dim > 0 && p.head_dim % 2 == 0, "head_dim %d must be even and positive",
                p.head_dim)
-      .Require(p.n_heads > 0, "n_heads %d must be positive", p.n_heads)
-      .Require(p.n_kv_heads > 0, "n_kv_heads %d must be positive", p.n_kv_heads)
-      .Require(p.page_size > 0, "page_size %d must be positive", p.page_size)
-      .Require(p.page_table_stride > 0, "page_table_stride %d must be positive",
-               p.page_table_stride)
+      .RequirePositive(p.n_heads, "n_heads")
+      .RequirePositive(p.n_kv_heads, "n_kv_heads")
+      .RequirePositive(p.page_size, "page_size")
+      .RequirePositive(p.page_table_stride, "page_table_stride")
       .RequirePointer(p.qkv, "qkv")
       .RequirePointer(p.rope, "rope", alignof(float2))
       .RequirePointer(p.positions, "positions")
