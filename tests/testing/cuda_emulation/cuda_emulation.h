@@ -4,7 +4,8 @@
 //
 // How it is used: the kernel .cu files are compiled a second time by the C++ compiler, with this
 // header included first and PAGODA_CUDA_EMULATION defined (this folder's CMakeLists.txt
-// generates the wrappers). It makes the device dialect plain C++: __global__/__device__ are nothing, a
+// generates the wrappers). It makes the device dialect plain C++: __global__/__device__ are
+// nothing, a
 // __shared__ variable is a static local, threadIdx & co. read the running thread's indices, and
 // the warp intrinsics (__shfl_*_sync, __ballot_sync) and __syncthreads are collectives of the
 // emulator. LaunchKernel (launch.cuh) calls Launch() instead of <<<...>>>. fake_runtime.cc

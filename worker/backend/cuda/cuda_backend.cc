@@ -199,9 +199,9 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
       {x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
   RETURN_IF_ERROR(gemm_->Run(
       {xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim, c.q_dim() + 2 * c.kv_dim(), false}));
-  RETURN_IF_ERROR(LaunchQkvHooks({qkv_.get<float>(), w.bqkv, w.q_norm, w.k_norm, T,
-                                             c.n_heads, c.n_kv_heads, c.head_dim, c.rms_eps},
-                                            stream_));
+  RETURN_IF_ERROR(LaunchQkvHooks({qkv_.get<float>(), w.bqkv, w.q_norm, w.k_norm, T, c.n_heads,
+                                  c.n_kv_heads, c.head_dim, c.rms_eps},
+                                 stream_));
   RopeKvWriteParams rope{};
   rope.qkv = qkv_.get<float>();
   rope.rope = rope_.get<float2>();
@@ -276,8 +276,8 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   RETURN_IF_ERROR(LaunchEmbed(
       {in + o.tokens, weights_.token_embedding(), x_.get<float>(), s.num_tokens, c.dim, dtype_},
       stream_));
-  RETURN_IF_ERROR(LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens,
-                                   c.head_dim, c.rope_base, weights_.rope_inv_freq()},
+  RETURN_IF_ERROR(LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim,
+                                   c.rope_base, weights_.rope_inv_freq()},
                                   stream_));
   for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(EnqueueLayer(l, s, partitions));
   const int R = s.num_logit_rows;
