@@ -100,28 +100,7 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
 
 constexpr int kRowBlock = 4;
 constexpr int kTokenBlock = 6;
-using TileFn = void (*)(const GemmPanelArgs&, int, int);
-
-template <int... T>
-constexpr auto TileRow(std::integer_sequence<int, T...>, auto rb) {
-  return std::array<TileFn, kTokenBlock>{&Tile<decltype(rb)::value, T + 1>...};
-}
-template <int... R>
-constexpr auto TileTable(std::integer_sequence<int, R...>) {
-  return std::array<std::array<TileFn, kTokenBlock>, kRowBlock>{TileRow(
-      std::make_integer_sequence<int, kTokenBlock>{}, std::integral_constant<int, R + 1>{})...};
-}
-constexpr auto kTiles = TileTable(std::make_integer_sequence<int, kRowBlock>{});
-
-void GemmPanelImpl(const GemmPanelArgs& a) {
-  for (int t0 = 0; t0 < a.num_tokens; t0 += kTokenBlock) {
-    const int tb = a.num_tokens - t0 < kTokenBlock ? a.num_tokens - t0 : kTokenBlock;
-    for (int r0 = 0; r0 < a.rows; r0 += kRowBlock) {
-      const int rb = a.rows - r0 < kRowBlock ? a.rows - r0 : kRowBlock;
-      kTiles[rb - 1][tb - 1](a, r0, t0);
-    }
-  }
-}
+#include "worker/backend/cpu/gemm_tiles.inc"
 
 }  // namespace
 
