@@ -103,6 +103,7 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
   const int32_t prompt = static_cast<int32_t>(request.prompt.size());
   const int32_t context = options_.context_length;
   if (prompt == 0) return absl::InvalidArgumentError("the prompt is empty");
+  next_deadline_ = std::min(next_deadline_, request.deadline);  // early if refused: harmless
   if (request.max_tokens < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("max_tokens must be >= 0, got %d", request.max_tokens));
@@ -258,9 +259,15 @@ void Scheduler::RemoveWorker(WorkerId id) {
 }
 
 void Scheduler::ExpireDeadlines(double now) {
+  if (now < next_deadline_) return;
   std::vector<RequestId> expired;
+  next_deadline_ = std::numeric_limits<double>::infinity();
   for (const auto& [id, s] : seqs_) {
-    if (s->request.deadline <= now) expired.push_back(id);
+    if (s->request.deadline <= now) {
+      expired.push_back(id);
+    } else {
+      next_deadline_ = std::min(next_deadline_, s->request.deadline);
+    }
   }
   for (RequestId id : expired) {
     FinishSeq(*seqs_.at(id), FinishReason::kDeadline, "deadline exceeded", now);
@@ -276,6 +283,7 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
   }
   Plan plan;
   plan.worker = worker;
+  plan.steps.reserve(w->running.size() + 1);
   Budget budget{std::min(options_.max_batch_tokens, w->info.max_batch_tokens)};
   building_ = {&plan, &budget};
   BuildSteps(*w, plan, budget, now);
@@ -458,7 +466,7 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
     plan.page_copies.push_back(*s.pending_copy);
     s.pending_copy.reset();
   }
-  step.sampling = s.request.sampling;
+  if (step.first_sight) step.sampling = s.request.sampling;  // the worker keeps it
   s.worker_knows = true;
   s.num_scheduled += chunk;
   if (sample) ++s.pending_samples;
@@ -565,7 +573,11 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
     const std::optional<int32_t> token = e.sample ? token_for(e.id) : std::nullopt;
     if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;  // gone since
     s->num_computed += e.chunk;
-    kv_.Commit(s->request.id, s->tokens, s->num_computed);
+    // Only a filled page can join the cache (most decode steps fill none).
+    const int32_t ps = w->info.page_size;
+    if (s->num_computed / ps > (s->num_computed - e.chunk) / ps) {
+      kv_.Commit(s->request.id, s->tokens, s->num_computed);
+    }
     if (!s->fork_children.empty() && s->num_computed >= s->num_prompt) ForkChildren(*s, now);
     if (!e.sample) continue;
     --s->pending_samples;

@@ -52,6 +52,7 @@
 //  * when nothing is queued or running, every page is free or cached.
 #pragma once
 
+#include <limits>
 #include <memory>
 #include <optional>
 #include <tuple>
@@ -170,6 +171,9 @@ class Scheduler {
   absl::flat_hash_map<WorkerId, std::unique_ptr<WorkerState>> workers_;
   RequestQueue waiting_;
   int64_t queued_prompt_tokens_ = 0;
+  // No live sequence has an earlier deadline (it may be earlier than the earliest, never later):
+  // Schedule scans for expired sequences only once `now` reaches it.
+  double next_deadline_ = std::numeric_limits<double>::infinity();
   int64_t total_preemptions_ = 0;
   int64_t forced_preemptions_ = 0;
   int32_t max_preempted_in_row_ = 0;
