@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/link_token.h"
 #include "common/log.h"
+#include "google/protobuf/arena.h"
 #include "scheduler/link/plan_codec.h"
 
 namespace pagoda::scheduler {
@@ -63,6 +64,14 @@ class LinkService::Link final
     : public grpc::ServerBidiReactor<wv1::WorkerMessage, wv1::SchedulerMessage>,
       public WorkerChannel {
  public:
+  // A message to the worker on its own arena: a plan of hundreds of steps is built with a few
+  // allocations and freed with as few.
+  struct Outgoing {
+    google::protobuf::Arena arena;
+    wv1::SchedulerMessage* message =
+        google::protobuf::Arena::CreateMessage<wv1::SchedulerMessage>(&arena);
+  };
+
   Link(LinkService* service, grpc::CallbackServerContext* context)
       : service_(service), context_(context) {}
 
@@ -76,8 +85,8 @@ class LinkService::Link final
   }
 
   void SendPlan(const Plan& plan) override {
-    wv1::SchedulerMessage msg;
-    EncodePlan(plan, msg.mutable_plan());
+    auto msg = std::make_unique<Outgoing>();
+    EncodePlan(plan, msg->message->mutable_plan());
     Enqueue(std::move(msg));
   }
 
@@ -105,8 +114,12 @@ class LinkService::Link final
   void OnWriteDone(bool ok) override {
     std::optional<grpc::Status> finish;
     bool write = false;
+    // The written message is freed here, outside the lock, off the path from a worker's
+    // result to its next plan.
+    std::unique_ptr<Outgoing> written;
     {
       absl::MutexLock lock(&mu_);
+      written = std::move(out_);
       writing_ = false;
       if (!ok) {  // a broken stream: the pending read fails too, and detaches the worker
         closed_ = true;
@@ -118,7 +131,7 @@ class LinkService::Link final
         finish = finish_;
       }
     }
-    if (write) StartWrite(&out_);
+    if (write) StartWrite(out_->message);
     if (finish) Finish(*finish);
   }
 
@@ -147,23 +160,23 @@ class LinkService::Link final
     info.page_size = static_cast<int32_t>(reg.page_size());
     info.max_batch_tokens = static_cast<int32_t>(reg.max_batch_tokens());
     id_ = service_->engine_->NextWorkerId();
-    wv1::SchedulerMessage accepted;
-    accepted.mutable_accepted()->set_worker_id(id_);
-    accepted.mutable_accepted()->set_heartbeat_interval_ms(
+    auto accepted = std::make_unique<Outgoing>();
+    accepted->message->mutable_accepted()->set_worker_id(id_);
+    accepted->message->mutable_accepted()->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(service_->options_.worker_timeout / 4)));
     Enqueue(std::move(accepted));  // first in the queue: before any plan
     service_->engine_->AttachWorker(id_, reg.worker_name(), info, self_);
     return true;
   }
 
-  void Enqueue(wv1::SchedulerMessage msg) {
+  void Enqueue(std::unique_ptr<Outgoing> msg) {
     {
       absl::MutexLock lock(&mu_);
       if (closed_) return;
       queue_.push_back(std::move(msg));
       if (!ClaimNextLocked()) return;
     }
-    StartWrite(&out_);
+    StartWrite(out_->message);
   }
 
   // Takes the next queued message into out_ when no write is in flight; true when the caller
@@ -194,11 +207,11 @@ class LinkService::Link final
   grpc::CallbackServerContext* const context_;
   std::shared_ptr<Link> self_;
   std::unique_ptr<Watchdog> watchdog_;
-  wv1::WorkerMessage in_;      // the read in flight's message (reads are one at a time)
-  WorkerId id_ = 0;            // 0 until registered; touched by read reactions only
-  wv1::SchedulerMessage out_;  // the write in flight's message
+  wv1::WorkerMessage in_;          // the read in flight's message (reads are one at a time)
+  WorkerId id_ = 0;                // 0 until registered; touched by read reactions only
+  std::unique_ptr<Outgoing> out_;  // the write in flight's message
   absl::Mutex mu_;
-  std::deque<wv1::SchedulerMessage> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::unique_ptr<Outgoing>> queue_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<grpc::Status> finish_ ABSL_GUARDED_BY(mu_);
