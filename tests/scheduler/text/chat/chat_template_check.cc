@@ -2,7 +2,8 @@
 // Qwen, ChatML, Mistral, Gemma, Phi-3) for every conversation of corpus.json with Pagoda's
 // ChatTemplate, and compares byte for byte with what @huggingface/jinja rendered (reference.js):
 // the same text, or an error with the same message. Run by scripts/check-chat-templates.sh, which
-// sets PAGODA_CHAT_CORPUS and PAGODA_CHAT_REFERENCE.
+// sets PAGODA_CHAT_CORPUS, PAGODA_CHAT_SNIPPETS and PAGODA_CHAT_REFERENCE. A second test does the
+// same for snippets.json: small templates that each exercise one construct of the engine.
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -69,6 +70,11 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
   std::map<std::string, ChatTemplate> templates;
   for (const auto& [family, info] : reference.at("templates").items()) {
     absl::StatusOr<ChatTemplate> parsed = ChatTemplate::Parse(info.at("source").get<std::string>());
+    if (info.contains("parse_error")) {
+      EXPECT_FALSE(parsed.ok()) << family << ": the reference could not parse it ("
+                                << info.at("parse_error") << ")";
+      continue;
+    }
     ASSERT_TRUE(parsed.ok()) << family << ": " << parsed.status();
     templates.emplace(family, *std::move(parsed));
   }
@@ -107,6 +113,46 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
   std::cout << "compared " << compared << " renders (" << errors << " template errors) of "
             << templates.size() << " templates with @huggingface/jinja\n";
   EXPECT_GT(compared, 0);
+}
+
+// One construct per snippet (snippets.json), rendered by the engine directly.
+TEST(ChatTemplateCheck, EngineSnippetsMatchHuggingFaceJinja) {
+  Json snippets = ReadJson("PAGODA_CHAT_SNIPPETS");
+  Json reference = ReadJson("PAGODA_CHAT_REFERENCE");
+  if (snippets.is_null() || reference.is_null() || !reference.contains("snippets")) {
+    GTEST_SKIP() << "PAGODA_CHAT_SNIPPETS / PAGODA_CHAT_REFERENCE not set: run "
+                    "scripts/check-chat-templates.sh";
+  }
+  std::map<std::string, Json> expected;
+  for (const Json& r : reference.at("snippets")) expected[r.at("name")] = r;
+  const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1722001500));
+  int compared = 0;
+  for (const Json& snippet : snippets.at("snippets")) {
+    const std::string name = snippet.at("name");
+    const Json& want = expected.at(name);
+    ++compared;
+    absl::StatusOr<jinja::Template> parsed =
+        jinja::Template::Parse(snippet.at("template").get<std::string>());
+    if (want.value("phase", "") == "parse") {
+      EXPECT_FALSE(parsed.ok()) << name << ": the reference failed to parse: " << want.at("error");
+      continue;
+    }
+    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
+    Json context = snippet.value("context", Json::object());
+    absl::StatusOr<std::string> got = parsed->Render(context, jinja::RenderLimits{}, now);
+    if (want.contains("error")) {
+      ASSERT_FALSE(got.ok()) << name << ": the reference failed (" << want.at("error")
+                             << ") but Pagoda rendered " << Json(*got).dump();
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << name;
+      if (!snippet.value("message_may_differ", false)) {
+        EXPECT_EQ(std::string(got.status().message()), want.at("error").get<std::string>()) << name;
+      }
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status();
+    EXPECT_EQ(FirstDifference(*got, want.at("output").get<std::string>()), "") << name;
+  }
+  std::cout << "compared " << compared << " engine snippets with @huggingface/jinja\n";
 }
 
 }  // namespace

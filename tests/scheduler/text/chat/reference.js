@@ -5,7 +5,9 @@
 //    "cases": [{"family", "conversation", "add_generation_prompt", "output" | "error"}]}
 // strftime_now reads a fixed clock (2024-07-26 13:45 UTC; run with TZ=UTC), which the C++ side
 // passes as ChatRenderOptions::now.
-// Usage: TZ=UTC node reference.js corpus.json > reference.json
+// With a second file (snippets.json: small templates, one construct each, and their variables) it
+// also renders those, adding "snippets": [{"name", "output" | "error", "phase": "parse"|"render"}].
+// Usage: TZ=UTC node reference.js corpus.json [snippets.json] > reference.json
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -62,6 +64,23 @@ function loadTemplates() {
   return templates;
 }
 
+// Every other template of @huggingface/ollama-utils' table (86 GGUF templates of popular models):
+// a wide check of the engine on real templates, with bos <s> and eos </s>.
+function loadAutomapTemplates(templates) {
+  const automap = fs.readFileSync(path.join(path.dirname(require.resolve('@huggingface/ollama-utils')),
+                                            '..', 'src', 'chat-template-automap.ts'), 'utf8');
+  const re = /model: "([^"]+)",\s*gguf: ("(?:[^"\\]|\\.)*")/g;
+  const seen = new Set(Object.values(templates).map((t) => t.source));
+  let match;
+  while ((match = re.exec(automap)) !== null) {
+    const source = JSON.parse(match[2]);
+    if (seen.has(source)) continue;
+    seen.add(source);
+    templates[`ollama:${match[1]}`] = {source, bos_token: '<s>', eos_token: '</s>',
+                                       package: `@huggingface/ollama-utils ${match[1]}`};
+  }
+}
+
 // The variables Pagoda's ChatTemplate::Context builds, in the same key order.
 function context(conversation, family, addGenerationPrompt, templates) {
   const messages = conversation.messages.map((m) => {
@@ -80,9 +99,16 @@ function context(conversation, family, addGenerationPrompt, templates) {
 
 const corpus = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 const templates = loadTemplates();
+loadAutomapTemplates(templates);
 const cases = [];
 for (const family of Object.keys(templates)) {
-  const template = new Template(templates[family].source);
+  let template;
+  try {
+    template = new Template(templates[family].source);
+  } catch (e) {
+    templates[family].parse_error = e.message;
+    continue;
+  }
   for (const conversation of corpus.conversations) {
     for (const addGenerationPrompt of [true, false]) {
       const c = {family, conversation: conversation.name, add_generation_prompt: addGenerationPrompt};
@@ -95,4 +121,24 @@ for (const family of Object.keys(templates)) {
     }
   }
 }
-process.stdout.write(JSON.stringify({templates, cases}));
+const snippets = [];
+if (process.argv[3]) {
+  for (const snippet of JSON.parse(fs.readFileSync(process.argv[3], 'utf8')).snippets) {
+    const result = {name: snippet.name};
+    let template;
+    try {
+      template = new Template(snippet.template);
+    } catch (e) {
+      Object.assign(result, {error: e.message, phase: 'parse'});
+      snippets.push(result);
+      continue;
+    }
+    try {
+      result.output = template.render(snippet.context || {});
+    } catch (e) {
+      Object.assign(result, {error: e.message, phase: 'render'});
+    }
+    snippets.push(result);
+  }
+}
+process.stdout.write(JSON.stringify({templates, cases, snippets}));
