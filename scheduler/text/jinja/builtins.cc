@@ -118,7 +118,7 @@ Value StringReplace(const std::string& s, std::vector<Value>& args, Interpreter&
   }
   double n = count.is_null() ? -1 : count.number();
   std::string out = JsReplace(s, args[0].str(), args[1].str(), n, self.limits().max_output_bytes);
-  self.Charge(out.size() / 64);
+  self.Charge(out.size() / 16);
   return Value::String(std::move(out));
 }
 

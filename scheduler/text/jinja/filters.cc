@@ -10,8 +10,8 @@
 namespace pagoda::scheduler::text::jinja {
 namespace {
 
-std::string JoinPiece(const Value& v) {
-  return v.is_null() || v.is_undefined() ? "" : ToConcatString(v);
+std::string JoinPiece(const Value& v, size_t max_bytes) {
+  return v.is_null() || v.is_undefined() ? "" : ToConcatString(v, max_bytes);
 }
 
 std::string Indent(const std::string& text, double width, bool first, bool blank) {
@@ -100,12 +100,16 @@ Value FilterApplier::PlainArray(const Value& operand, const std::string& name) {
   if (name == "join") {
     std::string out;
     for (const Value& v : items) {
-      out += JoinPiece(v);
+      out += JoinPiece(v, self_.limits().max_output_bytes);
       self_.CheckStringSize(out.size());
     }
     return Value::String(std::move(out));
   }
-  if (name == "string") return Value::String(ToJson(operand, JsonOptions{}, false));
+  if (name == "string") {
+    JsonOptions options;
+    options.max_bytes = self_.limits().max_output_bytes;
+    return Value::String(ToJson(operand, options, false));
+  }
   if (name == "unique") {
     std::unordered_set<std::string> seen;
     Array out;
@@ -119,7 +123,7 @@ Value FilterApplier::PlainArray(const Value& operand, const std::string& name) {
 
 Value FilterApplier::PlainString(const Value& operand, const std::string& name) {
   const std::string& s = operand.str();
-  self_.Charge(s.size() / 64);
+  self_.Charge(s.size() / 16);
   if (name == "length") return Value::Int(static_cast<double>(Utf16Length(s)));
   if (name == "upper") return Value::String(JsToUpper(s));
   if (name == "lower") return Value::String(JsToLower(s));
@@ -136,9 +140,11 @@ Value FilterApplier::PlainString(const Value& operand, const std::string& name) 
 Value FilterApplier::Plain(const Value& operand, const std::string& name) {
   if (name == "safe") return operand;
   if (name == "tojson") {
-    std::string json = ToJson(operand, JsonOptions{});
+    JsonOptions options;
+    options.max_bytes = self_.limits().max_output_bytes;
+    std::string json = ToJson(operand, options);
     self_.CheckStringSize(json.size());
-    self_.Charge(json.size() / 64);
+    self_.Charge(json.size() / 16);
     return Value::String(std::move(json));
   }
   if (operand.is_array_like()) return PlainArray(operand, name);
@@ -179,6 +185,7 @@ Value FilterApplier::ToJsonFilter(const Value& operand, const NodeList& args) {
   std::shared_ptr<Object> kw;
   Arguments(args, positional, kw);
   JsonOptions options;
+  options.max_bytes = self_.limits().max_output_bytes;
   Value indent = Kw(kw, "indent", Value::Null());
   if (indent.kind() != Kind::kInt && !indent.is_null()) {
     throw JinjaError{"If set, indent must be a number"};
@@ -210,7 +217,7 @@ Value FilterApplier::ToJsonFilter(const Value& operand, const NodeList& args) {
   }
   std::string json = ToJson(operand, options);
   self_.CheckStringSize(json.size());
-  self_.Charge(json.size() / 64);
+  self_.Charge(json.size() / 16);
   return Value::String(std::move(json));
 }
 
@@ -303,7 +310,8 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
     if (operand.is_string()) {
       for (char32_t c : ToCodePoints(operand.str())) pieces.push_back(FromCodePoint(c));
     } else if (operand.is_array_like()) {
-      for (const Value& v : operand.array()) pieces.push_back(JoinPiece(v));
+      for (const Value& v : operand.array())
+        pieces.push_back(JoinPiece(v, self_.limits().max_output_bytes));
     } else {
       throw JinjaError{"Cannot apply filter \"join\" to type: " + std::string(operand.TypeName())};
     }
@@ -316,7 +324,7 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
       out += pieces[i];
       self_.CheckStringSize(out.size());
     }
-    self_.Charge(out.size() / 64 + pieces.size());
+    self_.Charge(out.size() / 16 + pieces.size());
     return Value::String(std::move(out));
   }
   if (name == "int" || name == "float") {
@@ -353,7 +361,7 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
       Value blank = Arg(positional, 2, kw, "blank", Value::Bool(false));
       std::string out = Indent(operand.str(), width.number(), first.Truthy(), blank.Truthy());
       self_.CheckStringSize(out.size());
-      self_.Charge(out.size() / 64);
+      self_.Charge(out.size() / 16);
       return Value::String(std::move(out));
     }
     if (name == "replace") {

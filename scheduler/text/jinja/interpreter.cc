@@ -131,9 +131,9 @@ std::string Interpreter::EvaluateBlock(const NodeList& statements, Scope& scope)
   for (const NodePtr& statement : statements) {
     Value value = Evaluate(statement.get(), scope);
     if (value.is_null() || value.is_undefined()) continue;
-    std::string text = ToOutputString(value);
+    std::string text = ToOutputString(value, limits_.max_output_bytes);
     CheckStringSize(result.size() + text.size());
-    Charge(text.size() / 64);
+    Charge(text.size() / 16);
     result += text;
   }
   return result;
@@ -235,8 +235,8 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
   if (op == "and") return left.Truthy() ? Evaluate(node.b.get(), scope) : left;
   if (op == "or") return left.Truthy() ? left : Evaluate(node.b.get(), scope);
   Value right = Evaluate(node.b.get(), scope);
-  if (op == "==") return Value::Bool(LooseEquals(left, right));
-  if (op == "!=") return Value::Bool(!LooseEquals(left, right));
+  if (op == "==") return Value::Bool(LooseEquals(left, right, limits_.max_output_bytes));
+  if (op == "!=") return Value::Bool(!LooseEquals(left, right, limits_.max_output_bytes));
   bool membership = op == "in" || op == "not in";
   if (left.is_undefined() || right.is_undefined()) {
     if (right.is_undefined() && membership) return Value::Bool(op == "not in");
@@ -245,9 +245,10 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
   if (left.is_null() || right.is_null())
     throw JinjaError{"Cannot perform operation on null values"};
   if (op == "~") {
-    std::string text = ToConcatString(left) + ToConcatString(right);
+    std::string text = ToConcatString(left, limits_.max_output_bytes) +
+                       ToConcatString(right, limits_.max_output_bytes);
     CheckStringSize(text.size());
-    Charge(text.size() / 64);
+    Charge(text.size() / 16);
     return Value::String(std::move(text));
   }
   if (op == "**" && IsNumericLike(left) && IsNumericLike(right)) {
@@ -294,9 +295,10 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     }
   }
   if ((left.is_string() || right.is_string()) && op == "+") {
-    std::string text = ToConcatString(left) + ToConcatString(right);
+    std::string text = ToConcatString(left, limits_.max_output_bytes) +
+                       ToConcatString(right, limits_.max_output_bytes);
     CheckStringSize(text.size());
-    Charge(text.size() / 64);
+    Charge(text.size() / 16);
     return Value::String(std::move(text));
   }
   if (left.is_string() && right.is_string() && membership) {

@@ -70,7 +70,8 @@ Value Convert(const nlohmann::ordered_json& json, int depth) {
 
 Value RaiseException(std::vector<Value>& args, Interpreter&, Scope&) {
   std::string message;
-  if (!args.empty() && !args[0].is_undefined()) message = ToConcatString(args[0]);
+  if (!args.empty() && !args[0].is_undefined())
+    message = ToConcatString(args[0], kMaxTemplateBytes);
   throw JinjaError{message};
 }
 
