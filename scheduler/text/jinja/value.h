@@ -28,18 +28,7 @@ class Interpreter;
 class Scope;
 using Array = std::vector<Value>;
 
-// An insertion-ordered string-keyed map (JavaScript's Map).
-class Object {
- public:
-  const Value* Find(std::string_view key) const;
-  void Set(std::string key, Value value);
-  size_t size() const { return entries_.size(); }
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
-
- private:
-  std::vector<std::pair<std::string, Value>> entries_;
-  absl::flat_hash_map<std::string, size_t> index_;
-};
+class Object;
 
 // A callable: positional arguments (keyword arguments arrive as a trailing kKwargs value) and the
 // caller's scope (macros see their caller's variables, as in the reference).
@@ -117,6 +106,19 @@ class Value {
   std::shared_ptr<Array> array_;
   std::shared_ptr<Object> object_;
   std::shared_ptr<const Function> function_;
+};
+
+// An insertion-ordered string-keyed map (JavaScript's Map).
+class Object {
+ public:
+  const Value* Find(std::string_view key) const;
+  void Set(std::string key, Value value);
+  size_t size() const { return entries_.size(); }
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+  absl::flat_hash_map<std::string, size_t> index_;
 };
 
 // How a value prints in {{ }}: numbers as JavaScript (floats with a ".0" when integral), booleans
