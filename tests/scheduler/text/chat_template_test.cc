@@ -62,6 +62,11 @@ TEST(ChatTemplate, ContextHasOptionalKeysOnlyWhenSet) {
             R"({"x":1}}}]},{"role":"tool","content":"42","name":"f","tool_call_id":"c1"}],)"
             R"("add_generation_prompt":true,"bos_token":"<s>","eos_token":"</s>",)"
             R"("enable_thinking":false})");
+  ChatMessage parts = Message("user", "ignored");
+  parts.content_json = Json::parse(R"([{"type": "text", "text": "hi"}])");
+  parts.extra_fields = {{"reasoning_content", "r"}};
+  EXPECT_EQ(ChatTemplate::Context(std::vector<ChatMessage>{parts}, options)["messages"].dump(),
+            R"([{"role":"user","content":[{"type":"text","text":"hi"}],"reasoning_content":"r"}])");
   options.tools = Json::array({{{"type", "function"}}});
   EXPECT_TRUE(ChatTemplate::Context(messages, options).contains("tools"));
 

@@ -35,7 +35,12 @@ std::vector<ChatMessage> Messages(const Json& conversation) {
   for (const Json& m : conversation.at("messages")) {
     ChatMessage message;
     message.role = m.at("role").get<std::string>();
-    message.content = m.at("content").get<std::string>();
+    if (m.at("content").is_string()) {
+      message.content = m.at("content").get<std::string>();
+    } else {
+      message.content_json = m.at("content");
+    }
+    if (m.contains("extra")) message.extra_fields = m.at("extra");
     if (m.contains("name")) message.name = m.at("name").get<std::string>();
     if (m.contains("tool_calls")) message.tool_calls = m.at("tool_calls");
     if (m.contains("tool_call_id")) message.tool_call_id = m.at("tool_call_id").get<std::string>();

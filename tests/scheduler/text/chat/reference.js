@@ -88,6 +88,7 @@ function context(conversation, family, addGenerationPrompt, templates) {
     if (m.name !== undefined) out.name = m.name;
     if (m.tool_calls !== undefined) out.tool_calls = m.tool_calls;
     if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+    Object.assign(out, m.extra || {});
     return out;
   });
   const ctx = {messages, add_generation_prompt: addGenerationPrompt,
