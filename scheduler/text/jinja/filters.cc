@@ -14,7 +14,8 @@ std::string JoinPiece(const Value& v, size_t max_bytes) {
   return v.is_null() || v.is_undefined() ? "" : ToConcatString(v, max_bytes);
 }
 
-std::string Indent(const std::string& text, double width, bool first, bool blank) {
+std::string Indent(const std::string& text, double width, bool first, bool blank,
+                   size_t max_bytes) {
   std::string pad(static_cast<size_t>(std::max(0.0, width)), ' ');
   std::string out;
   size_t start = 0;
@@ -25,6 +26,9 @@ std::string Indent(const std::string& text, double width, bool first, bool blank
     bool skip = (!first && line == 0) || (!blank && piece.empty());
     if (!skip) out += pad;
     out.append(piece);
+    if (out.size() > max_bytes) {
+      throw JinjaError{"text longer than the limit of " + std::to_string(max_bytes) + " bytes"};
+    }
     if (nl == std::string::npos) break;
     out += '\n';
     start = nl + 1;
@@ -114,6 +118,7 @@ Value FilterApplier::PlainArray(const Value& operand, const std::string& name) {
     std::unordered_set<std::string> seen;
     Array out;
     for (const Value& v : items) {
+      self_.Charge(CompareCost(v, v));
       if (seen.insert(UniqueKey(v)).second) out.push_back(v);
     }
     return Value::MakeArray(std::move(out));
@@ -130,7 +135,8 @@ Value FilterApplier::PlainString(const Value& operand, const std::string& name) 
   if (name == "title") return Value::String(JsTitleCase(s));
   if (name == "capitalize") return Value::String(JsCapitalize(s));
   if (name == "trim") return Value::String(JsTrim(s));
-  if (name == "indent") return Value::String(Indent(s, 4, false, false));
+  if (name == "indent")
+    return Value::String(Indent(s, 4, false, false, self_.limits().max_output_bytes));
   if (name == "join" || name == "string") return operand;
   if (name == "int") return Value::Int(JsParseInt(s).value_or(0));
   if (name == "float") return Value::Float(JsParseFloat(s).value_or(0));
@@ -276,7 +282,9 @@ Value FilterApplier::CalledArray(const Value& operand, const std::string& name,
     Array sorted = operand.array();
     self_.Charge(sorted.size() * 4);
     std::stable_sort(sorted.begin(), sorted.end(), [&](const Value& a, const Value& b) {
-      int r = CompareValues(key(a), key(b), case_sensitive.boolean());
+      Value ka = key(a), kb = key(b);
+      self_.Charge(CompareCost(ka, kb));
+      int r = CompareValues(ka, kb, case_sensitive.boolean());
       return (reverse.boolean() ? -r : r) < 0;
     });
     return Value::MakeArray(std::move(sorted));
@@ -359,7 +367,8 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
       if (width.number() > 1024) throw JinjaError{"indent width larger than the limit of 1024"};
       Value first = Arg(positional, 1, kw, "first", Value::Bool(false));
       Value blank = Arg(positional, 2, kw, "blank", Value::Bool(false));
-      std::string out = Indent(operand.str(), width.number(), first.Truthy(), blank.Truthy());
+      std::string out = Indent(operand.str(), width.number(), first.Truthy(), blank.Truthy(),
+                               self_.limits().max_output_bytes);
       self_.CheckStringSize(out.size());
       self_.Charge(out.size() / 16);
       return Value::String(std::move(out));

@@ -285,6 +285,7 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     if (membership) {
       bool member = false;
       for (const Value& item : right.array()) {
+        Charge(CompareCost(item, left));
         if (StrictEquals(item, left)) {
           member = true;
           break;
@@ -302,7 +303,8 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     return Value::String(std::move(text));
   }
   if (left.is_string() && right.is_string() && membership) {
-    bool found = right.str().find(left.str()) != std::string::npos;
+    Charge(right.str().size() / 16);
+    bool found = FindLinear(right.str(), left.str()) != std::string_view::npos;
     return Value::Bool(found == (op == "in"));
   }
   if (left.is_string() && right.is_object_like() && membership) {
@@ -366,6 +368,7 @@ Value Interpreter::EvaluateMember(const Node& node, Scope& scope) {
     if (const Value* found = object.object().Find(property.str())) return *found;
     return object.is_object_like() ? ObjectBuiltin(object, property.str()) : Value();
   }
+  if (object.is_string()) Charge(object.str().size() / 16);  // UTF-16 indexing, method binding
   if (object.is_array_like() || object.is_string()) {
     if (property.kind() == Kind::kInt) {
       if (object.is_string()) {

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "scheduler/text/jinja/js_string.h"
 #include "scheduler/text/jinja/template.h"
 
 namespace pagoda::scheduler::text::jinja {
@@ -189,6 +190,31 @@ TEST(JinjaTemplate, LimitsStopHostileTemplates) {
   EXPECT_FALSE(Template::Parse(nested_ifs).ok());
   // Oversized sources.
   EXPECT_FALSE(Template::Parse(std::string(kMaxTemplateBytes + 1, 'x')).ok());
+}
+
+TEST(JinjaTemplate, HugeStringsCostTheirLength) {
+  Json ctx = {{"s", std::string(1 << 20, 'a')}, {"n", std::string(5000, 'a') + "b"}};
+  EXPECT_EQ(Ok("{{ n in s }} {{ s.split(n)|length }} {{ s.replace(n, 'x')|length }}", ctx),
+            "false 1 1048576");
+  EXPECT_NE(Error("{% for i in range(100000) %}{{ s[i] }}{% endfor %}", ctx).find("work limit"),
+            std::string::npos);
+  EXPECT_NE(Error("{% set t = s|replace('a', '\\n') %}{{ t|indent(1000, true, true) }}", ctx)
+                .find("bytes"),
+            std::string::npos);
+}
+
+TEST(JinjaTemplate, FindLinearAgreesWithFind) {
+  std::string hay;
+  for (int i = 0; i < 4000; ++i) hay += "abcab"[i * 7 % 5];
+  for (size_t len : {1u, 5u, 33u, 40u, 100u}) {
+    for (size_t at : {0u, 17u, 1000u, 3900u}) {
+      std::string needle = hay.substr(at, len);
+      for (size_t from : {0u, 5u, 2000u}) {
+        EXPECT_EQ(FindLinear(hay, needle, from), hay.find(needle, from)) << len << " " << at;
+      }
+    }
+  }
+  EXPECT_EQ(FindLinear(hay, std::string(40, 'z')), std::string::npos);
 }
 
 TEST(JinjaTemplate, JsonInputKeepsJavaScriptOrder) {
