@@ -74,6 +74,45 @@ std::vector<T> JsSlice(const std::vector<T>& items, const Value& start_v, const 
   return out;
 }
 
+// Assigns the loop variable (a name, or a tuple of names unpacking an array).
+void BindLoopVariable(const Node& loopvar, Scope& target, const Value& current) {
+  if (loopvar.kind == NodeKind::kIdentifier) {
+    target.Set(loopvar.text, current);
+    return;
+  }
+  if (current.kind() != Kind::kArray) {
+    throw JinjaError{std::string("Cannot unpack non-iterable type: ") + current.TypeName()};
+  }
+  if (loopvar.args.size() != current.array().size()) {
+    throw JinjaError{std::string("Too ") +
+                     (loopvar.args.size() > current.array().size() ? "few" : "many") +
+                     " items to unpack"};
+  }
+  for (size_t j = 0; j < loopvar.args.size(); ++j) {
+    if (loopvar.args[j]->kind != NodeKind::kIdentifier) {
+      throw JinjaError{"Cannot unpack non-identifier type"};
+    }
+    target.Set(loopvar.args[j]->text, current.array()[j]);
+  }
+}
+
+// The `loop` variable of iteration i.
+Value LoopObject(const Array& items, size_t i) {
+  auto loop = std::make_shared<Object>();
+  const double n = static_cast<double>(items.size());
+  const double d = static_cast<double>(i);
+  loop->Set("index", Value::Int(d + 1));
+  loop->Set("index0", Value::Int(d));
+  loop->Set("revindex", Value::Int(n - d));
+  loop->Set("revindex0", Value::Int(n - d - 1));
+  loop->Set("first", Value::Bool(i == 0));
+  loop->Set("last", Value::Bool(i + 1 == items.size()));
+  loop->Set("length", Value::Int(n));
+  loop->Set("previtem", i > 0 ? items[i - 1] : Value());
+  loop->Set("nextitem", i + 1 < items.size() ? items[i + 1] : Value());
+  return Value::MakeObject(std::move(loop));
+}
+
 }  // namespace
 
 Value Scope::Lookup(std::string_view name) const {
@@ -503,25 +542,8 @@ std::string Interpreter::EvaluateFor(const Node& node, Scope& parent) {
   }
   Charge(all.size());
   const Node& loopvar = *node.a;
-  auto bind = [&](Scope& target, const Value& current) {
-    if (loopvar.kind == NodeKind::kIdentifier) {
-      target.Set(loopvar.text, current);
-      return;
-    }
-    if (current.kind() != Kind::kArray) {
-      throw JinjaError{std::string("Cannot unpack non-iterable type: ") + current.TypeName()};
-    }
-    if (loopvar.args.size() != current.array().size()) {
-      throw JinjaError{std::string("Too ") +
-                       (loopvar.args.size() > current.array().size() ? "few" : "many") +
-                       " items to unpack"};
-    }
-    for (size_t j = 0; j < loopvar.args.size(); ++j) {
-      if (loopvar.args[j]->kind != NodeKind::kIdentifier) {
-        throw JinjaError{"Cannot unpack non-identifier type"};
-      }
-      target.Set(loopvar.args[j]->text, current.array()[j]);
-    }
+  auto bind = [&loopvar](Scope& target, const Value& current) {
+    BindLoopVariable(loopvar, target, current);
   };
   Array items;
   for (const Value& current : all) {
@@ -537,21 +559,9 @@ std::string Interpreter::EvaluateFor(const Node& node, Scope& parent) {
   }
   std::string result;
   bool no_iteration = true;
-  const double n = static_cast<double>(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     Charge(1);
-    auto loop = std::make_shared<Object>();
-    double d = static_cast<double>(i);
-    loop->Set("index", Value::Int(d + 1));
-    loop->Set("index0", Value::Int(d));
-    loop->Set("revindex", Value::Int(n - d));
-    loop->Set("revindex0", Value::Int(n - d - 1));
-    loop->Set("first", Value::Bool(i == 0));
-    loop->Set("last", Value::Bool(i + 1 == items.size()));
-    loop->Set("length", Value::Int(n));
-    loop->Set("previtem", i > 0 ? items[i - 1] : Value());
-    loop->Set("nextitem", i + 1 < items.size() ? items[i + 1] : Value());
-    scope.Set("loop", Value::MakeObject(std::move(loop)));
+    scope.Set("loop", LoopObject(items, i));
     bind(scope, items[i]);
     try {
       std::string body = EvaluateBlock(node.body, scope);

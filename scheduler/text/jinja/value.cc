@@ -66,13 +66,18 @@ const std::string& Value::EmptyString() {
 
 namespace {
 
+// The depth of a container whose deepest child has `child_depth`.
+int ContainerDepth(int child_depth) {
+  if (child_depth + 1 > kMaxValueDepth) {
+    throw JinjaError{"values nested deeper than the limit of " + std::to_string(kMaxValueDepth)};
+  }
+  return child_depth + 1;
+}
+
 int DepthOf(const Array& items) {
   int depth = 0;
   for (const Value& item : items) depth = std::max(depth, item.depth());
-  if (depth + 1 > kMaxValueDepth) {
-    throw JinjaError{"values nested deeper than the limit of " + std::to_string(kMaxValueDepth)};
-  }
-  return depth + 1;
+  return ContainerDepth(depth);
 }
 
 }  // namespace
@@ -90,10 +95,7 @@ Value Value::MakeObject(std::shared_ptr<Object> object, Kind kind) {
   v.kind_ = kind;
   int depth = 0;
   for (const auto& entry : object->entries()) depth = std::max(depth, entry.second.depth());
-  if (depth + 1 > kMaxValueDepth) {
-    throw JinjaError{"values nested deeper than the limit of " + std::to_string(kMaxValueDepth)};
-  }
-  v.depth_ = depth + 1;
+  v.depth_ = ContainerDepth(depth);
   v.object_ = std::move(object);
   return v;
 }
