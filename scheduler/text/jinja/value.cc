@@ -415,6 +415,26 @@ JsType TypeOf(const Value& v) {
 
 }  // namespace
 
+double JsToNumber(const Value& value) {
+  switch (value.kind()) {
+    case Kind::kUndefined:
+      return static_cast<double>(NAN);
+    case Kind::kNull:
+      return 0;
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+      return value.number();
+    case Kind::kString:
+      return JsStringToNumber(value.str());
+    case Kind::kArray:
+    case Kind::kTuple:
+      return JsStringToNumber(ToConcatString(value));
+    default:
+      return static_cast<double>(NAN);
+  }
+}
+
 std::string ToJson(const Value& value, const JsonOptions& options, bool undefined_as_null) {
   std::string out;
   AppendJson(value, options, 0, undefined_as_null, out);

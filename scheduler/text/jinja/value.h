@@ -143,6 +143,10 @@ std::string ToJson(const Value& value, const JsonOptions& options, bool undefine
 // JavaScript Number.prototype.toString (shortest round trip, exponent past 1e21 and below 1e-6).
 std::string FormatJsNumber(double value);
 
+// JavaScript's ToNumber of the value underneath (undefined and objects: NaN; null: 0; strings
+// parsed as Number("...") does).
+double JsToNumber(const Value& value);
+
 // JavaScript loose equality (==) on the values underneath.
 bool LooseEquals(const Value& a, const Value& b, size_t max_bytes = kMaxValueTextBytes);
 // JavaScript strict equality (===) on the values underneath.

@@ -5,9 +5,10 @@
 //    "cases": [{"family", "conversation", "add_generation_prompt", "output" | "error"}]}
 // strftime_now reads a fixed clock (2024-07-26 13:45 UTC; run with TZ=UTC), which the C++ side
 // passes as ChatRenderOptions::now.
-// With a second file (snippets.json: small templates, one construct each, and their variables) it
-// also renders those, adding "snippets": [{"name", "output" | "error", "phase": "parse"|"render"}].
-// Usage: TZ=UTC node reference.js corpus.json [snippets.json] > reference.json
+// Further files (snippets.json: small templates, one construct each, and their variables;
+// fuzz_templates.json: templates chat_template_fuzz found, with one shared "context") are rendered
+// too, adding "snippets": [{"name", "output" | "error", "phase": "parse"|"render"}].
+// Usage: TZ=UTC node reference.js corpus.json [snippets.json...] > reference.json
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -123,8 +124,9 @@ for (const family of Object.keys(templates)) {
   }
 }
 const snippets = [];
-if (process.argv[3]) {
-  for (const snippet of JSON.parse(fs.readFileSync(process.argv[3], 'utf8')).snippets) {
+for (const file of process.argv.slice(3)) {
+  const set = JSON.parse(fs.readFileSync(file, 'utf8'));
+  for (const snippet of set.snippets) {
     const result = {name: snippet.name};
     let template;
     try {
@@ -135,7 +137,7 @@ if (process.argv[3]) {
       continue;
     }
     try {
-      result.output = template.render(snippet.context || {});
+      result.output = template.render(snippet.context || set.context || {});
     } catch (e) {
       Object.assign(result, {error: e.message, phase: 'render'});
     }
