@@ -334,5 +334,43 @@ TEST_F(HttpSyntheticTest, QueueLimitAndDrain) {
   EXPECT_EQ(cluster_->scheduler().Wait(absl::Seconds(10)), 0);
 }
 
+// 1,000 SSE streams held open at once, all answered to the end, with the scheduler's thread
+// count independent of the number of streams.
+TEST_F(HttpSyntheticTest, ThousandConcurrentStreams) {
+  ASSERT_NO_FATAL_FAILURE(StartSlow({"--max-running", "1024", "--max-batch-tokens", "8192"}));
+  auto threads = [&] {
+    std::ifstream in(absl::StrCat("/proc/", cluster_->scheduler().pid(), "/status"));
+    std::string line;
+    while (std::getline(in, line)) {
+      absl::string_view rest(line);
+      if (absl::ConsumePrefix(&rest, "Threads:")) return std::atoi(std::string(rest).c_str());
+    }
+    return -1;
+  };
+  const int idle_threads = threads();
+  const std::string json_path = dir_ + "/load.json";
+  ChildProcess load(
+      {BinDir() + "/pagoda-http-load", "--address", http_, "--concurrency", "1000",
+       "--num-requests", "1000", "--input-len", "8", "--output-len", "40", "--json", json_path},
+      dir_ + "/load.log");
+  ASSERT_TRUE(load.Start());
+  int busy_threads = 0;
+  for (int i = 0; i < 10 && load.Running(); ++i) {
+    absl::SleepFor(absl::Milliseconds(100));
+    busy_threads = std::max(busy_threads, threads());
+  }
+  EXPECT_EQ(load.Wait(absl::Seconds(60)), 0) << load.Log() << cluster_->Logs();
+  std::ifstream in(json_path);
+  ASSERT_TRUE(in) << load.Log();
+  const json result = json::parse(in);
+  EXPECT_EQ(result["completed"], 1000);
+  EXPECT_EQ(result["failed"], 0);
+  EXPECT_EQ(result["output_tokens"], 40000);
+  EXPECT_EQ(result["peak_open_streams"], 1000);
+  // No thread per stream: a few more threads at most under load (gRPC may add one or two).
+  EXPECT_LE(busy_threads, idle_threads + 8) << idle_threads << " idle";
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
+}
+
 }  // namespace
 }  // namespace pagoda::testing
