@@ -1,0 +1,119 @@
+// The official `openai` npm client against a running Pagoda (scripts/check-openai-client.sh
+// starts it with the trained test model, served as "stories"): completions and chat, whole and
+// streamed, n > 1, logprobs, errors as the client's APIError. Prints one line per check and
+// exits 1 on the first failure.
+//
+//   node client_test.mjs BASE_URL GOLDEN_JSON API_KEY
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import OpenAI from 'openai';
+
+const [baseURL, goldenPath, apiKey] = process.argv.slice(2);
+const golden = JSON.parse(readFileSync(goldenPath, 'utf8')).cases;
+const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
+const model = 'stories';
+
+async function check(name, body) {
+  try {
+    await body();
+    console.log(`ok   ${name}`);
+  } catch (e) {
+    console.log(`FAIL ${name}: ${e.stack || e}`);
+    process.exit(1);
+  }
+}
+
+async function expectApiError(promise, status, words) {
+  try {
+    await promise;
+  } catch (e) {
+    assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
+    assert.equal(e.status, status, e.message);
+    assert.ok(e.message.includes(words), `"${e.message}" lacks "${words}"`);
+    return e;
+  }
+  assert.fail(`no error (expected ${status})`);
+}
+
+await check('models.list names the served model', async () => {
+  const ids = [];
+  for await (const m of client.models.list()) ids.push(m.id);
+  assert.deepEqual(ids, [model]);
+});
+
+await check('completions: greedy text equals golden.json', async () => {
+  for (const c of golden) {
+    const r = await client.completions.create({
+      model, prompt: c.prompt, max_tokens: c.max_tokens, temperature: 0,
+    });
+    assert.equal(r.object, 'text_completion');
+    assert.equal(r.choices[0].text, c.expected_text);
+    assert.equal(r.choices[0].finish_reason, 'length');
+    assert.equal(r.usage.prompt_tokens, c.prompt_token_ids.length);
+    assert.equal(r.usage.completion_tokens, c.max_tokens);
+    assert.equal(typeof r.usage.prompt_tokens_details.cached_tokens, 'number');
+  }
+});
+
+await check('completions: streamed text equals golden.json, usage chunk last', async () => {
+  const c = golden[1];
+  const stream = await client.completions.create({
+    model, prompt: c.prompt, max_tokens: c.max_tokens, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  let text = '';
+  let finish = null;
+  let usage = null;
+  for await (const chunk of stream) {
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) {
+      text += choice.text;
+      if (choice.finish_reason) finish = choice.finish_reason;
+    }
+  }
+  assert.equal(text, c.expected_text);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, c.max_tokens);
+});
+
+await check('completions: n = 3 with a seed, whole and streamed agree', async () => {
+  const request = { model, prompt: golden[0].prompt, max_tokens: 10, temperature: 0.8, seed: 11, n: 3 };
+  const whole = await client.completions.create(request);
+  assert.equal(whole.choices.length, 3);
+  assert.deepEqual(whole.choices.map((c) => c.index), [0, 1, 2]);
+  const texts = ['', '', ''];
+  for await (const chunk of await client.completions.create({ ...request, stream: true })) {
+    for (const choice of chunk.choices) texts[choice.index] += choice.text;
+  }
+  assert.deepEqual(texts, whole.choices.map((c) => c.text));
+  assert.equal(whole.usage.completion_tokens, 30);
+});
+
+await check('completions: a stop string ends the text before it', async () => {
+  const c = golden[0];
+  const r = await client.completions.create({
+    model, prompt: c.prompt, max_tokens: c.max_tokens, temperature: 0, stop: ['Lily'],
+  });
+  assert.equal(r.choices[0].text, c.expected_text.slice(0, c.expected_text.indexOf('Lily')));
+  assert.equal(r.choices[0].finish_reason, 'stop');
+});
+
+await check('errors arrive as APIError with OpenAI fields', async () => {
+  const e = await expectApiError(
+    client.completions.create({ model, prompt: 'x', temperature: 1000 }), 400, 'temperature');
+  assert.equal(e.type, 'invalid_request_error');
+  await expectApiError(client.completions.create({ model: 'gpt-4o', prompt: 'x' }), 404, 'gpt-4o');
+  const bad = new OpenAI({ baseURL, apiKey: 'wrong', maxRetries: 0 });
+  await expectApiError(bad.completions.create({ model, prompt: 'x' }), 401, 'API key');
+});
+
+await check('chat: without a template the answer names --chat-template', async () => {
+  await expectApiError(client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Hello' }],
+  }), 400, '--chat-template');
+});
+
+await check('logprobs: refused with a 400 naming the field until supported', async () => {
+  await expectApiError(client.completions.create({ model, prompt: 'x', logprobs: 2 }), 400,
+    'logprobs');
+});
