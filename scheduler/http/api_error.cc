@@ -3,6 +3,23 @@
 #include <nlohmann/json.hpp>
 
 namespace pagoda::scheduler::http {
+namespace {
+
+// The field a validation message is about, when it starts with one ("temperature must be ...",
+// "cache_salt has ..."); empty otherwise.
+std::string LeadingField(const std::string& message) {
+  const size_t space = message.find(' ');
+  if (space == std::string::npos || space == 0) return "";
+  const std::string word = message.substr(0, space);
+  for (char c : word) {
+    if (!(c == '_' || (c >= 'a' && c <= 'z'))) return "";
+  }
+  const std::string rest = message.substr(space + 1);
+  if (rest.rfind("must ", 0) != 0 && rest.rfind("has ", 0) != 0) return "";
+  return word;
+}
+
+}  // namespace
 
 std::string ApiError::Body() const {
   nlohmann::json error = {{"message", message},
@@ -35,6 +52,7 @@ ApiError FromStatus(const absl::Status& status) {
     case absl::StatusCode::kOutOfRange:
     case absl::StatusCode::kFailedPrecondition:
       e.status = 400;
+      e.param = LeadingField(e.message);
       break;
     case absl::StatusCode::kNotFound:
       e.status = 404;

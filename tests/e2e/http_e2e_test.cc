@@ -217,7 +217,7 @@ TEST_F(HttpE2eTest, ErrorsAreOpenAiErrors) {
   expect_error(Post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", "2"}}, auth), 400,
                "max_tokens must be an integer", "max_tokens");
   expect_error(Post("/v1/completions", {{"prompt", "Once"}, {"temperature", 500}}, auth), 400,
-               "temperature must be in [0, 100]", "");
+               "temperature must be in [0, 100]", "temperature");
   expect_error(Post("/v1/completions", {{"prompt", "Once"}, {"max_tokens", 100000}}, auth), 400,
                "exceeds the model context of 512 tokens", "");
   expect_error(Post("/v1/completions", {{"prompt", {"a", "b"}}}, auth), 400, "one prompt",
