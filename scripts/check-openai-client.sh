@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Drives Pagoda's OpenAI-compatible HTTP API with the official `openai` npm client: installs the
 # pinned package of tests/e2e/openai (scripts/npm-ci-pinned.sh; Node.js too when missing),
-# starts pagoda-scheduler (--http-listen, an API key, the trained test model served as
-# "stories") and one CPU pagoda-worker, and runs tests/e2e/openai/client_test.mjs against them.
+# starts pagoda-scheduler (--http-listen, an API key, a small --chat-template, the trained test
+# model served as "stories") and one CPU pagoda-worker, and runs tests/e2e/openai/client_test.mjs against them.
 # Skips (exit 77) when the test model is absent. Run as the ctest test `openai_client`.
 #
 #   scripts/check-openai-client.sh [BIN_DIR]      (default build/bin)
@@ -28,9 +28,13 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "pagoda-openai-check-key" >"$work/key"
+# The test model has no chat template: this one writes BOS and the messages' contents.
+cat >"$work/chat.jinja" <<'JINJA'
+{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}
+JINJA
 "$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$work/port" --model "$model" \
   --http-listen 127.0.0.1:0 --http-port-file "$work/http-port" --served-model-name stories \
-  --api-key-file "$work/key" 2>"$work/scheduler.log" &
+  --api-key-file "$work/key" --chat-template "$work/chat.jinja" 2>"$work/scheduler.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
 "$bin/pagoda-worker" --scheduler "127.0.0.1:$(cat "$work/port")" --model "$model" \

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "scheduler/http/openai_call.h"
 #include "scheduler/http/openai_response.h"
 
@@ -36,7 +37,30 @@ OpenAiFrontend::OpenAiFrontend(Engine* engine, GenerationService* service, const
       service_(service),
       model_(model),
       options_(std::move(options)),
-      created_(absl::ToUnixSeconds(absl::Now())) {}
+      created_(absl::ToUnixSeconds(absl::Now())) {
+  if (options_.chat_template.empty()) {
+    chat_template_error_ =
+        "the model has no chat template (no tokenizer.chat_template in its GGUF file): start "
+        "pagoda-scheduler with --chat-template FILE, or use /v1/completions";
+    return;
+  }
+  absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(options_.chat_template);
+  if (parsed.ok()) {
+    chat_template_ = *std::move(parsed);
+  } else {
+    chat_template_error_ =
+        absl::StrCat("the model's chat template does not parse (", parsed.status().message(),
+                     "): start pagoda-scheduler with --chat-template FILE, or use /v1/completions");
+    PAGODA_LOG(kWarning, "http", "%s", chat_template_error_);
+  }
+}
+
+absl::Status CheckChatTemplate(const std::string& source) {
+  absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(source);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--chat-template does not parse: ", parsed.status().message()));
+}
 
 OpenAiFrontend::~OpenAiFrontend() = default;
 
@@ -132,12 +156,29 @@ std::string OpenAiFrontend::Health(bool keep_alive) {
 }
 
 absl::Status OpenAiFrontend::RenderChat(OpenAiRequest* request) const {
-  if (options_.chat_template.empty()) {
+  if (!chat_template_) return absl::InvalidArgumentError(chat_template_error_);
+  const text::Tokenizer& tok = model_->tokenizer;
+  text::ChatRenderOptions options;
+  options.add_generation_prompt = request->add_generation_prompt;
+  if (tok.bos_id() >= 0) options.bos_token = std::string(tok.Piece(tok.bos_id()));
+  if (tok.eos_id() >= 0) options.eos_token = std::string(tok.Piece(tok.eos_id()));
+  options.tools = request->tools;
+  absl::StatusOr<std::string> prompt = chat_template_->Render(request->messages, options);
+  if (!prompt.ok()) {
     return absl::InvalidArgumentError(
-        "the model has no chat template (no tokenizer.chat_template in its GGUF file): start "
-        "pagoda-scheduler with --chat-template FILE, or use /v1/completions");
+        absl::StrCat("the chat template failed: ", prompt.status().message()));
   }
-  return absl::InvalidArgumentError("chat templates are not available in this build yet");
+  // As Hugging Face and vLLM do, the rendered text is tokenized with its special tokens parsed
+  // and nothing added, except that a model that wants a BOS gets one when the template did not
+  // write it (llama.cpp's rule, which never doubles it).
+  std::vector<int32_t> ids = tok.Encode(*prompt, /*add_special=*/false, /*parse_special=*/true);
+  const bool template_wrote_bos = !ids.empty() && ids.front() == tok.bos_id();
+  if (tok.add_bos() && tok.bos_id() >= 0 && !template_wrote_bos) {
+    ids.insert(ids.begin(), tok.bos_id());
+  }
+  auto* dst = request->generate.mutable_token_ids()->mutable_ids();
+  dst->Assign(ids.begin(), ids.end());
+  return absl::OkStatus();
 }
 
 void OpenAiFrontend::SetDraining() {

@@ -5,7 +5,9 @@
 //                              503 otherwise
 //   GET  /v1/models            the served model (id = --served-model-name)
 //   POST /v1/completions       OpenAiCall (streaming or not)
-//   POST /v1/chat/completions  the messages rendered with the chat template, then OpenAiCall
+//   POST /v1/chat/completions  the messages rendered with the chat template (its bos_token and
+//                              eos_token from the vocabulary), tokenized with the special tokens
+//                              it holds, then OpenAiCall
 //
 // Errors are OpenAI's error JSON: 404 for an unknown path or model, 405 for a known path with
 // the wrong method, 401 without the Bearer key when one is configured (/health needs none),
@@ -27,6 +29,7 @@
 #include "scheduler/http/responder.h"
 #include "scheduler/service/generation_service.h"
 #include "scheduler/service/served_model.h"
+#include "scheduler/text/chat_template.h"
 
 namespace pagoda::scheduler::http {
 
@@ -37,6 +40,9 @@ struct FrontendOptions {
   std::string api_key;            // required as "Authorization: Bearer KEY"; empty = none
   std::string chat_template;      // Jinja source; empty = the model has none
 };
+
+// Parses a chat template given with --chat-template: an error names the flag and the problem.
+absl::Status CheckChatTemplate(const std::string& source);
 
 class OpenAiFrontend {
  public:
@@ -77,6 +83,9 @@ class OpenAiFrontend {
   const ServedModel* const model_;
   const FrontendOptions options_;
   const int64_t created_;  // /v1/models' "created": when the server started
+  // The parsed chat template, or why there is none.
+  std::optional<text::ChatTemplate> chat_template_;
+  std::string chat_template_error_;
 
   absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -13,7 +13,7 @@
 namespace pagoda::scheduler::http {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 // Logprobs alternatives per token at most (OpenAI's chat limit; vLLM's default).
 constexpr int kMaxTopLogprobs = 20;
@@ -218,6 +218,19 @@ std::optional<std::string> MessageContent(Reader& r, const json& m, size_t i) {
   return text;
 }
 
+// A message's optional string field `key`; false (with the error) when it is not a string.
+bool OptionalString(Reader& r, const json& m, const std::string& key, const std::string& param,
+                    std::optional<std::string>* out) {
+  auto it = m.find(key);
+  if (it == m.end() || it->is_null()) return true;
+  if (!it->is_string()) {
+    r.Fail(absl::StrCat(param, ".", key, " must be a string"), param + "." + key);
+    return false;
+  }
+  *out = it->get<std::string>();
+  return true;
+}
+
 void ReadMessages(Reader& r, OpenAiRequest* out) {
   const json* ms = r.Get("messages");
   if (!r.ok()) return;
@@ -232,19 +245,38 @@ void ReadMessages(Reader& r, OpenAiRequest* out) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
       return r.Fail(param + " must be an object with a string role", param + ".role");
     }
-    const std::string role = m["role"].get<std::string>();
-    if (!kRoles.contains(role)) {
-      return r.Fail(absl::StrCat(param, ".role '", role,
+    text::ChatMessage message;
+    message.role = m["role"].get<std::string>();
+    if (!kRoles.contains(message.role)) {
+      return r.Fail(absl::StrCat(param, ".role '", message.role,
                                  "' is not one of system, developer, user, assistant, tool"),
                     param + ".role");
     }
-    if (m.contains("tool_calls") && !m["tool_calls"].is_null() && !IsEmpty(m["tool_calls"])) {
-      return r.Fail(param + ".tool_calls is not supported by this server", param + ".tool_calls");
-    }
     std::optional<std::string> content = MessageContent(r, m, i);
     if (!content) return;
-    out->messages.push_back({role, *std::move(content)});
+    message.content = *std::move(content);
+    if (!OptionalString(r, m, "name", param, &message.name) ||
+        !OptionalString(r, m, "tool_call_id", param, &message.tool_call_id)) {
+      return;
+    }
+    if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {
+      if (!it->is_array()) {
+        return r.Fail(param + ".tool_calls must be an array", param + ".tool_calls");
+      }
+      message.tool_calls = *it;
+    }
+    out->messages.push_back(std::move(message));
   }
+}
+
+// tools: rendered into the prompt by the chat template; the answer's text is not parsed back
+// into tool calls, so only tool_choice none and auto are accepted.
+void ReadTools(Reader& r, OpenAiRequest* out) {
+  if (const json* tools = r.Get("tools")) {
+    if (!tools->is_array()) return r.Fail("tools must be an array", "tools");
+    if (!tools->empty()) out->tools = *tools;
+  }
+  r.Unsupported("tool_choice", IsNoTool, "only \"none\" and \"auto\"");
 }
 
 void ReadSampling(Reader& r, OpenAiRequest* out) {
@@ -356,8 +388,7 @@ void ReadEndpointFields(Reader& r, OpenAiRequest* out) {
     out->add_generation_prompt = r.Bool("add_generation_prompt").value_or(true);
     r.Unsupported("continue_final_message", IsFalse);
     r.Unsupported("echo", IsFalse);
-    r.Unsupported("tools", IsEmpty);
-    r.Unsupported("tool_choice", IsNoTool);
+    ReadTools(r, out);
     r.Unsupported("functions", IsEmpty);
     r.Unsupported("function_call", IsNoTool);
     r.Unsupported("chat_template", IsEmpty, "the server's template is used");

@@ -5,7 +5,8 @@
 // Contract: never crashes on any input. Checks JSON syntax, the body's shape and each field's
 // type, and refuses with a 400 naming the field:
 //  * fields this server does not implement and that would change the result (echo, suffix,
-//    best_of != n, tools, response_format other than text, ...) when set to a non-default value;
+//    best_of != n, response_format other than text, a forced tool_choice, ...) when set to a
+//    non-default value;
 //  * unknown fields (a misspelt sampling field must not be silently ignored).
 // Fields that change nothing served here (user, metadata, store, service_tier, ...) are accepted.
 // Ranges that the gRPC API shares (temperature, top_p, n, stop strings, prompt length, ...) are
@@ -19,18 +20,14 @@
 #include <string_view>
 #include <vector>
 
+#include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/http/api_error.h"
+#include "scheduler/text/chat_template.h"
 
 namespace pagoda::scheduler::http {
 
 enum class Endpoint { kCompletions, kChat };
-
-// One chat message as sent (role and its text content).
-struct ChatTurn {
-  std::string role;
-  std::string content;
-};
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -41,8 +38,9 @@ struct OpenAiRequest {
   int top_logprobs = -1;
   // The prompt (completions) and every generation field; chat prompts are set after rendering.
   pagoda::v1::GenerateRequest generate;
-  // Chat only.
-  std::vector<ChatTurn> messages;
+  // Chat only: the conversation and the tools, for the chat template.
+  std::vector<text::ChatMessage> messages;
+  std::optional<nlohmann::ordered_json> tools;
   bool add_generation_prompt = true;
 };
 

@@ -147,6 +147,9 @@ SchedulerServer::~SchedulerServer() {
 
 absl::Status SchedulerServer::StartHttp() {
   const ServerOptions& o = impl_->options;
+  if (!o.chat_template.empty()) {
+    if (absl::Status s = http::CheckChatTemplate(o.chat_template); !s.ok()) return s;
+  }
   http::FrontendOptions frontend;
   frontend.served_model_name =
       o.served_model_name.empty() ? DefaultServedName(impl_->model) : o.served_model_name;

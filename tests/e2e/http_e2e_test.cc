@@ -240,6 +240,55 @@ TEST_F(HttpE2eTest, ErrorsAreOpenAiErrors) {
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
 }
 
+// Chat with --chat-template: the rendered conversation is the prompt (BOS written by the
+// template, not doubled), whole and streamed answers agree, the first delta carries the role, and
+// a template's raise_exception is a 400 with its message.
+TEST_F(HttpE2eTest, ChatWithTemplate) {
+  const std::string template_file = MakeTempDir("http-chat") + "/template.jinja";
+  std::ofstream(template_file)
+      << "{% if messages[0]['role'] != 'user' %}{{ raise_exception('the first message must be "
+         "from the user') }}{% endif %}{{ bos_token }}{% for m in messages %}{{ m['content'] }}"
+         "{% if not loop.last %} {% endif %}{% endfor %}";
+  ASSERT_NO_FATAL_FAILURE(StartHttp({"--chat-template", template_file}));
+  const json golden = LoadGolden(*golden_)["cases"][0];
+  // The template renders "<s>Once upon a time": the golden case's prompt, with its one BOS.
+  const json chat = {{"model", "stories"},
+                     {"messages", {{{"role", "user"}, {"content", golden["prompt"]}}}},
+                     {"max_completion_tokens", golden["max_tokens"]},
+                     {"temperature", 0}};
+  CurlResult r = Post("/v1/chat/completions", chat);
+  ASSERT_EQ(r.status, 200) << r.body << cluster_->Logs();
+  json answer = json::parse(r.body);
+  EXPECT_EQ(answer["object"], "chat.completion");
+  EXPECT_EQ(answer["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(answer["choices"][0]["message"]["content"], golden["expected_text"]);
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], golden["prompt_token_ids"].size());
+
+  json streamed = chat;
+  streamed["stream"] = true;
+  r = Post("/v1/chat/completions", streamed);
+  ASSERT_EQ(r.status, 200) << r.body;
+  bool done = false;
+  std::vector<json> events = Events(r.body, &done);
+  EXPECT_TRUE(done);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events[0]["object"], "chat.completion.chunk");
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  std::string text;
+  for (const json& e : events) {
+    const json& delta = e["choices"][0]["delta"];
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(text, golden["expected_text"]);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+
+  r = Post("/v1/chat/completions",
+           {{"messages", {{{"role", "system"}, {"content", "You tell stories."}}}}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_NE(r.body.find("the first message must be from the user"), std::string::npos) << r.body;
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
+}
+
 // Synthetic workers with slow steps: long streams that tests can interrupt.
 class HttpSyntheticTest : public HttpE2eTest {
  protected:

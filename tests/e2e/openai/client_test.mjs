@@ -107,10 +107,46 @@ await check('errors arrive as APIError with OpenAI fields', async () => {
   await expectApiError(bad.completions.create({ model, prompt: 'x' }), 401, 'API key');
 });
 
-await check('chat: without a template the answer names --chat-template', async () => {
-  await expectApiError(client.chat.completions.create({
-    model, messages: [{ role: 'user', content: 'Hello' }],
-  }), 400, '--chat-template');
+// The server's template renders BOS + the messages' contents: one user message holding a golden
+// prompt is that prompt.
+await check('chat: greedy content equals golden.json, whole and streamed', async () => {
+  const c = golden[2];
+  const request = {
+    model, messages: [{ role: 'user', content: c.prompt }], max_completion_tokens: c.max_tokens,
+    temperature: 0,
+  };
+  const whole = await client.chat.completions.create(request);
+  assert.equal(whole.object, 'chat.completion');
+  assert.equal(whole.choices[0].message.role, 'assistant');
+  assert.equal(whole.choices[0].message.content, c.expected_text);
+  assert.equal(whole.usage.prompt_tokens, c.prompt_token_ids.length);
+  let content = '';
+  let role = null;
+  let chunks = 0;
+  for await (const chunk of await client.chat.completions.create({ ...request, stream: true })) {
+    assert.equal(chunk.object, 'chat.completion.chunk');
+    const delta = chunk.choices[0].delta;
+    if (chunks++ === 0) role = delta.role;
+    content += delta.content ?? '';
+  }
+  assert.equal(role, 'assistant');
+  assert.equal(content, c.expected_text);
+});
+
+await check('chat: n = 2 streams both choices to their ends', async () => {
+  const ends = [null, null];
+  const texts = ['', ''];
+  for await (const chunk of await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Once upon a time' }], max_tokens: 8,
+    temperature: 1, seed: 3, n: 2, stream: true,
+  })) {
+    for (const choice of chunk.choices) {
+      texts[choice.index] += choice.delta.content ?? '';
+      if (choice.finish_reason) ends[choice.index] = choice.finish_reason;
+    }
+  }
+  assert.deepEqual(ends, ['length', 'length']);
+  assert.ok(texts[0].length > 0 && texts[1].length > 0);
 });
 
 await check('logprobs: refused with a 400 naming the field until supported', async () => {
