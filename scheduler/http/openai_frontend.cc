@@ -163,7 +163,13 @@ absl::Status OpenAiFrontend::RenderChat(OpenAiRequest* request) const {
   if (tok.bos_id() >= 0) options.bos_token = std::string(tok.Piece(tok.bos_id()));
   if (tok.eos_id() >= 0) options.eos_token = std::string(tok.Piece(tok.eos_id()));
   options.tools = request->tools;
-  absl::StatusOr<std::string> prompt = chat_template_->Render(request->messages, options);
+  std::vector<text::ChatMessage> messages;
+  messages.reserve(request->messages.size());
+  for (ChatTurn& turn : request->messages) {
+    messages.push_back({std::move(turn.role), std::move(turn.content), std::move(turn.name),
+                        std::move(turn.tool_calls), std::move(turn.tool_call_id)});
+  }
+  absl::StatusOr<std::string> prompt = chat_template_->Render(messages, options);
   if (!prompt.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("the chat template failed: ", prompt.status().message()));

@@ -245,7 +245,7 @@ void ReadMessages(Reader& r, OpenAiRequest* out) {
     if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
       return r.Fail(param + " must be an object with a string role", param + ".role");
     }
-    text::ChatMessage message;
+    ChatTurn message;
     message.role = m["role"].get<std::string>();
     if (!kRoles.contains(message.role)) {
       return r.Fail(absl::StrCat(param, ".role '", message.role,

@@ -23,11 +23,19 @@
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/http/api_error.h"
-#include "scheduler/text/chat_template.h"
 
 namespace pagoda::scheduler::http {
 
 enum class Endpoint { kCompletions, kChat };
+
+// One chat message as sent; the front end hands it to the chat template (text::ChatMessage).
+struct ChatTurn {
+  std::string role;  // system, developer, user, assistant, tool
+  std::string content;
+  std::optional<std::string> name;
+  std::optional<nlohmann::ordered_json> tool_calls;
+  std::optional<std::string> tool_call_id;
+};
 
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -39,7 +47,7 @@ struct OpenAiRequest {
   // The prompt (completions) and every generation field; chat prompts are set after rendering.
   pagoda::v1::GenerateRequest generate;
   // Chat only: the conversation and the tools, for the chat template.
-  std::vector<text::ChatMessage> messages;
+  std::vector<ChatTurn> messages;
   std::optional<nlohmann::ordered_json> tools;
   bool add_generation_prompt = true;
 };
