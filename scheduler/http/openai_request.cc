@@ -88,25 +88,29 @@ class Reader {
   }
   std::optional<int64_t> IntegerValue(const json& v, const std::string& name, int64_t lo,
                                       int64_t hi) {
-    double d = 0;
-    if (v.is_number_integer()) {
-      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-        Fail(absl::StrFormat("%s must be an integer in [%d, %d]", name, lo, hi), name);
-        return std::nullopt;
-      }
-      if (v.is_number_unsigned()) return static_cast<int64_t>(v.get<uint64_t>());
-      const int64_t i = v.get<int64_t>();
-      if (i < lo || i > hi) {
-        Fail(absl::StrFormat("%s must be an integer in [%d, %d], got %d", name, lo, hi, i), name);
-        return std::nullopt;
-      }
-      return i;
-    }
-    if (v.is_number_float()) d = v.get<double>();
-    if (!v.is_number() || !std::isfinite(d) || d != std::floor(d) || d < static_cast<double>(lo) ||
-        d > static_cast<double>(hi)) {
+    auto fail = [&] {
       Fail(absl::StrFormat("%s must be an integer in [%d, %d]", name, lo, hi), name);
       return std::nullopt;
+    };
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (hi < 0 || u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo))) {
+        return fail();
+      }
+      return static_cast<int64_t>(u);
+    }
+    if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      if (i < lo || i > hi) return fail();
+      return i;
+    }
+    // A float with an integral value counts (some clients send 16.0).
+    if (!v.is_number_float()) return fail();
+    const double d = v.get<double>();
+    // (The bounds of int64_t itself first, so that the cast below is defined.)
+    if (!std::isfinite(d) || d != std::floor(d) || d >= 0x1p63 || d < -0x1p63 ||
+        static_cast<int64_t>(d) < lo || static_cast<int64_t>(d) > hi) {
+      return fail();
     }
     return static_cast<int64_t>(d);
   }

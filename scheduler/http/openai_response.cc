@@ -20,7 +20,46 @@ json Reason(std::string_view finish_reason) {
   return finish_reason.empty() ? json() : json(std::string(finish_reason));
 }
 
+json Bytes(const std::string& text) {
+  json out = json::array();
+  for (unsigned char c : text) out.push_back(static_cast<int>(c));
+  return out;
+}
+
 }  // namespace
+
+json CompletionLogprobs(const std::vector<TokenLogprobText>& tokens, int64_t offset) {
+  json text = json::array(), logprobs = json::array(), top = json::array(), offsets = json::array();
+  for (const TokenLogprobText& t : tokens) {
+    text.push_back(t.token);
+    logprobs.push_back(t.logprob);
+    json alternatives = json::object();
+    for (const auto& [token, logprob] : t.top) alternatives[token] = logprob;
+    if (!alternatives.contains(t.token)) alternatives[t.token] = t.logprob;
+    top.push_back(std::move(alternatives));
+    offsets.push_back(offset);
+    offset += static_cast<int64_t>(t.token.size());
+  }
+  return json{{"tokens", std::move(text)},
+              {"token_logprobs", std::move(logprobs)},
+              {"top_logprobs", std::move(top)},
+              {"text_offset", std::move(offsets)}};
+}
+
+json ChatLogprobs(const std::vector<TokenLogprobText>& tokens) {
+  json content = json::array();
+  for (const TokenLogprobText& t : tokens) {
+    json top = json::array();
+    for (const auto& [token, logprob] : t.top) {
+      top.push_back({{"token", token}, {"logprob", logprob}, {"bytes", Bytes(token)}});
+    }
+    content.push_back({{"token", t.token},
+                       {"logprob", t.logprob},
+                       {"bytes", Bytes(t.token)},
+                       {"top_logprobs", std::move(top)}});
+  }
+  return json{{"content", std::move(content)}, {"refusal", nullptr}};
+}
 
 std::string Dump(const json& value) {
   return value.dump(-1, ' ', false, json::error_handler_t::replace);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "scheduler/http/openai_request.h"
@@ -39,6 +40,21 @@ struct Choice {
   std::string finish_reason;  // "stop" or "length"
   nlohmann::json logprobs;    // null unless asked for
 };
+
+// One generated token's logprob as the answers show it: the token's text (its bytes, which may
+// be part of a character) and its most likely alternatives.
+struct TokenLogprobText {
+  std::string token;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;
+};
+
+// /v1/completions' logprobs object: tokens, token_logprobs, top_logprobs (the alternatives and
+// the chosen token, as vLLM returns them), text_offset (byte offsets from `offset`, the text
+// before these tokens).
+nlohmann::json CompletionLogprobs(const std::vector<TokenLogprobText>& tokens, int64_t offset);
+// /v1/chat/completions' logprobs object: {"content": [{token, logprob, bytes, top_logprobs}]}.
+nlohmann::json ChatLogprobs(const std::vector<TokenLogprobText>& tokens);
 
 nlohmann::json UsageJson(const Usage& usage);
 // The whole non-streaming answer.
