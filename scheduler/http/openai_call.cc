@@ -84,6 +84,7 @@ void OpenAiCall::Begin() {
                          .created = absl::ToUnixSeconds(absl::Now()),
                          .model = frontend_->options_.served_model_name,
                          .usage_in_chunks = request_.include_usage};
+  chunks_.emplace(header_);
   outcome_.id = id_;
   outcome_.prompt_tokens = static_cast<int32_t>(r->prompt.size());
   std::vector<std::shared_ptr<RequestSink>> sinks;
@@ -103,7 +104,9 @@ void OpenAiCall::Begin() {
     std::string head = EventStreamHead(keep_alive_);
     if (chat) {
       for (size_t i = 0; i < completions_.size(); ++i) {
-        head += Chunk(ChunkEvent(header_, static_cast<int>(i), "", /*role=*/true, "", nullptr));
+        std::string event;
+        chunks_->Append(static_cast<int>(i), "", /*role=*/true, "", nullptr, &event);
+        head += Chunk(event);
       }
     }
     Send(std::move(head), /*last=*/false);
@@ -233,7 +236,7 @@ void OpenAiCall::Consume(int index, const std::vector<int32_t>& tokens, std::opt
   if (!request_.stream) {
     c.text += text;
   } else if (!text.empty() || !reason.empty()) {
-    *out += ChunkEvent(header_, index, text, /*role=*/false, reason, nullptr);
+    chunks_->Append(index, text, /*role=*/false, reason, nullptr, out);
   }
 }
 

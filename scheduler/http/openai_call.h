@@ -103,6 +103,7 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
   OpenAiRequest request_;
   const bool keep_alive_;
   AnswerHeader header_;
+  std::optional<ChunkEncoder> chunks_;  // streams: set with header_
   std::vector<std::unique_ptr<Completion>> completions_;
   double start_ = 0;
   RequestId id_ = 0;

@@ -1,6 +1,7 @@
 #include "scheduler/http/openai_response.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/utf8.h"
 
 namespace pagoda::scheduler::http {
 namespace {
@@ -95,21 +96,78 @@ std::string CompletionBody(const AnswerHeader& h, const std::vector<Choice>& cho
 
 std::string ChunkEvent(const AnswerHeader& h, int index, std::string_view text, bool role,
                        std::string_view finish_reason, const json& logprobs) {
-  json out = Envelope(h, true);
-  json choice = {{"index", index}};
-  if (h.endpoint == Endpoint::kChat) {
-    json delta = json::object();
-    if (role) delta["role"] = "assistant";
-    if (!text.empty() || role) delta["content"] = std::string(text);
-    choice["delta"] = std::move(delta);
-  } else {
-    choice["text"] = std::string(text);
+  std::string out;
+  ChunkEncoder(h).Append(index, text, role, finish_reason, logprobs, &out);
+  return out;
+}
+
+void AppendJsonString(std::string_view text, std::string* out) {
+  if (!common::IsValidUtf8(text)) {
+    out->append(Dump(json(common::SanitizeUtf8(text))));
+    return;
   }
-  choice["logprobs"] = logprobs;
-  choice["finish_reason"] = Reason(finish_reason);
-  out["choices"] = json::array({std::move(choice)});
-  if (h.usage_in_chunks) out["usage"] = nullptr;
-  return absl::StrCat("data: ", Dump(out), "\n\n");
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->reserve(out->size() + text.size() + 2);
+  out->push_back('"');
+  for (char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (c == '\n') {
+      out->append("\\n");
+    } else if (c == '\r') {
+      out->append("\\r");
+    } else if (c == '\t') {
+      out->append("\\t");
+    } else if (u < 0x20) {
+      out->append("\\u00");
+      out->push_back(kHex[u >> 4]);
+      out->push_back(kHex[u & 15]);
+    } else {
+      out->push_back(c);
+    }
+  }
+  out->push_back('"');
+}
+
+ChunkEncoder::ChunkEncoder(const AnswerHeader& h) : chat_(h.endpoint == Endpoint::kChat) {
+  prefix_ = "data: {\"id\":";
+  AppendJsonString(h.id, &prefix_);
+  absl::StrAppend(&prefix_, ",\"object\":\"", chat_ ? "chat.completion.chunk" : "text_completion",
+                  "\",\"created\":", h.created, ",\"model\":");
+  AppendJsonString(h.model, &prefix_);
+  prefix_ += ",\"choices\":[{\"index\":";
+  suffix_ = h.usage_in_chunks ? "}],\"usage\":null}\n\n" : "}]}\n\n";
+}
+
+void ChunkEncoder::Append(int index, std::string_view text, bool role,
+                          std::string_view finish_reason, const json& logprobs,
+                          std::string* out) const {
+  out->append(prefix_);
+  absl::StrAppend(out, index);
+  if (chat_) {
+    out->append(",\"delta\":{");
+    if (role) out->append("\"role\":\"assistant\"");
+    if (!text.empty() || role) {
+      if (role) out->push_back(',');
+      out->append("\"content\":");
+      AppendJsonString(text, out);
+    }
+    out->push_back('}');
+  } else {
+    out->append(",\"text\":");
+    AppendJsonString(text, out);
+  }
+  out->append(",\"logprobs\":");
+  out->append(logprobs.is_null() ? "null" : Dump(logprobs));
+  out->append(",\"finish_reason\":");
+  if (finish_reason.empty()) {
+    out->append("null");
+  } else {
+    AppendJsonString(finish_reason, out);
+  }
+  out->append(suffix_);
 }
 
 std::string UsageEvent(const AnswerHeader& h, const Usage& usage) {

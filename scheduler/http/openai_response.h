@@ -64,6 +64,25 @@ std::string CompletionBody(const AnswerHeader& header, const std::vector<Choice>
 // its finish reason when it ended (empty: null).
 std::string ChunkEvent(const AnswerHeader& header, int index, std::string_view text, bool role,
                        std::string_view finish_reason, const nlohmann::json& logprobs);
+
+// ChunkEvent's output for one request, without building a JSON document per chunk: the parts
+// every chunk repeats are serialized once, the text is escaped into place. (Streams spend most
+// of their CPU here; the answers are the same JSON, in OpenAI's key order.)
+class ChunkEncoder {
+ public:
+  explicit ChunkEncoder(const AnswerHeader& header);
+  // Appends ChunkEvent(header, index, text, role, finish_reason, logprobs) to `out`.
+  void Append(int index, std::string_view text, bool role, std::string_view finish_reason,
+              const nlohmann::json& logprobs, std::string* out) const;
+
+ private:
+  bool chat_ = false;
+  std::string prefix_;  // data: {"id":...,"model":...,"choices":[{"index":
+  std::string suffix_;  // }]...}\n\n
+};
+
+// Appends `text` as a JSON string literal (quoted, escaped; ill-formed UTF-8 replaced).
+void AppendJsonString(std::string_view text, std::string* out);
 // The last chunk of a stream asked with include_usage: no choices, the usage.
 std::string UsageEvent(const AnswerHeader& header, const Usage& usage);
 // An error inside a stream (after the headers went out): "data: {error}\n\n".
