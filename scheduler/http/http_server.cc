@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -32,11 +33,17 @@ using tcp = asio::ip::tcp;
 // stops reading until the answer is complete.
 constexpr size_t kMaxReadAhead = size_t{64} << 10;
 constexpr size_t kWatchChunk = 4096;
+// A connection gets this long to deliver each whole request, counted from the end of the
+// previous answer (so it is also the keep-alive idle timeout); then it is closed.
+constexpr auto kRequestTimeout = std::chrono::seconds(60);
 
 class Connection final : public Responder, public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket socket, OpenAiFrontend* frontend, const HttpLimits& limits)
-      : socket_(std::move(socket)), frontend_(frontend), limits_(limits) {}
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        frontend_(frontend),
+        limits_(limits) {}
 
   void Start() { ReadRequest(); }
 
@@ -70,6 +77,14 @@ class Connection final : public Responder, public std::enable_shared_from_this<C
 
  private:
   void ReadRequest() {
+    reading_ = true;
+    timer_.expires_after(kRequestTimeout);
+    // A timer that expired just as its read completed must not close the next request's read.
+    timer_.async_wait(
+        [weak = weak_from_this(), serial = ++read_serial_](const beast::error_code& ec) {
+          auto self = weak.lock();
+          if (self && !ec && self->reading_ && self->read_serial_ == serial) self->Close();
+        });
     parser_.emplace();
     ApplyLimits(limits_, &*parser_);
     beast::http::async_read(
@@ -78,6 +93,8 @@ class Connection final : public Responder, public std::enable_shared_from_this<C
   }
 
   void OnRead(const beast::error_code& ec) {
+    reading_ = false;
+    timer_.cancel();
     if (ec) {
       // A closed or reset connection between requests is the normal end of a client.
       if (ec == beast::http::error::end_of_stream || ec == asio::error::operation_aborted ||
@@ -131,11 +148,14 @@ class Connection final : public Responder, public std::enable_shared_from_this<C
   }
 
   tcp::socket socket_;
+  asio::steady_timer timer_;  // kRequestTimeout while a request is being read
   OpenAiFrontend* const frontend_;
   const HttpLimits limits_;
   beast::flat_buffer buffer_;
   std::optional<BeastParser> parser_;
   std::function<void()> gone_;
+  bool reading_ = false;      // a request is being read (the timer runs)
+  uint64_t read_serial_ = 0;  // which read the timer belongs to
   bool watching_ = false;
   bool resume_ = false;
   bool peer_closed_ = false;

@@ -8,7 +8,9 @@
 // pending the connection keeps a read posted on its socket, so a client that disconnects is
 // seen at once and its request cancelled (Responder::WatchForDisconnect).
 //
-// Limits: a request's headers above HttpLimits::max_header_bytes get 431, a body above
+// Limits: a request must arrive whole within 60 s of the connection's previous answer (or its
+// opening), else the connection is closed (idle keep-alive connections and slow senders do not
+// hold sockets forever); headers above HttpLimits::max_header_bytes get 431, a body above
 // max_body_bytes gets 413 (both close the connection), malformed HTTP gets 400.
 //
 // Start() binds (errors name the address) and starts the io threads; Stop() closes the
