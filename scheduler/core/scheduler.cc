@@ -458,7 +458,13 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
     plan.page_copies.push_back(*s.pending_copy);
     s.pending_copy.reset();
   }
-  step.sampling = s.request.sampling;
+  if (step.first_sight) {
+    step.sampling = s.request.sampling;
+    if (step.sampling.has_penalties()) {  // the worker counts tokens from here on
+      step.prompt_tokens = s.num_prompt;
+      step.history.assign(s.tokens.begin(), s.tokens.begin() + step.start_pos);
+    }
+  }
   s.worker_knows = true;
   s.num_scheduled += chunk;
   if (sample) ++s.pending_samples;
@@ -547,29 +553,29 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
   w->flight.pop_front();
   // Workers answer in plan order: match by walking both, with a map only if they differ.
   size_t next = 0;
-  absl::flat_hash_map<RequestId, int32_t> by_id;
-  auto token_for = [&](RequestId id) -> std::optional<int32_t> {
-    if (next < sampled.size() && sampled[next].seq_id == id) return sampled[next++].token;
+  absl::flat_hash_map<RequestId, const SampledToken*> by_id;
+  auto token_for = [&](RequestId id) -> const SampledToken* {
+    if (next < sampled.size() && sampled[next].seq_id == id) return &sampled[next++];
     if (by_id.empty()) {
       by_id.reserve(sampled.size());
-      for (const SampledToken& t : sampled) by_id.emplace(t.seq_id, t.token);
+      for (const SampledToken& t : sampled) by_id.emplace(t.seq_id, &t);
     }
     auto it = by_id.find(id);
-    if (it == by_id.end()) return std::nullopt;
+    if (it == by_id.end()) return nullptr;
     return it->second;
   };
   events_.reserve(events_.size() + done.entries.size());
   for (const FlightEntry& e : done.entries) {
     Sequence* s = FindSeq(e.id);
     // A sampling entry consumes its token even when the sequence has gone since.
-    const std::optional<int32_t> token = e.sample ? token_for(e.id) : std::nullopt;
+    const SampledToken* token = e.sample ? token_for(e.id) : nullptr;
     if (s == nullptr || s->worker != worker || s->epoch != e.epoch) continue;  // gone since
     s->num_computed += e.chunk;
     kv_.Commit(s->request.id, s->tokens, s->num_computed);
     if (!s->fork_children.empty() && s->num_computed >= s->num_prompt) ForkChildren(*s, now);
     if (!e.sample) continue;
     --s->pending_samples;
-    if (!token) {
+    if (token == nullptr) {
       FinishSeq(*s, FinishReason::kError, "the worker returned no token", now);
       continue;
     }
@@ -590,7 +596,8 @@ void Scheduler::OnPlanFailed(WorkerId worker, const std::string& error, double n
   }
 }
 
-void Scheduler::ApplySample(Sequence& s, int32_t token, double now) {
+void Scheduler::ApplySample(Sequence& s, const SampledToken& sampled, double now) {
+  const int32_t token = sampled.token;
   if (s.timings.first_token < 0) s.timings.first_token = now;
   s.preempted_in_row = 0;
   const NewRequest& r = s.request;
@@ -612,6 +619,7 @@ void Scheduler::ApplySample(Sequence& s, int32_t token, double now) {
   e.kind = Event::Kind::kToken;
   e.id = r.id;
   e.token = token;
+  if (r.sampling.logprobs) e.logprob = sampled.logprob;
   events_.push_back(std::move(e));
   if (r.max_tokens > 0 && s.generated() >= r.max_tokens) {
     FinishSeq(s, FinishReason::kLength, "", now);

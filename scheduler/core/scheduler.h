@@ -158,7 +158,7 @@ class Scheduler {
   void ForkChildren(Sequence& parent, double now);
   // The parent leaves first: its unforked completions queue as ordinary sequences.
   void ReleaseChildren(Sequence& parent);
-  void ApplySample(Sequence& s, int32_t token, double now);
+  void ApplySample(Sequence& s, const SampledToken& sampled, double now);
   void FinishSeq(Sequence& s, FinishReason reason, const std::string& message, double now);
   void ReleaseFromWorker(Sequence& s);
   int32_t MaxPositions(const Sequence& s) const;

@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace pagoda::scheduler {
@@ -31,11 +33,25 @@ enum class FinishReason {
 };
 const char* FinishReasonName(FinishReason reason);
 
+// Mirrors pagoda.v1.SamplingParams after validation (scheduler/service/generation_service.cc
+// checks the ranges); the worker applies them (worker/sampling/sampler.h).
 struct SamplingParams {
   float temperature = 0.0f;  // <= 0: greedy
   int32_t top_k = 0;         // 0: off
   float top_p = 1.0f;        // >= 1: off
   uint64_t seed = 0;
+  float min_p = 0.0f;                                 // 0: off
+  float presence_penalty = 0.0f;                      // over generated tokens
+  float frequency_penalty = 0.0f;                     // over generated tokens
+  float repetition_penalty = 1.0f;                    // over prompt + generated tokens; 1: off
+  std::vector<std::pair<int32_t, float>> logit_bias;  // sorted by token id, each once
+  bool logprobs = false;                              // return each token's logprob
+  int32_t top_logprobs = 0;                           // and this many alternatives (needs logprobs)
+
+  // The worker then needs the sequence's token history (PlanStep::history).
+  bool has_penalties() const {
+    return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
+  }
 };
 
 // A request as the core sees it: already validated and tokenized by the service.
@@ -76,8 +92,11 @@ struct PlanStep {
   std::vector<PageId> new_pages;  // appended to the sequence's block table
   bool sample = false;            // sample after the last input token
   bool first_sight = false;       // the worker must (re)create its state for seq_id
-  SamplingParams sampling;        // meaningful when first_sight
+  SamplingParams sampling;        // set when first_sight only
   int32_t sample_index = 0;       // index of the sampled token within the generation
+  // First sight with penalties only: the prompt's length and the tokens at [0, start_pos).
+  int32_t prompt_tokens = 0;
+  std::vector<int32_t> history;
 };
 
 // Copy-on-write: the worker copies page `src` into page `dst` (K and V, every layer).
@@ -97,9 +116,23 @@ struct Plan {
   int32_t num_tokens = 0;  // input tokens in steps (a feed_last_sampled step counts one)
 };
 
+// A token's log-probability and the most probable alternatives (descending), from the
+// distribution the worker sampled it from (pagoda.worker.v1.SampledToken).
+struct TopLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  bool operator==(const TopLogprob&) const = default;
+};
+struct TokenLogprob {
+  float logprob = 0;
+  std::vector<TopLogprob> top;
+  bool operator==(const TokenLogprob&) const = default;
+};
+
 struct SampledToken {
   RequestId seq_id = 0;
   int32_t token = 0;
+  std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
 };
 
 // Timings of a finished request, from the `now` values the core was given (seconds).
@@ -115,7 +148,8 @@ struct Event {
   enum class Kind { kToken, kFinished };
   Kind kind = Kind::kToken;
   RequestId id = 0;
-  int32_t token = 0;  // kToken: the new token (never EOS or a stop token)
+  int32_t token = 0;                    // kToken: the new token (never EOS or a stop token)
+  std::optional<TokenLogprob> logprob;  // kToken, when the request asked for logprobs
   // kFinished:
   FinishReason reason = FinishReason::kLength;
   std::string message;  // why, for kError / kCancelled

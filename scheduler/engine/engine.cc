@@ -205,7 +205,9 @@ void Engine::RouteEventsLocked(Outgoing* out) {
     Tracked& t = it->second;
     if (e.kind == Event::Kind::kToken) {
       if (metrics_ != nullptr) ObserveToken(t, now);
-      if (t.sink->OnToken(e.token)) out->sinks.push_back(t.sink);
+      if (t.sink->OnToken(e.token, e.logprob ? &*e.logprob : nullptr)) {
+        out->sinks.push_back(t.sink);
+      }
     } else {
       if (metrics_ != nullptr) ObserveFinished(t, e);
       if (t.sink->OnFinished(std::move(e))) out->sinks.push_back(std::move(t.sink));

@@ -18,7 +18,9 @@ namespace pagoda::scheduler {
 class RequestSink {
  public:
   virtual ~RequestSink() = default;
-  virtual bool OnToken(int32_t token) = 0;
+  // `logprob`: the token's logprob and alternatives when the request asked for them, else null
+  // (valid for the call only).
+  virtual bool OnToken(int32_t token, const TokenLogprob* logprob) = 0;
   virtual bool OnFinished(Event event) = 0;
   virtual void Flush() = 0;
 };

@@ -2,9 +2,10 @@
 
 namespace pagoda::scheduler {
 
-bool RequestStream::OnToken(int32_t token) {
+bool RequestStream::OnToken(int32_t token, const TokenLogprob* logprob) {
   absl::MutexLock lock(&mu_);
   pending_.tokens.push_back(token);
+  if (logprob != nullptr) pending_.logprobs.push_back(*logprob);
   return false;
 }
 

@@ -18,11 +18,12 @@ namespace pagoda::scheduler {
 class RequestStream final : public RequestSink {
  public:
   struct Update {
-    std::vector<int32_t> tokens;    // new tokens, in order
-    std::optional<Event> finished;  // set once, after the last token
+    std::vector<int32_t> tokens;         // new tokens, in order
+    std::vector<TokenLogprob> logprobs;  // theirs, when the request asked for logprobs
+    std::optional<Event> finished;       // set once, after the last token
   };
 
-  bool OnToken(int32_t token) override;
+  bool OnToken(int32_t token, const TokenLogprob* logprob) override;
   bool OnFinished(Event event) override;
   void Flush() override {}  // waiters are woken by the pushes themselves
   void Wake();

@@ -27,6 +27,19 @@ void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
       sp->set_top_k(step.sampling.top_k);
       sp->set_top_p(step.sampling.top_p);
       sp->set_seed(step.sampling.seed);
+      sp->set_min_p(step.sampling.min_p);
+      sp->set_presence_penalty(step.sampling.presence_penalty);
+      sp->set_frequency_penalty(step.sampling.frequency_penalty);
+      sp->set_repetition_penalty(step.sampling.repetition_penalty);
+      for (const auto& [token, bias] : step.sampling.logit_bias) {
+        auto* b = sp->add_logit_bias();
+        b->set_token_id(token);
+        b->set_bias(bias);
+      }
+      sp->set_logprobs(step.sampling.logprobs);
+      sp->set_top_logprobs(static_cast<uint32_t>(step.sampling.top_logprobs));
+      s->set_prompt_tokens(static_cast<uint32_t>(step.prompt_tokens));
+      s->mutable_history()->Add(step.history.begin(), step.history.end());
     }
   }
 }
@@ -34,7 +47,16 @@ void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
 std::vector<SampledToken> DecodeSampled(const pagoda::worker::v1::IterationResult& result) {
   std::vector<SampledToken> out;
   out.reserve(result.sampled_size());
-  for (const auto& t : result.sampled()) out.push_back({t.seq_id(), t.token_id()});
+  for (const auto& t : result.sampled()) {
+    SampledToken& sampled = out.emplace_back();
+    sampled.seq_id = t.seq_id();
+    sampled.token = t.token_id();
+    if (!t.has_logprob()) continue;
+    TokenLogprob& lp = sampled.logprob.emplace();
+    lp.logprob = t.logprob();
+    lp.top.reserve(t.top_size());
+    for (const auto& top : t.top()) lp.top.push_back({top.token_id(), top.logprob()});
+  }
   return out;
 }
 

@@ -52,6 +52,16 @@ void FillFinished(const Event& e, v1::Finished* out) {
   }
 }
 
+void FillLogprob(int32_t token, const TokenLogprob& lp, v1::TokenLogprob* out) {
+  out->set_token_id(token);
+  out->set_logprob(lp.logprob);
+  for (const TopLogprob& top : lp.top) {
+    auto* t = out->add_top();
+    t->set_token_id(top.token);
+    t->set_logprob(top.logprob);
+  }
+}
+
 // The stream's status for the core's final event.
 grpc::Status FinalStatus(const Event& e) {
   switch (e.reason) {
@@ -73,7 +83,9 @@ grpc::Status FinalStatus(const Event& e) {
 class GenerateCall::Sink final : public RequestSink {
  public:
   Sink(std::shared_ptr<GenerateCall> call, int index) : call_(std::move(call)), index_(index) {}
-  bool OnToken(int32_t token) override { return call_->OnToken(index_, token); }
+  bool OnToken(int32_t token, const TokenLogprob* logprob) override {
+    return call_->OnToken(index_, token, logprob);
+  }
   bool OnFinished(Event event) override { return call_->OnFinished(index_, std::move(event)); }
   void Flush() override { call_->Flush(); }
 
@@ -145,13 +157,14 @@ void GenerateCall::Refuse(grpc::Status status) {
   Finish(std::move(status));
 }
 
-bool GenerateCall::OnToken(int index, int32_t token) {
+bool GenerateCall::OnToken(int index, int32_t token, const TokenLogprob* logprob) {
   absl::MutexLock lock(&mu_);
   if (done_ || ending_) return false;
   Completion& c = *completions_[index];
   // A flush is owed already when this completion had news and no write was in flight.
   const bool idle = c.pending.empty() && !c.final && !writing_;
   c.pending.push_back(token);
+  if (logprob != nullptr) c.pending_logprobs.push_back(*logprob);
   return idle;
 }
 
@@ -195,6 +208,8 @@ void GenerateCall::Flush() {
         writing_ = true;
         taken_.clear();
         taken_.swap(c.pending);  // the two buffers trade places: no allocation per message
+        taken_logprobs_.clear();
+        taken_logprobs_.swap(c.pending_logprobs);
         if (c.final) {
           final = std::move(c.final);
           c.final.reset();
@@ -207,13 +222,14 @@ void GenerateCall::Flush() {
       Finish(*std::move(end));
       return;
     }
-    if (Write(index, taken_, std::move(final), last)) return;
+    if (Write(index, taken_, taken_logprobs_, std::move(final), last)) return;
     absl::MutexLock lock(&mu_);
     writing_ = false;  // nothing was sent: look again
   }
 }
 
-bool GenerateCall::Write(int index, const std::vector<int32_t>& tokens, std::optional<Event> final,
+bool GenerateCall::Write(int index, const std::vector<int32_t>& tokens,
+                         const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
                          bool last) {
   Completion& c = *completions_[index];
   response_.Clear();
@@ -221,9 +237,14 @@ bool GenerateCall::Write(int index, const std::vector<int32_t>& tokens, std::opt
   response_.set_index(static_cast<uint32_t>(index));
   std::string text;
   bool matched = false;
-  for (int32_t t : tokens) {
+  // logprobs is parallel to tokens when the request asked for them (empty otherwise); those of
+  // tokens not sent (after a stop match) are dropped with their tokens.
+  const bool with_logprobs = logprobs.size() == tokens.size();
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
     if (!c.matched_stop.empty()) break;
     response_.add_token_ids(t);
+    if (with_logprobs) FillLogprob(t, logprobs[i], response_.add_logprobs());
     ++c.sent_tokens;
     ++outcome_.sent_tokens;
     text::StopMatcher::Result m = c.stops.Push(c.detok.Push(t));

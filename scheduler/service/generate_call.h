@@ -71,8 +71,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
     Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
         : detok(tokenizer), stops(std::move(stop_strings)) {}
     // Guarded by the call's mu_.
-    std::vector<int32_t> pending;  // tokens not yet in a message
-    std::optional<Event> final;    // the engine's end, not yet taken by a writer
+    std::vector<int32_t> pending;                // tokens not yet in a message
+    std::vector<TokenLogprob> pending_logprobs;  // theirs, when the request asked for logprobs
+    std::optional<Event> final;                  // the engine's end, not yet taken by a writer
     // Owned by the writer (see the header comment).
     text::StreamingDetokenizer detok;
     text::StopMatcher stops;
@@ -81,7 +82,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   };
 
   // The Sinks' calls (RequestSink's contract), for completion `index`.
-  bool OnToken(int index, int32_t token);
+  bool OnToken(int index, int32_t token, const TokenLogprob* logprob);
   bool OnFinished(int index, Event event);
   void Flush();
 
@@ -97,7 +98,8 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   // As the writer: builds a message of completion `index` from `tokens` (and its end) and starts
   // writing it; `last`: the call's last end. False when there was nothing to send (tokens after
   // a stop match).
-  bool Write(int index, const std::vector<int32_t>& tokens, std::optional<Event> final, bool last);
+  bool Write(int index, const std::vector<int32_t>& tokens,
+             const std::vector<TokenLogprob>& logprobs, std::optional<Event> final, bool last);
   // As the writer: records a completion's end for the call's status and log line.
   void RecordEnd(int index, const Event& final);
   // As the writer, for the last message: marks the call done and writes with the status (or
@@ -114,10 +116,11 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
 
   // Owned by the writer (see the header comment).
   pagoda::v1::GenerateResponse response_;
-  std::vector<int32_t> taken_;              // the tokens being written
-  std::vector<std::optional<Event>> ends_;  // each completion's end, once written
-  grpc::Status end_status_;                 // the first failure among the ends, else OK
-  GenerateOutcome outcome_;                 // completed by whoever ends the call; read in OnDone
+  std::vector<int32_t> taken_;                // the tokens being written
+  std::vector<TokenLogprob> taken_logprobs_;  // and their logprobs (empty when not asked)
+  std::vector<std::optional<Event>> ends_;    // each completion's end, once written
+  grpc::Status end_status_;                   // the first failure among the ends, else OK
+  GenerateOutcome outcome_;                   // completed by whoever ends the call; read in OnDone
 
   absl::Mutex mu_;
   int next_ ABSL_GUARDED_BY(mu_) = 0;            // where NextWithNews starts looking

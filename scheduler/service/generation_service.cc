@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/utf8.h"
 #include "scheduler/metrics/metrics.h"
 #include "scheduler/service/generate_call.h"
@@ -23,6 +24,12 @@ constexpr size_t kMaxCacheSaltBytes = 256;
 constexpr float kMaxTemperature = 100.0f;
 constexpr int kMaxStopStrings = 16;
 constexpr size_t kMaxStopBytes = 256;
+// Sampling limits (OpenAI's where it has them; documented in generation.proto).
+constexpr float kMaxPenalty = 2.0f;             // presence_penalty, frequency_penalty
+constexpr float kMaxRepetitionPenalty = 10.0f;  // repetition_penalty
+constexpr int kMaxLogitBias = 300;              // logit_bias entries
+constexpr float kMaxLogitBiasValue = 100.0f;    // |bias|
+constexpr int kMaxTopLogprobs = 20;             // top_logprobs
 // pagoda.v1.Generation's methods, as in generation.proto.
 constexpr char kGenerateMethod[] = "/pagoda.v1.Generation/Generate";
 constexpr char kTokenizeMethod[] = "/pagoda.v1.Generation/Tokenize";
@@ -72,7 +79,35 @@ absl::StatusOr<Priority> ToPriority(v1::Priority p) {
   }
 }
 
-absl::Status ValidateSampling(const v1::SamplingParams& p, SamplingParams* out) {
+// A float field in [lo, hi], finite: INVALID_ARGUMENT naming the field and the range.
+absl::Status CheckRange(const char* field, float value, float lo, float hi) {
+  if (std::isfinite(value) && value >= lo && value <= hi) return absl::OkStatus();
+  return Invalid(absl::StrFormat("%s must be in [%g, %g], got %g", field, lo, hi, value));
+}
+
+absl::Status ValidateLogitBias(const v1::SamplingParams& p, int32_t vocab, SamplingParams* out) {
+  if (p.logit_bias_size() > kMaxLogitBias) {
+    return Invalid(absl::StrFormat("logit_bias has %d entries; the limit is %d",
+                                   p.logit_bias_size(), kMaxLogitBias));
+  }
+  for (const auto& [token, bias] : p.logit_bias()) {
+    if (token < 0 || token >= vocab) {
+      return Invalid(absl::StrFormat("logit_bias token id %d is outside the vocabulary [0, %d)",
+                                     token, vocab));
+    }
+    if (!std::isfinite(bias) || bias < -kMaxLogitBiasValue || bias > kMaxLogitBiasValue) {
+      return Invalid(absl::StrFormat("logit_bias for token %d must be in [%g, %g], got %g", token,
+                                     -kMaxLogitBiasValue, kMaxLogitBiasValue, bias));
+    }
+    out->logit_bias.emplace_back(token, bias);
+  }
+  std::sort(out->logit_bias.begin(), out->logit_bias.end());  // map order is unspecified
+  return absl::OkStatus();
+}
+
+absl::Status ValidateSampling(const v1::GenerateRequest& request, int32_t vocab,
+                              SamplingParams* out) {
+  const v1::SamplingParams& p = request.sampling();
   if (!std::isfinite(p.temperature()) || p.temperature() < 0 || p.temperature() > kMaxTemperature) {
     return Invalid(absl::StrFormat("temperature must be in [0, %g], got %g", kMaxTemperature,
                                    p.temperature()));
@@ -81,10 +116,33 @@ absl::Status ValidateSampling(const v1::SamplingParams& p, SamplingParams* out) 
   if (!std::isfinite(p.top_p()) || p.top_p() < 0 || p.top_p() > 1) {
     return Invalid(absl::StrFormat("top_p must be in [0, 1], got %g", p.top_p()));
   }
+  RETURN_IF_ERROR(CheckRange("min_p", p.min_p(), 0, 1));
+  RETURN_IF_ERROR(CheckRange("presence_penalty", p.presence_penalty(), -kMaxPenalty, kMaxPenalty));
+  RETURN_IF_ERROR(
+      CheckRange("frequency_penalty", p.frequency_penalty(), -kMaxPenalty, kMaxPenalty));
+  if (!std::isfinite(p.repetition_penalty()) || p.repetition_penalty() < 0 ||
+      p.repetition_penalty() > kMaxRepetitionPenalty) {
+    return Invalid(absl::StrFormat("repetition_penalty must be 0 (off) or in (0, %g], got %g",
+                                   kMaxRepetitionPenalty, p.repetition_penalty()));
+  }
+  RETURN_IF_ERROR(ValidateLogitBias(p, vocab, out));
+  if (request.top_logprobs() > static_cast<uint32_t>(kMaxTopLogprobs)) {
+    return Invalid(absl::StrFormat("top_logprobs must be in [0, %d], got %d", kMaxTopLogprobs,
+                                   request.top_logprobs()));
+  }
+  if (request.top_logprobs() > 0 && !request.logprobs()) {
+    return Invalid("top_logprobs needs logprobs = true");
+  }
   out->temperature = p.temperature();
   out->top_k = p.top_k();
   out->top_p = p.top_p() == 0 ? 1.0f : p.top_p();
   out->seed = p.seed();
+  out->min_p = p.min_p();
+  out->presence_penalty = p.presence_penalty();
+  out->frequency_penalty = p.frequency_penalty();
+  out->repetition_penalty = p.repetition_penalty() == 0 ? 1.0f : p.repetition_penalty();
+  out->logprobs = request.logprobs();
+  out->top_logprobs = static_cast<int32_t>(request.top_logprobs());
   return absl::OkStatus();
 }
 
@@ -193,7 +251,7 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   } else {
     r.max_tokens = static_cast<int32_t>(request.max_tokens());
   }
-  if (absl::Status s = ValidateSampling(request.sampling(), &r.sampling); !s.ok()) return s;
+  if (absl::Status s = ValidateSampling(request, vocab, &r.sampling); !s.ok()) return s;
   if (absl::Status s = ValidateStops(request); !s.ok()) return s;
   for (int32_t id : request.stop_token_ids()) {
     if (id < 0 || id >= vocab) {

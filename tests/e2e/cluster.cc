@@ -287,6 +287,7 @@ Generation Cluster::Generate(const pagoda::v1::GenerateRequest& request, absl::D
   while (reader->Read(&resp)) {
     ++g.messages;
     g.tokens.insert(g.tokens.end(), resp.token_ids().begin(), resp.token_ids().end());
+    g.logprobs.insert(g.logprobs.end(), resp.logprobs().begin(), resp.logprobs().end());
     g.text += resp.text();
     if (resp.has_finished()) g.finished = resp.finished();
   }

@@ -38,6 +38,7 @@ struct ClusterOptions {
 // What one Generate call returned.
 struct Generation {
   std::vector<int32_t> tokens;
+  std::vector<pagoda::v1::TokenLogprob> logprobs;  // when the request asked for them
   std::string text;
   pagoda::v1::Finished finished;
   grpc::Status status;

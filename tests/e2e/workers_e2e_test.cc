@@ -69,6 +69,44 @@ void ExpectSameOutputs(const std::vector<Generation>& got, const std::vector<Gen
   }
 }
 
+// Kills worker `index` (registered as `name`) with SIGKILL once the run is under way and it holds
+// sequences: some tokens streamed, most not. Without that, the kill would prove nothing.
+// Returns the pages it held when killed (0: it never held any within 20 s; not killed).
+uint32_t KillWhenBusy(Cluster& cluster, int index, const std::string& name) {
+  const absl::Time until = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < until) {
+    const v1::ServerStatus status = cluster.Status();
+    const uint32_t pages = PagesHeld(status, name);
+    if (status.requests_running() >= 8 && pages > 0) {
+      cluster.worker(index).Signal(SIGKILL);
+      return pages;
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  return 0;
+}
+
+// Runs `requests` concurrently on `cluster` (three workers), fault-free, then again
+// killing worker w1 mid-run (KillWhenBusy); expects w1 to have held sequences and the second
+// run's outputs (tokens, text, logprobs) to equal the first's.
+void ExpectKillChangesNothing(Cluster& cluster, const std::vector<v1::GenerateRequest>& requests) {
+  const std::vector<Generation> fault_free = RunConcurrently(cluster, requests);
+  std::vector<Generation> faulty;
+  std::thread load([&] { faulty = RunConcurrently(cluster, requests); });
+  const uint32_t victim_pages = KillWhenBusy(cluster, 1, "w1");
+  load.join();
+  ASSERT_GT(victim_pages, 0u) << "worker w1 held no sequence while the load ran";
+  ExpectSameOutputs(faulty, fault_free);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    ASSERT_EQ(faulty[i].logprobs.size(), fault_free[i].logprobs.size()) << "request " << i;
+    for (size_t k = 0; k < faulty[i].logprobs.size(); ++k) {
+      EXPECT_EQ(faulty[i].logprobs[k].SerializeAsString(),
+                fault_free[i].logprobs[k].SerializeAsString())
+          << "request " << i << " token " << k;
+    }
+  }
+}
+
 // One of three workers is killed (SIGKILL) in the middle of 64 concurrent greedy requests:
 // its sequences are recomputed on the others, every stream completes with exactly the tokens
 // of a fault-free run, and every remaining pool ends free.
@@ -76,27 +114,34 @@ TEST_F(TrainedModelTest, KilledWorkerLosesNoRequest) {
   StartCluster({"--max-batch-tokens", "256"}, {"--page-size", "8", "--threads", "1"},
                /*workers=*/3);
   const auto requests = MixedGreedyRequests(LoadGolden(*golden_)["cases"], 64, 200);
-  const std::vector<Generation> fault_free = RunConcurrently(*cluster_, requests);
-
-  std::vector<Generation> faulty;
-  std::thread load([&] { faulty = RunConcurrently(*cluster_, requests); });
-  // Kill once the run is under way and the victim (registered as "w1") holds sequences: some
-  // tokens streamed, most not. Without that, the kill would prove nothing.
-  const absl::Time until = absl::Now() + absl::Seconds(20);
-  uint32_t victim_pages = 0;
-  while (absl::Now() < until) {
-    const v1::ServerStatus status = cluster_->Status();
-    victim_pages = PagesHeld(status, "w1");
-    if (status.requests_running() >= 8 && victim_pages > 0) break;
-    victim_pages = 0;
-    absl::SleepFor(absl::Milliseconds(2));
-  }
-  if (victim_pages > 0) cluster_->worker(1).Signal(SIGKILL);
-  load.join();
-  ASSERT_GT(victim_pages, 0u) << "worker w1 held no sequence while the load ran";
-  ExpectSameOutputs(faulty, fault_free);
+  ASSERT_NO_FATAL_FAILURE(ExpectKillChangesNothing(*cluster_, requests));
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
   EXPECT_EQ(cluster_->Status().workers_size(), 2);
+}
+
+// The same with penalties, logit_bias, seeded sampling and logprobs: the sequences moved to the
+// other workers rebuild their token history from the plan that introduces them there, and
+// every token and logprob equals the fault-free run's.
+TEST_F(TrainedModelTest, KilledWorkerKeepsPenalizedOutputsExact) {
+  StartCluster({"--max-batch-tokens", "256"}, {"--page-size", "8", "--threads", "1"},
+               /*workers=*/3);
+  const auto cases = LoadGolden(*golden_)["cases"];
+  std::vector<v1::GenerateRequest> requests = MixedGreedyRequests(cases, 32, 120);
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto* sp = requests[i].mutable_sampling();
+    sp->set_repetition_penalty(1.25f);
+    sp->set_frequency_penalty(0.4f);
+    sp->set_presence_penalty(i % 2 ? 0.3f : -0.3f);
+    (*sp->mutable_logit_bias())[static_cast<int32_t>(300 + i)] = 2.0f;
+    if (i % 2) {
+      sp->set_temperature(0.9f);
+      sp->set_seed(i);
+    }
+    requests[i].set_logprobs(true);
+    requests[i].set_top_logprobs(2);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectKillChangesNothing(*cluster_, requests));
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
 }
 
 // A worker that stops answering (SIGSTOP: its stream stays open) is cut after

@@ -219,6 +219,20 @@ absl::Status WriteValidationSeeds(const fs::path& dir) {
   r.set_request_id(std::string(257, 'r'));
   r.add_stop(std::string(257, 's'));
   RETURN_IF_ERROR(WriteRequest(dir, "long_fields.pb", r));
+  r.Clear();
+  r.set_text("Once upon a time");
+  r.set_max_tokens(16);
+  v1::SamplingParams* sp = r.mutable_sampling();
+  sp->set_temperature(0.7f);
+  sp->set_top_k(40);
+  sp->set_min_p(0.05f);
+  sp->set_presence_penalty(0.5f);
+  sp->set_frequency_penalty(-0.5f);
+  sp->set_repetition_penalty(1.2f);
+  (*sp->mutable_logit_bias())[300] = 5.0f;
+  r.set_logprobs(true);
+  r.set_top_logprobs(5);
+  RETURN_IF_ERROR(WriteRequest(dir, "sampling.pb", r));
   return absl::OkStatus();
 }
 

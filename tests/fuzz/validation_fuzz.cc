@@ -6,7 +6,8 @@
 //  * Validate returns OK or INVALID_ARGUMENT with a message; never a crash;
 //  * an accepted request keeps every limit: a non-empty prompt of in-vocabulary ids (the text's
 //    tokenization with BOS, or the given ids), prompt < context and prompt + max_tokens <=
-//    context, stop ids in the vocabulary, finite sampling parameters in range, and the core
+//    context, stop ids in the vocabulary, finite sampling parameters in range (penalties,
+//    min_p, logit_bias ids and values, top_logprobs with logprobs included), and the core
 //    Scheduler accepts it as it is.
 // The served model is synthetic (kSyntheticFuzzVocab tokens, kContext positions), so a finding
 // reproduces everywhere.
@@ -109,6 +110,21 @@ void CheckAccepted(Fixture& f, const v1::GenerateRequest& request, NewRequest r)
       !std::isfinite(s.top_p) || s.top_p <= 0 || s.top_p > 1) {
     FuzzFail(absl::StrFormat("accepted sampling temperature %g, top_k %d, top_p %g", s.temperature,
                              s.top_k, s.top_p));
+  }
+  const bool penalties_ok = std::abs(s.presence_penalty) <= 2 &&
+                            std::abs(s.frequency_penalty) <= 2 && s.repetition_penalty > 0 &&
+                            s.repetition_penalty <= 10 && s.min_p >= 0 && s.min_p <= 1;
+  if (!penalties_ok || s.logit_bias.size() > 300 || s.top_logprobs < 0 || s.top_logprobs > 20 ||
+      (s.top_logprobs > 0 && !s.logprobs)) {
+    FuzzFail(absl::StrFormat(
+        "accepted min_p %g, penalties %g/%g/%g, %d logit_bias entries, top_logprobs %d", s.min_p,
+        s.presence_penalty, s.frequency_penalty, s.repetition_penalty, s.logit_bias.size(),
+        s.top_logprobs));
+  }
+  for (const auto& [token, bias] : s.logit_bias) {
+    if (token < 0 || token >= f.model.tokenizer.vocab_size() || !(std::abs(bias) <= 100)) {
+      FuzzFail(absl::StrFormat("accepted logit_bias %d -> %g", token, bias));
+    }
   }
   if (request.stop_size() > 16 || request.request_id().size() > 256) {
     FuzzFail(absl::StrCat("accepted ", request.stop_size(), " stop strings and a request_id of ",

@@ -368,6 +368,52 @@ TEST(CudaBackendGpuTest, SeededSamplingRepeats) {
   EXPECT_GE(seen.size(), 2u) << "different seeds should draw different tokens at temperature 1.5";
 }
 
+// Rows with logit_bias/penalty adjustments and logprobs, batched with a plain row: the adjusted
+// greedy token and the logprobs equal the CPU sampler's on this backend's own logits (Forward),
+// adjusted on the host: same token, same top ids, logprobs within 1e-4.
+TEST(CudaBackendGpuTest, AdjustmentsAndLogprobsMatchTheCpuSampler) {
+  SKIP_WITHOUT_GPU();
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));
+  auto gpu = MakeCuda(model, 16, 64, DType::kBf16);
+  const std::vector<std::vector<int32_t>> prompts = {{5, 9, 77, 200, 3}, {1, 2, 3}, {40, 41}};
+  std::vector<std::vector<int32_t>> pages = {{10}, {11}, {12}};
+  std::vector<SeqInput> batch;
+  for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({prompts[i], 0, pages[i], true});
+  std::vector<float> logits;
+  ASSERT_TRUE(gpu->Forward(batch, &logits).ok());
+  const int vocab = gpu->config().vocab_size;
+  std::vector<std::vector<LogitAdjustment>> adjust(3);
+  adjust[0] = {{.token = 7, .bias = 50.0f}, {.token = 9, .repetition = 1.5f, .subtract = 0.5f}};
+  adjust[2] = {{.token = 41, .repetition = 2.0f}, {.token = 100, .bias = -3.0f, .subtract = 1}};
+  std::vector<SampleInput> samples(3);
+  samples[0].params.top_logprobs = 20;      // greedy, forced to 7 by its bias
+  samples[1].params = {0.8f, 40, 0.9f, 5};  // no extras, no logprobs
+  samples[2].params = {1.3f, 0, 1.0f, 6};
+  samples[2].params.top_logprobs = 3;
+  for (size_t i = 0; i < 3; ++i) samples[i].adjustments = adjust[i];
+  std::vector<int32_t> tokens;
+  std::vector<SampledLogprobs> logprobs;
+  ASSERT_TRUE(gpu->ForwardSample(batch, samples, &tokens, &logprobs).ok());
+  ASSERT_EQ(tokens.size(), 3u);
+  ASSERT_EQ(logprobs.size(), 3u);
+  EXPECT_EQ(tokens[0], 7);
+  for (int r : {0, 2}) {
+    SCOPED_TRACE(absl::StrCat("row ", r));
+    std::vector<float> row(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
+    ApplyAdjustments(row, adjust[r]);
+    if (r == 0) EXPECT_EQ(tokens[r], Sample(row, samples[r].params, 0));
+    SampledLogprobs want;
+    ComputeLogprobs(row, samples[r].params.temperature, tokens[r], samples[r].params.top_logprobs,
+                    &want);
+    EXPECT_NEAR(logprobs[r].logprob, want.logprob, 1e-4);
+    ASSERT_EQ(logprobs[r].num_top, want.num_top);
+    for (int k = 0; k < want.num_top; ++k) {
+      EXPECT_EQ(logprobs[r].top_ids[k], want.top_ids[k]) << "rank " << k;
+      EXPECT_NEAR(logprobs[r].top_logprobs[k], want.top_logprobs[k], 1e-4) << "rank " << k;
+    }
+  }
+}
+
 TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
   SKIP_WITHOUT_GPU();
   auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));

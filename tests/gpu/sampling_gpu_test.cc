@@ -3,7 +3,10 @@
 //  * greedy rows equal the CPU Sample() exactly (ties, NaN, +-inf included);
 //  * the device CounterUniform equals the CPU one bit for bit;
 //  * sampled rows are deterministic, vary with the seed, always land in the kept set the CPU
-//    definition gives (threshold ties allowed), and follow the kept distribution.
+//    definition gives (threshold ties allowed, min_p included), and follow the kept
+//    distribution;
+//  * logit adjustments (bias, penalties) equal the CPU's bit for bit, and logprobs (the
+//    sampled token's and the top 20) equal the CPU's ComputeLogprobs within 1e-4, same ids.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -19,9 +22,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
+#include "worker/backend/cuda/sampling/logprobs.h"
 #include "worker/backend/cuda/sampling/sampling.h"
 #include "worker/sampling/sampler.h"
 
@@ -489,6 +494,176 @@ TEST(SamplingGpuTest, EdgeParameters) {
     EXPECT_EQ(tokens[0], CpuSample(Row(logits, 64, 0), params[0]));
     EXPECT_EQ(tokens[1], 40);
     EXPECT_EQ(tokens[1], CpuSample(Row(logits, 64, 1), params[1]));
+  }
+}
+
+// What the worker's CUDA path runs per step: adjust, logprobs, sample (logprobs.h).
+struct PipelineOut {
+  std::vector<int32_t> tokens;
+  std::vector<float> adjusted;  // the logits after LaunchAdjustLogits
+  std::vector<SampledLogprobs> logprobs;
+};
+
+void RunPipeline(const std::vector<float>& logits, const std::vector<SampleRowParams>& params,
+                 const std::vector<AdjustLogitsEntry>& adjust, int vocab, PipelineOut* out) {
+  const int rows = static_cast<int>(params.size());
+  DeviceArray<float> d_logits, d_logp, d_norm, d_top;
+  DeviceArray<SampleRowParams> d_params;
+  DeviceArray<AdjustLogitsEntry> d_adjust;
+  DeviceArray<int32_t> d_out, d_ids;
+  ASSERT_NO_FATAL_FAILURE(Upload(logits, d_logits));
+  ASSERT_NO_FATAL_FAILURE(Upload(params, d_params));
+  if (!adjust.empty()) ASSERT_NO_FATAL_FAILURE(Upload(adjust, d_adjust));
+  ASSERT_EQ(cudaMalloc(&d_out.ptr, rows * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_logp.ptr, rows * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_norm.ptr, rows * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_ids.ptr, rows * kMaxLogprobsTop * sizeof(int32_t)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_top.ptr, rows * kMaxLogprobsTop * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMemset(d_ids.ptr, 0xff, rows * kMaxLogprobsTop * sizeof(int32_t)), cudaSuccess);
+  PAGODA_ASSERT_OK(LaunchAdjustLogits(
+      {d_logits.ptr, d_adjust.ptr, static_cast<int>(adjust.size()), vocab}, nullptr));
+  out->adjusted.resize(logits.size());
+  ASSERT_EQ(
+      cudaMemcpy(out->adjusted.data(), d_logits.ptr, logits.size() * 4, cudaMemcpyDeviceToHost),
+      cudaSuccess);
+  LogprobsParams lp{};
+  lp.logits = d_logits.ptr;
+  lp.params = d_params.ptr;
+  lp.log_norm = d_norm.ptr;
+  lp.top_ids = d_ids.ptr;
+  lp.top_logprobs = d_top.ptr;
+  lp.rows = rows;
+  lp.vocab = vocab;
+  PAGODA_ASSERT_OK(LaunchLogprobs(lp, nullptr));
+  SampleParams sp{};
+  sp.logits = d_logits.ptr;
+  sp.params = d_params.ptr;
+  sp.out_tokens = d_out.ptr;
+  sp.out_logprob_unnormalized = d_logp.ptr;
+  sp.rows = rows;
+  sp.vocab = vocab;
+  PAGODA_ASSERT_OK(LaunchSample(sp, nullptr));
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  std::vector<float> logp(rows), norm(rows), top(rows * kMaxLogprobsTop);
+  std::vector<int32_t> ids(rows * kMaxLogprobsTop);
+  out->tokens.resize(rows);
+  ASSERT_EQ(cudaMemcpy(out->tokens.data(), d_out.ptr, rows * 4, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(logp.data(), d_logp.ptr, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(norm.data(), d_norm.ptr, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(ids.data(), d_ids.ptr, ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(top.data(), d_top.ptr, top.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  out->logprobs.assign(rows, {});
+  for (int r = 0; r < rows; ++r) {
+    if (params[r].top_logprobs < 0) continue;
+    SampledLogprobs& o = out->logprobs[r];
+    o.logprob = logp[r] - norm[r];
+    o.num_top = std::min({params[r].top_logprobs, kMaxLogprobsTop, vocab});
+    for (int k = 0; k < o.num_top; ++k) {
+      o.top_ids[k] = ids[r * kMaxLogprobsTop + k];
+      o.top_logprobs[k] = top[r * kMaxLogprobsTop + k];
+    }
+  }
+}
+
+// Random adjustments for each row: each token at most once, biases, penalties of either sign.
+std::vector<AdjustLogitsEntry> RandomAdjustments(
+    std::mt19937& rng, int rows, int vocab, std::vector<std::vector<LogitAdjustment>>* per_row) {
+  std::vector<AdjustLogitsEntry> all;
+  per_row->assign(rows, {});
+  std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+  for (int r = 0; r < rows; ++r) {
+    std::set<int32_t> used;
+    const int n = static_cast<int>(rng() % std::min(vocab, 40));
+    for (int j = 0; j < n; ++j) {
+      const int32_t token = static_cast<int32_t>(rng() % vocab);
+      if (!used.insert(token).second) continue;
+      LogitAdjustment a;
+      a.token = token;
+      a.bias = j % 3 == 0 ? 0.0f : 10 * u(rng);
+      a.repetition = j % 2 ? 1.0f : 1.0f + std::abs(u(rng));
+      a.subtract = j % 4 == 0 ? 0.0f : u(rng);
+      (*per_row)[r].push_back(a);
+      all.push_back({r, a});
+    }
+  }
+  return all;
+}
+
+TEST(SamplingGpuTest, AdjustmentsAndLogprobsMatchCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(8);
+#ifdef PAGODA_CUDA_EMULATION
+  const int vocabs[] = {1, 8, 512, 3000};
+#else
+  const int vocabs[] = {1, 8, 512, 3000, 32000, 128256};
+#endif
+  for (int vocab : vocabs) {
+    const int rows = 12;
+    std::vector<float> logits = NormalLogits(rng, static_cast<size_t>(rows) * vocab, 3.0f);
+    if (vocab > 2) {
+      logits[1] = logits[0];  // an exact tie in row 0: lower id first
+      logits[static_cast<size_t>(vocab) + 2] = kNaN;
+    }
+    std::vector<SampleRowParams> params(rows);
+    const float temps[] = {0.0f, 0.7f, 1.0f, 1.6f};
+    const int tops[] = {-1, 0, 1, 5, 20, 20};
+    for (int r = 0; r < rows; ++r) {
+      params[r].temperature = temps[r % 4];
+      params[r].top_k = r % 3 == 0 ? 0 : 50;
+      params[r].top_p = r % 5 == 0 ? 0.9f : 1.0f;
+      params[r].min_p = r % 4 == 3 ? 0.05f : 0.0f;
+      params[r].seed = static_cast<uint64_t>(r) + 17;
+      params[r].index = static_cast<uint64_t>(r);
+      params[r].top_logprobs = tops[r % 6];
+    }
+    std::vector<std::vector<LogitAdjustment>> per_row;
+    const std::vector<AdjustLogitsEntry> adjust = RandomAdjustments(rng, rows, vocab, &per_row);
+    PipelineOut gpu;
+    ASSERT_NO_FATAL_FAILURE(RunPipeline(logits, params, adjust, vocab, &gpu));
+    for (int r = 0; r < rows; ++r) {
+      SCOPED_TRACE(absl::StrCat("vocab ", vocab, " row ", r));
+      std::vector<float> row(logits.begin() + static_cast<ptrdiff_t>(r) * vocab,
+                             logits.begin() + static_cast<ptrdiff_t>(r + 1) * vocab);
+      worker::ApplyAdjustments(row, per_row[r]);
+      for (int i = 0; i < vocab; ++i) {
+        const float g = gpu.adjusted[static_cast<size_t>(r) * vocab + i];
+        ASSERT_TRUE(std::bit_cast<uint32_t>(g) == std::bit_cast<uint32_t>(row[i])) << "id " << i;
+      }
+      const SampleRowParams& p = params[r];
+      if (!(p.temperature > 0)) EXPECT_EQ(gpu.tokens[r], CpuSample(row, p)) << "greedy";
+      if (p.top_logprobs < 0) continue;
+      SampledLogprobs cpu;
+      worker::ComputeLogprobs(row, p.temperature, gpu.tokens[r], p.top_logprobs, &cpu);
+      const SampledLogprobs& got = gpu.logprobs[r];
+      EXPECT_NEAR(got.logprob, cpu.logprob, 1e-4);
+      ASSERT_EQ(got.num_top, cpu.num_top);
+      for (int k = 0; k < cpu.num_top; ++k) {
+        EXPECT_EQ(got.top_ids[k], cpu.top_ids[k]) << "rank " << k;
+        EXPECT_NEAR(got.top_logprobs[k], cpu.top_logprobs[k], 1e-4) << "rank " << k;
+      }
+    }
+  }
+}
+
+TEST(SamplingGpuTest, MinPKeepsOnlyTokensAboveTheFloor) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(9);
+  const int vocab = 2000, rows = 24;
+  const std::vector<float> logits = NormalLogits(rng, static_cast<size_t>(rows) * vocab, 2.0f);
+  std::vector<SampleRowParams> params(rows);
+  const float min_ps[] = {0.01f, 0.1f, 0.5f, 0.9f};
+  for (int r = 0; r < rows; ++r) {
+    params[r].temperature = 1.0f + 0.5f * (r % 3);
+    params[r].min_p = min_ps[r % 4];
+    params[r].top_p = r % 2 ? 0.95f : 1.0f;
+    params[r].seed = static_cast<uint64_t>(r) * 7;
+  }
+  std::vector<int32_t> tokens;
+  ASSERT_NO_FATAL_FAILURE(RunSample(logits, params, vocab, &tokens));
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<float> probs = HostProbs(Row(logits, vocab, r), params[r].temperature);
+    EXPECT_GE(probs[tokens[r]], params[r].min_p * (1 - 1e-5)) << "row " << r;
   }
 }
 

@@ -148,7 +148,7 @@ class RecordingSink : public RequestSink {
  public:
   RecordingSink(Sequencer* seq, Engine* engine, RequestId id, size_t stop_after)
       : seq_(seq), engine_(engine), id_(id), stop_after_(stop_after) {}
-  bool OnToken(int32_t token) override {
+  bool OnToken(int32_t token, const TokenLogprob* /*logprob*/) override {
     absl::MutexLock lock(&mu_);
     tokens_.push_back(token);
     return true;

@@ -92,5 +92,51 @@ TEST_F(ValidateTest, RejectsBadFieldsWithPreciseMessages) {
   Check(r, "the prompt has 512 tokens; the model context is 512 tokens");
 }
 
+TEST_F(ValidateTest, SamplingSurfaceIsCheckedAndResolved) {
+  auto with = [](auto set) {
+    v1::GenerateRequest r = Text("Once upon a time");
+    set(r);
+    return r;
+  };
+  Check(with([](auto& r) { r.mutable_sampling()->set_min_p(1.5f); }), "min_p must be in [0, 1]");
+  Check(with([](auto& r) { r.mutable_sampling()->set_presence_penalty(-2.5f); }),
+        "presence_penalty must be in [-2, 2], got -2.5");
+  Check(with([](auto& r) { r.mutable_sampling()->set_frequency_penalty(NAN); }),
+        "frequency_penalty must be in [-2, 2]");
+  Check(with([](auto& r) { r.mutable_sampling()->set_repetition_penalty(-1); }),
+        "repetition_penalty must be 0 (off) or in (0, 10]");
+  Check(with([](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[512] = 1; }),
+        "logit_bias token id 512 is outside the vocabulary [0, 512)");
+  Check(with([](auto& r) { (*r.mutable_sampling()->mutable_logit_bias())[5] = 101; }),
+        "logit_bias for token 5 must be in [-100, 100], got 101");
+  Check(with([](auto& r) {
+          for (int i = 0; i < 301; ++i) (*r.mutable_sampling()->mutable_logit_bias())[i] = 1;
+        }),
+        "logit_bias has 301 entries; the limit is 300");
+  Check(with([](auto& r) { r.set_top_logprobs(3); }), "top_logprobs needs logprobs = true");
+  Check(with([](auto& r) {
+          r.set_logprobs(true);
+          r.set_top_logprobs(21);
+        }),
+        "top_logprobs must be in [0, 20], got 21");
+  v1::GenerateRequest r = Text("Once upon a time");
+  auto* sp = r.mutable_sampling();
+  sp->set_min_p(0.1f);
+  sp->set_presence_penalty(2);
+  sp->set_frequency_penalty(-2);
+  (*sp->mutable_logit_bias())[9] = -100;
+  (*sp->mutable_logit_bias())[3] = 100;
+  r.set_logprobs(true);
+  r.set_top_logprobs(20);
+  absl::StatusOr<NewRequest> out = service_->Validate(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->sampling.repetition_penalty, 1.0f) << "0 means off";
+  EXPECT_EQ(out->sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{3, 100.0f}, {9, -100.0f}}));
+  EXPECT_TRUE(out->sampling.logprobs);
+  EXPECT_EQ(out->sampling.top_logprobs, 20);
+  EXPECT_EQ(out->sampling.min_p, 0.1f);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

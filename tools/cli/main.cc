@@ -1,7 +1,8 @@
 // pagoda-cli: a command-line client for pagoda.v1.Generation.
 //
 //   pagoda-cli generate --server HOST:PORT --prompt TEXT [--max-tokens N] [--temperature T]
-//              [--top-k K] [--top-p P] [--seed S] [--json]
+//              [--top-k K] [--top-p P] [--min-p P] [--seed S] [--presence-penalty X]
+//              [--frequency-penalty X] [--repetition-penalty R] [--logprobs N] [--json]
 //   pagoda-cli tokenize --server HOST:PORT --prompt TEXT
 //   pagoda-cli info     --server HOST:PORT
 //   pagoda-cli status   --server HOST:PORT
@@ -32,6 +33,12 @@ ABSL_FLAG(float, temperature, 0, "0 = greedy");
 ABSL_FLAG(int32_t, top_k, 0, "0 = off");
 ABSL_FLAG(float, top_p, 1, "1 = off");
 ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(float, min_p, 0, "0 = off");
+ABSL_FLAG(float, presence_penalty, 0, "[-2, 2], 0 = off");
+ABSL_FLAG(float, frequency_penalty, 0, "[-2, 2], 0 = off");
+ABSL_FLAG(float, repetition_penalty, 0, "0 or 1 = off");
+ABSL_FLAG(int32_t, logprobs, -1,
+          "-1 = off; N in 0..20: each token's logprob and N alternatives (shown with --json)");
 ABSL_FLAG(std::string, stop_token_ids, "", "comma-separated token ids that end generation");
 ABSL_FLAG(std::vector<std::string>, stop, {},
           "comma-separated stop strings: generation ends before the first match, which is not "
@@ -93,6 +100,14 @@ bool BuildRequest(v1::GenerateRequest* req, std::string* error) {
   req->mutable_sampling()->set_top_k(absl::GetFlag(FLAGS_top_k));
   req->mutable_sampling()->set_top_p(absl::GetFlag(FLAGS_top_p));
   req->mutable_sampling()->set_seed(absl::GetFlag(FLAGS_seed));
+  req->mutable_sampling()->set_min_p(absl::GetFlag(FLAGS_min_p));
+  req->mutable_sampling()->set_presence_penalty(absl::GetFlag(FLAGS_presence_penalty));
+  req->mutable_sampling()->set_frequency_penalty(absl::GetFlag(FLAGS_frequency_penalty));
+  req->mutable_sampling()->set_repetition_penalty(absl::GetFlag(FLAGS_repetition_penalty));
+  if (absl::GetFlag(FLAGS_logprobs) >= 0) {
+    req->set_logprobs(true);
+    req->set_top_logprobs(static_cast<uint32_t>(absl::GetFlag(FLAGS_logprobs)));
+  }
   req->set_ignore_eos(absl::GetFlag(FLAGS_ignore_eos));
   req->set_request_id(absl::GetFlag(FLAGS_request_id));
   for (absl::string_view part :
@@ -149,9 +164,16 @@ int Generate(v1::Generation::Stub& stub) {
     if (as_json) {
       for (int i = 0; i < resp.token_ids_size(); ++i) {
         const bool last = i + 1 == resp.token_ids_size();
-        std::cout << json{{"token_id", resp.token_ids(i)}, {"text", last ? resp.text() : ""}}.dump(
-                         -1, ' ', false, json::error_handler_t::replace)
-                  << "\n";
+        json line{{"token_id", resp.token_ids(i)}, {"text", last ? resp.text() : ""}};
+        if (i < resp.logprobs_size()) {
+          json top = json::array();
+          for (const auto& t : resp.logprobs(i).top()) {
+            top.push_back({{"token_id", t.token_id()}, {"logprob", t.logprob()}});
+          }
+          line["logprob"] = resp.logprobs(i).logprob();
+          line["top_logprobs"] = std::move(top);
+        }
+        std::cout << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
       }
       if (resp.has_finished()) std::cout << FinishedJson(resp.finished()).dump() << "\n";
     } else {
@@ -231,7 +253,9 @@ int Status(v1::Generation::Stub& stub) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "usage: pagoda-cli generate|tokenize|info|status --server HOST:PORT [--prompt TEXT] "
-      "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S] [--json] "
+      "[--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--min-p P] [--seed S] "
+      "[--presence-penalty X] [--frequency-penalty X] [--repetition-penalty R] [--logprobs N] "
+      "[--json] "
       "[--tls-ca PEM [--tls-cert PEM --tls-key PEM]]");
   std::vector<char*> args = pagoda::common::ParseFlags(argc, argv);
   if (args.size() != 2) return Usage("expected exactly one command");

@@ -7,7 +7,8 @@ namespace pagoda::worker {
 
 absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
                                     std::span<const SampleInput> samples,
-                                    std::vector<int32_t>* tokens) {
+                                    std::vector<int32_t>* tokens,
+                                    std::vector<SampledLogprobs>* logprobs) {
   RETURN_IF_ERROR(Forward(batch, &logits_));
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   const size_t rows = vocab == 0 ? 0 : logits_.size() / vocab;
@@ -16,9 +17,17 @@ absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
         "%d sampling entries for %d sequences that want logits", samples.size(), rows));
   }
   tokens->resize(rows);
+  if (logprobs != nullptr) logprobs->resize(rows);
   for (size_t r = 0; r < rows; ++r) {
-    (*tokens)[r] = Sample(std::span<const float>(logits_.data() + r * vocab, vocab),
-                          samples[r].params, samples[r].index);
+    const std::span<float> row(logits_.data() + r * vocab, vocab);
+    const SampleInput& s = samples[r];
+    ApplyAdjustments(row, s.adjustments);
+    (*tokens)[r] = Sample(row, s.params, s.index);
+    if (s.params.top_logprobs >= 0) {
+      if (logprobs == nullptr) return absl::InvalidArgumentError("logprobs asked without output");
+      ComputeLogprobs(row, s.params.temperature, (*tokens)[r], s.params.top_logprobs,
+                      &(*logprobs)[r]);
+    }
   }
   return absl::OkStatus();
 }

@@ -17,6 +17,8 @@
 //  * A Backend is used by one thread at a time (the runner's); it may use threads internally.
 //  * ForwardSample() is Forward() followed by one sampled token per want_logits sequence; the
 //    default samples on the host with worker/sampling, a GPU backend samples on the device.
+//    Each row's adjustments (logit_bias, penalties) are applied to its logits first; rows with
+//    params.top_logprobs >= 0 also get their SampledLogprobs (worker/sampling/sampler.h).
 #pragma once
 
 #include <cstdint>
@@ -26,6 +28,7 @@
 
 #include "absl/status/status.h"
 #include "common/model_config.h"
+#include "worker/sampling/logit_adjustment.h"
 #include "worker/sampling/sampler.h"
 
 namespace pagoda::worker {
@@ -45,6 +48,7 @@ struct PageCopy {  // copy KV page src into page dst: K and V, every layer, ever
 struct SampleInput {  // how to pick the token of one want_logits sequence
   SamplingParams params;
   uint64_t index = 0;  // tokens generated so far for the sequence (the generator's counter)
+  std::span<const LogitAdjustment> adjustments;  // each token at most once, ids in range
 };
 
 class Backend {
@@ -54,10 +58,18 @@ class Backend {
   // logits: resized to [count of want_logits seqs][vocab], rows in batch order.
   virtual absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) = 0;
 
-  // samples: one per want_logits sequence, in batch order; tokens: resized to match.
+  // samples: one per want_logits sequence, in batch order; tokens: resized to match. logprobs
+  // (null when no sample has params.top_logprobs >= 0): resized to match, filled for the rows
+  // that asked.
   virtual absl::Status ForwardSample(std::span<const SeqInput> batch,
                                      std::span<const SampleInput> samples,
-                                     std::vector<int32_t>* tokens);
+                                     std::vector<int32_t>* tokens,
+                                     std::vector<SampledLogprobs>* logprobs);
+  // Without logprobs (no sample may ask for them).
+  absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
+                             std::vector<int32_t>* tokens) {
+    return ForwardSample(batch, samples, tokens, nullptr);
+  }
 
   // Copies pages in order (copy on write, before a Forward writes into the copy). Page ids are
   // checked by the caller. The default refuses: a backend without a KV arena has none to copy.

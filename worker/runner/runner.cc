@@ -1,5 +1,8 @@
 #include "worker/runner/runner.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -15,6 +18,12 @@ SamplingParams FromProto(const wv1::SamplingParams& p) {
   out.top_k = p.top_k();
   out.top_p = p.top_p();
   out.seed = p.seed();
+  out.min_p = p.min_p();
+  out.presence_penalty = p.presence_penalty();
+  out.frequency_penalty = p.frequency_penalty();
+  out.repetition_penalty = p.repetition_penalty() == 0 ? 1.0f : p.repetition_penalty();
+  out.top_logprobs =
+      p.logprobs() ? static_cast<int>(std::min<uint32_t>(p.top_logprobs(), kMaxTopLogprobs)) : -1;
   return out;
 }
 
@@ -34,36 +43,86 @@ StepTiming Timing(const std::vector<SeqInput>& batch, absl::Time start, absl::Ti
 
 Runner::Runner(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
 
+absl::Status Runner::FirstSight(const wv1::SequenceStep& step) {
+  SeqState state;
+  state.sampling = FromProto(step.sampling());
+  const int32_t vocab = backend_->config().vocab_size;
+  for (const wv1::LogitBias& b : step.sampling().logit_bias()) {
+    if (b.token_id() < 0 || b.token_id() >= vocab || !std::isfinite(b.bias())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sequence %d: logit_bias for token %d (%g): ids must be in [0, %d) and "
+                          "biases finite",
+                          step.seq_id(), b.token_id(), b.bias(), vocab));
+    }
+    state.logit_bias.emplace_back(b.token_id(), b.bias());
+  }
+  std::sort(state.logit_bias.begin(), state.logit_bias.end());
+  if (state.sampling.has_penalties()) {
+    if (step.history_size() != static_cast<int>(step.start_pos())) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sequence %d has penalties and starts at position %d, but its first "
+                          "step carries %d history tokens",
+                          step.seq_id(), step.start_pos(), step.history_size()));
+    }
+    state.history = TokenHistory(static_cast<int32_t>(step.prompt_tokens()), /*tracked=*/true);
+    RETURN_IF_ERROR(state.history.Record(0, {step.history().data(), step.history().size()}));
+  }
+  seqs_[step.seq_id()] = std::move(state);
+  return absl::OkStatus();
+}
+
+absl::Status Runner::RecordHistory(const wv1::SequenceStep& step, SeqState& s) {
+  if (!s.sampling.has_penalties()) return absl::OkStatus();
+  const std::span<const int32_t> input =
+      step.feed_last_sampled() ? std::span<const int32_t>(&s.fed_token, 1)
+                               : std::span<const int32_t>(step.tokens().data(), step.tokens_size());
+  if (absl::Status st = s.history.Record(static_cast<int32_t>(step.start_pos()), input); !st.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence %d: %s", step.seq_id(), st.message()));
+  }
+  return absl::OkStatus();
+}
+
+bool Runner::BuildAdjustments(const SeqState& s) {
+  if (s.logit_bias.empty() && !s.sampling.has_penalties()) return false;
+  s.history.Adjustments(s.sampling, s.logit_bias, &adjustments_);
+  return true;
+}
+
 absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInput>* batch,
                              std::vector<SampleInput>* samples) {
   for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
   RETURN_IF_ERROR(CopyPages(plan));
   // First every state change, then the batch: spans into seqs_ must not see a rehash.
   for (const wv1::SequenceStep& step : plan.steps()) {
-    if (step.first_sight()) seqs_[step.seq_id()] = SeqState{{}, FromProto(step.sampling())};
+    if (step.first_sight()) RETURN_IF_ERROR(FirstSight(step));
     auto it = seqs_.find(step.seq_id());
     if (it == seqs_.end()) {
       return absl::InvalidArgumentError(
           absl::StrFormat("plan %d names sequence %d, which this worker does not know",
                           plan.iteration(), step.seq_id()));
     }
+    SeqState& s = it->second;
     if (step.feed_last_sampled()) {
-      if (it->second.last_sampled < 0 || step.tokens_size() != 0) {
+      if (s.last_sampled < 0 || step.tokens_size() != 0) {
         return absl::InvalidArgumentError(absl::StrFormat(
             "sequence %d: feed_last_sampled needs a previous sample and no tokens", step.seq_id()));
       }
-      it->second.fed_token = it->second.last_sampled;
+      s.fed_token = s.last_sampled;
     }
+    RETURN_IF_ERROR(RecordHistory(step, s));
     for (uint32_t page : step.new_pages()) {
       if (page >= static_cast<uint32_t>(backend_->num_pages())) {
         return absl::InvalidArgumentError(
             absl::StrFormat("sequence %d: page %d is outside the arena of %d pages", step.seq_id(),
                             page, backend_->num_pages()));
       }
-      it->second.pages.push_back(static_cast<int32_t>(page));
+      s.pages.push_back(static_cast<int32_t>(page));
     }
   }
   batch->reserve(plan.steps_size());
+  adjustments_.clear();
+  std::vector<std::pair<size_t, size_t>> ranges;  // each sample's slice of adjustments_
   for (const wv1::SequenceStep& step : plan.steps()) {
     const SeqState& s = seqs_.at(step.seq_id());
     SeqInput in;
@@ -74,7 +133,16 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     in.pages = s.pages;
     in.want_logits = step.sample();
     batch->push_back(in);
-    if (step.sample()) samples->push_back({s.sampling, step.sample_index()});
+    if (!step.sample()) continue;
+    const size_t begin = adjustments_.size();
+    BuildAdjustments(s);
+    ranges.emplace_back(begin, adjustments_.size() - begin);
+    samples->push_back({s.sampling, step.sample_index(), {}});
+  }
+  // adjustments_ no longer grows: the spans stay valid.
+  for (size_t i = 0; i < samples->size(); ++i) {
+    (*samples)[i].adjustments =
+        std::span<const LogitAdjustment>(adjustments_).subspan(ranges[i].first, ranges[i].second);
   }
   return absl::OkStatus();
 }
@@ -103,7 +171,13 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   absl::Status status = Prepare(plan, &batch, &samples);
   const absl::Time t0 = absl::Now();
   tokens_.clear();
-  if (status.ok() && !batch.empty()) status = backend_->ForwardSample(batch, samples, &tokens_);
+  const bool want_logprobs = std::any_of(samples.begin(), samples.end(), [](const SampleInput& s) {
+    return s.params.top_logprobs >= 0;
+  });
+  if (status.ok() && !batch.empty()) {
+    status =
+        backend_->ForwardSample(batch, samples, &tokens_, want_logprobs ? &logprobs_ : nullptr);
+  }
   const absl::Time t1 = absl::Now();
   if (!status.ok()) {
     result.set_error(std::string(status.message()));
@@ -115,7 +189,17 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
     if (!step.sample()) continue;
     auto* out = result.add_sampled();
     out->set_seq_id(step.seq_id());
-    out->set_token_id(tokens_[row++]);
+    out->set_token_id(tokens_[row]);
+    if (samples[row].params.top_logprobs >= 0) {
+      const SampledLogprobs& lp = logprobs_[row];
+      out->set_logprob(lp.logprob);
+      for (int k = 0; k < lp.num_top; ++k) {
+        auto* top = out->add_top();
+        top->set_token_id(lp.top_ids[k]);
+        top->set_logprob(lp.top_logprobs[k]);
+      }
+    }
+    ++row;
     seqs_.at(step.seq_id()).last_sampled = out->token_id();
   }
   const absl::Time t2 = absl::Now();

@@ -2,8 +2,10 @@
 //
 // Order within a plan: frees, page copies (copy on write), then the batch.
 // State per live sequence: its block table (grown by each plan's new_pages), its sampling
-// parameters (sent on first sight) and its last sampled token, which a feed_last_sampled step
-// takes as input (the scheduler sent that plan before it saw the token: overlap). The scheduler
+// parameters and logit_bias (sent on first sight), its last sampled token, which a
+// feed_last_sampled step takes as input (the scheduler sent that plan before it saw the token:
+// overlap), and for sequences with penalties its TokenHistory (worker/sampling/token_history.h),
+// seeded from the first sight's `history` and fed by every later step's input tokens. The scheduler
 // owns the page ids; the runner only checks them. A plan that cannot be executed yields a result
 // with `error` set, never a crash.
 #pragma once
@@ -17,6 +19,7 @@
 #include "pagoda/worker/v1/worker_link.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/sampling/sampler.h"
+#include "worker/sampling/token_history.h"
 
 namespace pagoda::worker {
 
@@ -49,6 +52,8 @@ class Runner {
   struct SeqState {
     std::vector<int32_t> pages;  // block table
     SamplingParams sampling;
+    std::vector<std::pair<int32_t, float>> logit_bias;  // sorted by token id
+    TokenHistory history;                               // tracked only with penalties
     int32_t last_sampled = -1;  // fed back by feed_last_sampled steps (overlap)
     int32_t fed_token = -1;     // storage the batch's token span points at
   };
@@ -57,6 +62,14 @@ class Runner {
   absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan, std::vector<SeqInput>* batch,
                        std::vector<SampleInput>* samples);
 
+  // Creates the state of a sequence seen for the first time (or again after a free).
+  absl::Status FirstSight(const pagoda::worker::v1::SequenceStep& step);
+  // Records the step's input tokens (fed_token when feed_last_sampled) in s's history, when
+  // it has penalties.
+  absl::Status RecordHistory(const pagoda::worker::v1::SequenceStep& step, SeqState& s);
+  // Appends the adjustments of sequence `s`'s next sample to adjustments_; false when none.
+  bool BuildAdjustments(const SeqState& s);
+
   // Validates and executes the plan's page copies.
   absl::Status CopyPages(const pagoda::worker::v1::IterationPlan& plan);
 
@@ -64,6 +77,8 @@ class Runner {
   std::vector<PageCopy> copies_;  // scratch
   absl::flat_hash_map<uint64_t, SeqState> seqs_;
   std::vector<int32_t> tokens_;  // sampled tokens of the current plan, reused across plans
+  std::vector<SampledLogprobs> logprobs_;     // their logprobs, when some step asked
+  std::vector<LogitAdjustment> adjustments_;  // every sample's adjustments, back to back
   std::function<void(const StepTiming&)> observer_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <vector>
 
 namespace pagoda::worker {
@@ -58,11 +59,12 @@ int32_t Sample(std::span<const float> logits, const SamplingParams& p, uint64_t 
   }
   size_t keep = cands.size();
   const bool nucleus = p.top_p > 0 && p.top_p < 1;
+  const bool min_p = p.min_p > 0;
   if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
     keep = static_cast<size_t>(p.top_k);
     std::partial_sort(cands.begin(), cands.begin() + static_cast<ptrdiff_t>(keep), cands.end(),
                       Before);
-  } else if (nucleus) {
+  } else if (nucleus || min_p) {
     std::sort(cands.begin(), cands.end(), Before);
   }
   double total = 0;
@@ -73,6 +75,14 @@ int32_t Sample(std::span<const float> logits, const SamplingParams& p, uint64_t 
     while (n < keep && mass < p.top_p * total) mass += cands[n++].prob;
     keep = std::max<size_t>(n, 1);
     total = mass > 0 ? mass : cands[0].prob;
+  }
+  if (min_p) {
+    // cands[0] is the most probable token, p = 1 exactly: the floor is min_p itself.
+    size_t n = 1;
+    double mass = cands[0].prob;
+    while (n < keep && cands[n].prob >= p.min_p * cands[0].prob) mass += cands[n++].prob;
+    keep = n;
+    total = mass;
   }
   const double target = CounterUniform(p.seed, sample_index) * total;
   double acc = 0;
@@ -85,6 +95,47 @@ int32_t Sample(std::span<const float> logits, const SamplingParams& p, uint64_t 
     if (cands[i].prob > 0) return cands[i].id;
   }
   return cands[0].id;
+}
+
+void ApplyAdjustments(std::span<float> logits, std::span<const LogitAdjustment> adjustments) {
+  for (const LogitAdjustment& a : adjustments) {
+    float& l = logits[static_cast<size_t>(a.token)];
+    l = AdjustLogit(l, a);
+  }
+}
+
+void ComputeLogprobs(std::span<const float> logits, float temperature, int32_t token, int top,
+                     SampledLogprobs* out) {
+  const double t = temperature > 0 ? temperature : 1.0;
+  auto value = [&](size_t i) {
+    return std::isnan(logits[i]) ? -INFINITY : static_cast<double>(logits[i]);
+  };
+  double max_logit = -INFINITY;
+  for (size_t i = 0; i < logits.size(); ++i) max_logit = std::max(max_logit, value(i));
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i) sum += std::exp((value(i) - max_logit) / t);
+  const double log_norm = std::log(sum);
+  auto logprob = [&](size_t i) {
+    return static_cast<float>((value(i) - max_logit) / t - log_norm);
+  };
+  out->logprob = logprob(static_cast<size_t>(token));
+  const size_t k =
+      std::min<size_t>(static_cast<size_t>(std::clamp(top, 0, kMaxTopLogprobs)), logits.size());
+  out->num_top = static_cast<int32_t>(k);
+  if (k == 0) return;
+  // Descending by (NaN-free) logit, lower id first on ties: the order of the logprobs.
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(k), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      const double va = value(static_cast<size_t>(a));
+                      const double vb = value(static_cast<size_t>(b));
+                      return va != vb ? va > vb : a < b;
+                    });
+  for (size_t i = 0; i < k; ++i) {
+    out->top_ids[i] = ids[i];
+    out->top_logprobs[i] = logprob(static_cast<size_t>(ids[i]));
+  }
 }
 
 }  // namespace pagoda::worker

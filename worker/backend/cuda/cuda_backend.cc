@@ -10,10 +10,15 @@
 #include "common/status_macros.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/sampling/logprobs.h"
 #include "worker/backend/cuda/sampling/sampling.h"
 
 namespace pagoda::worker::cuda {
 namespace {
+
+// The logprobs buffers for `rows` rows: log_norm and the sampled (l - m) / T per row, then
+// kMaxLogprobsTop ids and logprobs per row.
+size_t LogprobsBytes(int rows) { return size_t(rows) * (2 + 2 * kMaxLogprobsTop) * 4; }
 
 // Decode attention partial results the workspace holds: e.g. 256 decodes of 8k tokens.
 constexpr int64_t kDecodeUnits = 8192;
@@ -141,6 +146,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
       {&tokens_, size_t(R) * 4, "sampled tokens"},
       {&decode_ws_, decode_ws, "decode attention partials"},
       {&sample_ws_, SampleWorkspaceBytes(R, c.vocab_size), "sampling"},
+      {&logprobs_, LogprobsBytes(R), "logprobs"},
       {&inputs_, input_bytes, "step inputs"},
   };
   device_bytes_ = weights_.bytes() + gemm_->workspace_bytes();
@@ -150,6 +156,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   }
   ASSIGN_OR_RETURN(staging_, PinnedBuffer::Allocate(input_bytes, "step inputs"));
   ASSIGN_OR_RETURN(tokens_host_, PinnedBuffer::Allocate(size_t(R) * 4, "sampled tokens"));
+  ASSIGN_OR_RETURN(logprobs_host_, PinnedBuffer::Allocate(LogprobsBytes(R), "logprobs"));
 
   layout_ = {c.n_layers, 0, options_.page_size, c.n_kv_heads, c.head_dim, e};
   size_t free_bytes = 0, total_bytes = 0;
@@ -287,10 +294,31 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   RETURN_IF_ERROR(gemm_->Run(
       {xn_.get(), weights_.output(), logits_.get<float>(), R, c.dim, c.vocab_size, false}));
   if (!sample || R == 0) return absl::OkStatus();
+  const auto* row_params =
+      reinterpret_cast<const SampleRowParams*>(inputs_.get<char>() + samples_offset_);
+  if (!adjust_host_.empty()) {
+    RETURN_IF_ERROR(LaunchAdjustLogits({logits_.get<float>(), adjust_.get<AdjustLogitsEntry>(),
+                                        static_cast<int>(adjust_host_.size()), c.vocab_size},
+                                       stream_));
+  }
+  const int max_rows = limits_.max_logit_rows;
+  float* lp = logprobs_.get<float>();  // the layout of LogprobsBytes
+  if (step_logprobs_) {
+    LogprobsParams p{};
+    p.logits = logits_.get<float>();
+    p.params = row_params;
+    p.log_norm = lp;
+    p.top_ids = reinterpret_cast<int32_t*>(lp + 2 * max_rows);
+    p.top_logprobs = lp + 2 * max_rows + max_rows * kMaxLogprobsTop;
+    p.rows = R;
+    p.vocab = c.vocab_size;
+    RETURN_IF_ERROR(LaunchLogprobs(p, stream_));
+  }
   SampleParams sp;
   sp.logits = logits_.get<float>();
-  sp.params = reinterpret_cast<const SampleRowParams*>(inputs_.get<char>() + samples_offset_);
+  sp.params = row_params;
   sp.out_tokens = tokens_.get<int32_t>();
+  sp.out_logprob_unnormalized = step_logprobs_ ? lp + max_rows : nullptr;
   sp.rows = R;
   sp.vocab = c.vocab_size;
   sp.workspace = sample_ws_.get();
@@ -321,11 +349,30 @@ absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,
   return exec;
 }
 
+bool CudaBackend::StageSamplingExtras(std::span<const SampleInput> samples) {
+  adjust_host_.clear();
+  step_logprobs_ = false;
+  for (size_t r = 0; r < samples.size(); ++r) {
+    for (const LogitAdjustment& a : samples[r].adjustments) {
+      adjust_host_.push_back({static_cast<int32_t>(r), a});
+    }
+    step_logprobs_ = step_logprobs_ || samples[r].params.top_logprobs >= 0;
+  }
+  return step_logprobs_ || !adjust_host_.empty();
+}
+
 absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
                                         std::span<const SampleInput> samples, bool sample,
-                                        std::vector<int32_t>* tokens, std::vector<float>* logits) {
+                                        std::vector<int32_t>* tokens, std::vector<float>* logits,
+                                        std::vector<SampledLogprobs>* logprobs) {
+  const bool extras = sample && StageSamplingExtras(samples);
+  if (!sample) StageSamplingExtras({});
+  const size_t adjust_bytes = adjust_host_.size() * sizeof(AdjustLogitsEntry);
+  if (adjust_bytes > adjust_.bytes()) {  // grown outside any capture: eager steps only use it
+    ASSIGN_OR_RETURN(adjust_, DeviceBuffer::Allocate(adjust_bytes * 2, "logit adjustments"));
+  }
   GraphShape graph;
-  if (sample && options_.cuda_graphs) {
+  if (sample && options_.cuda_graphs && !extras) {
     graph = ChooseGraph(batch, options_.page_size, options_.max_graph_seqs,
                         std::min(options_.max_graph_context, config().context_length));
     if (int64_t{graph.seqs} * graph.partitions > limits_.max_decode_units ||
@@ -345,7 +392,7 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
   std::memcpy(staging, s.ints.data(), s.ints.size() * 4);
   std::memcpy(staging + samples_offset_, s.samples.data(),
               s.samples.size() * sizeof(SampleRowParams));
-  absl::Status status = Launch(graph, partitions, sample, tokens, logits);
+  absl::Status status = Launch(graph, partitions, sample, tokens, logits, logprobs);
   if (!status.ok()) {
     // Work may still be queued (a copy out of staging_ among it): let it drain before the next
     // step rewrites staging_.
@@ -356,9 +403,16 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
 }
 
 absl::Status CudaBackend::Launch(const GraphShape& graph, int partitions, bool sample,
-                                 std::vector<int32_t>* tokens, std::vector<float>* logits) {
+                                 std::vector<int32_t>* tokens, std::vector<float>* logits,
+                                 std::vector<SampledLogprobs>* logprobs) {
   const StepInputs& s = step_;
   const char* staging = staging_.get<char>();
+  if (!adjust_host_.empty()) {  // pageable: the copy is done when cudaMemcpyAsync returns
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(adjust_.get(), adjust_host_.data(),
+                                               adjust_host_.size() * sizeof(AdjustLogitsEntry),
+                                               cudaMemcpyHostToDevice, stream_),
+                               "adjustment copy"));
+  }
   RETURN_IF_ERROR(CudaStatus(
       cudaMemcpyAsync(inputs_.get(), staging, s.ints.size() * 4, cudaMemcpyHostToDevice, stream_),
       "input copy"));
@@ -388,9 +442,16 @@ absl::Status CudaBackend::Launch(const GraphShape& graph, int partitions, bool s
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens_.get(), size_t(rows) * 4,
                                                cudaMemcpyDeviceToHost, stream_),
                                "token copy"));
+    if (step_logprobs_) {
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(logprobs_host_.get(), logprobs_.get(),
+                          LogprobsBytes(limits_.max_logit_rows), cudaMemcpyDeviceToHost, stream_),
+          "logprobs copy"));
+    }
     RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "forward pass"));
     const int32_t* t = tokens_host_.get<int32_t>();
     tokens->insert(tokens->end(), t, t + rows);
+    if (logprobs != nullptr) CollectLogprobs(rows, logprobs);
     return absl::OkStatus();
   }
   const size_t vocab = static_cast<size_t>(config().vocab_size);
@@ -403,6 +464,28 @@ absl::Status CudaBackend::Launch(const GraphShape& graph, int partitions, bool s
   return CudaStatus(cudaStreamSynchronize(stream_), "forward pass");
 }
 
+void CudaBackend::CollectLogprobs(int rows, std::vector<SampledLogprobs>* logprobs) {
+  const int max_rows = limits_.max_logit_rows;
+  const size_t at = logprobs->size();
+  logprobs->resize(at + static_cast<size_t>(rows));
+  if (!step_logprobs_) return;
+  const float* lp = logprobs_host_.get<float>();
+  const auto* ids = reinterpret_cast<const int32_t*>(lp + 2 * max_rows);
+  const float* top = lp + 2 * max_rows + max_rows * kMaxLogprobsTop;
+  const auto* params =
+      reinterpret_cast<const SampleRowParams*>(staging_.get<char>() + samples_offset_);
+  for (int r = 0; r < rows; ++r) {
+    if (params[r].top_logprobs < 0) continue;
+    SampledLogprobs& out = (*logprobs)[at + static_cast<size_t>(r)];
+    out.logprob = lp[max_rows + r] - lp[r];
+    out.num_top = std::min({params[r].top_logprobs, kMaxLogprobsTop, config().vocab_size});
+    for (int k = 0; k < out.num_top; ++k) {
+      out.top_ids[k] = ids[r * kMaxLogprobsTop + k];
+      out.top_logprobs[k] = top[r * kMaxLogprobsTop + k];
+    }
+  }
+}
+
 absl::Status CudaBackend::Forward(std::span<const SeqInput> batch, std::vector<float>* logits) {
   if (logits == nullptr) return absl::InvalidArgumentError("Forward needs a logits vector");
   RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, layout_.num_pages));
@@ -410,15 +493,16 @@ absl::Status CudaBackend::Forward(std::span<const SeqInput> batch, std::vector<f
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::vector<MicroBatch> parts, SplitBatch(batch, limits_));
   for (const MicroBatch& mb : parts) {
-    RETURN_IF_ERROR(
-        RunMicroBatch(batch.subspan(mb.begin, mb.end - mb.begin), {}, false, nullptr, logits));
+    RETURN_IF_ERROR(RunMicroBatch(batch.subspan(mb.begin, mb.end - mb.begin), {}, false, nullptr,
+                                  logits, nullptr));
   }
   return absl::OkStatus();
 }
 
 absl::Status CudaBackend::ForwardSample(std::span<const SeqInput> batch,
                                         std::span<const SampleInput> samples,
-                                        std::vector<int32_t>* tokens) {
+                                        std::vector<int32_t>* tokens,
+                                        std::vector<SampledLogprobs>* logprobs) {
   RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, layout_.num_pages));
   size_t wanted = 0;
   for (const SeqInput& in : batch) wanted += in.want_logits ? 1 : 0;
@@ -428,6 +512,7 @@ absl::Status CudaBackend::ForwardSample(std::span<const SeqInput> batch,
   }
   if (tokens == nullptr) return absl::InvalidArgumentError("ForwardSample needs a tokens vector");
   tokens->clear();
+  if (logprobs != nullptr) logprobs->clear();
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
   ASSIGN_OR_RETURN(std::vector<MicroBatch> parts, SplitBatch(batch, limits_));
   size_t row = 0;
@@ -435,7 +520,8 @@ absl::Status CudaBackend::ForwardSample(std::span<const SeqInput> batch,
     std::span<const SeqInput> part = batch.subspan(mb.begin, mb.end - mb.begin);
     size_t rows = 0;
     for (const SeqInput& in : part) rows += in.want_logits ? 1 : 0;
-    RETURN_IF_ERROR(RunMicroBatch(part, samples.subspan(row, rows), true, tokens, nullptr));
+    RETURN_IF_ERROR(
+        RunMicroBatch(part, samples.subspan(row, rows), true, tokens, nullptr, logprobs));
     row += rows;
   }
   return absl::OkStatus();

@@ -9,8 +9,11 @@
 // packed inputs with one host-to-device copy, runs embedding → layers (RMSNorm, fused QKV GEMM,
 // RoPE + KV page write, paged attention, output GEMM with the residual add fused, RMSNorm,
 // gate/up GEMM, SiLU·mul, down GEMM with the residual add) → final norm of the sampled rows →
-// classifier GEMM → GPU sampling, and copies back only the sampled tokens. Decode-only steps
-// replay a CUDA graph captured per (batch bucket, partition bucket).
+// classifier GEMM → logit adjustments (logit_bias, penalties) → logprobs → GPU sampling
+// (sampling/), and copies back only the sampled tokens (and logprobs, when a row asks).
+// Decode-only steps replay a CUDA graph captured per (batch bucket, partition bucket), unless a
+// row has adjustments or asks for logprobs: those steps run eagerly (the adjustment list
+// varies in size), so requests without them pay nothing.
 //
 // Not thread-safe (one caller at a time, like every Backend); any thread may call.
 #pragma once
@@ -32,6 +35,7 @@
 #include "worker/backend/cuda/device_weights.h"
 #include "worker/backend/cuda/dtype.h"
 #include "worker/backend/cuda/gemm.h"
+#include "worker/backend/cuda/sampling/logprobs.h"
 #include "worker/backend/cuda/step_plan.h"
 #include "worker/model/llama_model.h"
 
@@ -59,8 +63,10 @@ class CudaBackend : public Backend {
   ~CudaBackend() override;
 
   absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
+  using Backend::ForwardSample;  // the overload without logprobs
   absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
-                             std::vector<int32_t>* tokens) override;
+                             std::vector<int32_t>* tokens,
+                             std::vector<SampledLogprobs>* logprobs) override;
 
   // Device-to-device copies on the backend's stream, ordered before the next Forward.
   absl::Status CopyPages(std::span<const PageCopy> copies) override;
@@ -83,10 +89,17 @@ class CudaBackend : public Backend {
   CudaBackend(const CudaBackendOptions& options, DeviceWeights weights);
   absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
-                             bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits);
+                             bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits,
+                             std::vector<SampledLogprobs>* logprobs);
+  // Stages the samples' logit adjustments (adjust_host_) and notes whether a row wants
+  // logprobs; true when either holds (the step then runs without a CUDA graph).
+  bool StageSamplingExtras(std::span<const SampleInput> samples);
   // Copies the staged step_ to the device, runs it (graph replay or eager) and copies back.
   absl::Status Launch(const GraphShape& graph, int partitions, bool sample,
-                      std::vector<int32_t>* tokens, std::vector<float>* logits);
+                      std::vector<int32_t>* tokens, std::vector<float>* logits,
+                      std::vector<SampledLogprobs>* logprobs);
+  // After the step: appends each row's logprobs from logprobs_host_ (rows that asked).
+  void CollectLogprobs(int rows, std::vector<SampledLogprobs>* logprobs);
   absl::Status Enqueue(const StepInputs& s, int partitions, bool sample);  // the forward pass
   absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions);
   absl::StatusOr<cudaGraphExec_t> GraphFor(const GraphShape& shape, const StepInputs& s);
@@ -117,6 +130,14 @@ class CudaBackend : public Backend {
   size_t samples_offset_ = 0;
   PinnedBuffer staging_;  // host side of inputs_
   PinnedBuffer tokens_host_;
+  // Logprobs, [R] log_norm, [R] sampled (l - m) / T, [R][20] top ids, [R][20] top logprobs;
+  // written only by steps where a row asks (those run eagerly, never as a graph).
+  DeviceBuffer logprobs_;
+  PinnedBuffer logprobs_host_;
+  // The current micro-batch's logit adjustments (AdjustLogitsEntry), grown on demand.
+  DeviceBuffer adjust_;
+  std::vector<AdjustLogitsEntry> adjust_host_;
+  bool step_logprobs_ = false;  // a row of the current micro-batch wants logprobs
 
   StepInputs step_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (seqs, partitions) -> graph

@@ -19,7 +19,9 @@ struct SampleRowParams {
   int32_t top_k = 0;
   float top_p = 1;
   uint64_t seed = 0;
-  uint64_t index = 0;  // sample index: tokens generated so far for the sequence
+  uint64_t index = 0;         // sample index: tokens generated so far for the sequence
+  float min_p = 0;            // 0: off
+  int32_t top_logprobs = -1;  // -1: no logprobs for this row; else 0..20 alternatives
 };
 
 }  // namespace pagoda::worker::cuda

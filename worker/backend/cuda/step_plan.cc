@@ -121,8 +121,8 @@ void BuildStepInputs(std::span<const SeqInput> batch, std::span<const SampleInpu
       // Forward (logits only) passes no samples: its rows get greedy parameters, unused.
       if (static_cast<size_t>(row) < samples.size()) {
         const SampleInput& si = samples[static_cast<size_t>(row)];
-        s.samples.push_back(
-            {si.params.temperature, si.params.top_k, si.params.top_p, si.params.seed, si.index});
+        s.samples.push_back({si.params.temperature, si.params.top_k, si.params.top_p,
+                             si.params.seed, si.index, si.params.min_p, si.params.top_logprobs});
       } else {
         s.samples.push_back({});
       }

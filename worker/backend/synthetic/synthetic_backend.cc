@@ -105,7 +105,13 @@ absl::Status SyntheticBackend::Forward(std::span<const SeqInput> batch,
 
 absl::Status SyntheticBackend::ForwardSample(std::span<const SeqInput> batch,
                                              std::span<const SampleInput> samples,
-                                             std::vector<int32_t>* tokens) {
+                                             std::vector<int32_t>* tokens,
+                                             std::vector<SampledLogprobs>* logprobs) {
+  for (const SampleInput& s : samples) {
+    if (!s.adjustments.empty() || s.params.top_logprobs >= 0) {
+      return Backend::ForwardSample(batch, samples, tokens, logprobs);
+    }
+  }
   const absl::Time start = absl::Now();
   absl::Status status = Step(batch, tokens);
   if (status.ok() && tokens->size() != samples.size()) {

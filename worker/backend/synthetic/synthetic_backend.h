@@ -15,7 +15,10 @@
 //  * CopyPages copies each page's slots (the token ids, unwritten ones included) in order, as
 //    the KV of a real backend would be copied (n > 1: copy on write of a shared partial page).
 //  * Forward's logits are one-hot at the synthetic token (greedy sampling gives the same token);
-//    ForwardSample ignores the sampling parameters: every request behaves as greedy.
+//    ForwardSample ignores temperature, top-k/p and min-p: every request behaves as greedy.
+//    A batch where some row has adjustments (logit_bias, penalties) or asks for logprobs is
+//    sampled on the host from those one-hot logits instead (Backend::ForwardSample), so these
+//    fields are honoured as they would be by a model with such logits.
 //  * Batches are validated like every backend's (ValidateBatch). One thread at a time.
 #pragma once
 
@@ -48,8 +51,10 @@ class SyntheticBackend final : public Backend {
       const common::ModelConfig& config, const SyntheticBackendOptions& options);
 
   absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
+  using Backend::ForwardSample;  // the overload without logprobs
   absl::Status ForwardSample(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
-                             std::vector<int32_t>* tokens) override;
+                             std::vector<int32_t>* tokens,
+                             std::vector<SampledLogprobs>* logprobs) override;
   absl::Status CopyPages(std::span<const PageCopy> copies) override;
 
   int page_size() const override { return options_.page_size; }

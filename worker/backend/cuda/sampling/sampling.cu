@@ -21,9 +21,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     SampleKernel(float* logits,                               // [rows][vocab], overwritten
                  const SampleRowParams* __restrict__ params,  // [rows]
                  int32_t* __restrict__ out_tokens,            // [rows]
+                 float* __restrict__ out_logp,                // [rows] or null
                  int vocab) {
   __shared__ SampleShared<kCapacity> shared;
-  sampling_internal::SampleRow<kThreads, kCapacity>(logits, params, out_tokens, vocab,
+  sampling_internal::SampleRow<kThreads, kCapacity>(logits, params, out_tokens, out_logp, vocab,
                                                     static_cast<int>(blockIdx.x), shared);
 }
 
@@ -50,7 +51,7 @@ absl::Status LaunchSample(const SampleParams& p, cudaStream_t stream) {
       .RequirePointer(p.out_tokens, "out_tokens");
   RETURN_IF_ERROR(check.status());
   return CudaStatus(LaunchKernel(SampleKernel, p.rows, kThreads, 0, stream, p.logits, p.params,
-                                 p.out_tokens, p.vocab),
+                                 p.out_tokens, p.out_logprob_unnormalized, p.vocab),
                     "LaunchSample");
 }
 

@@ -3,13 +3,14 @@
 // Per row: temperature <= 0 (or top_k == 1) is greedy argmax, lowest id on ties. Otherwise
 // p_i = softmax(logits / temperature), restricted to the top_k most probable tokens (0 = off),
 // then to the nucleus: the most probable tokens whose mass reaches top_p of what is left
-// (top_p <= 0 or >= 1 = off); one draw u = CounterUniform(seed, index) (the CPU sampler's
-// counter-based generator, worker/sampling/sampler.h) picks a token from the kept mass.
-// Deterministic: the same logits, parameters, seed and index give the same token on the same
-// device. NaN logits count as -infinity. Greedy rows equal the CPU Sample() exactly; sampled
-// rows draw from the same kept distribution (not necessarily the same token: the CPU walks
-// candidates by probability, the GPU by id), except that every token tied with the top-k or
-// top-p cut-off value is kept (the CPU keeps the lower ids). Algorithm: sampling_kernel.cuh.
+// (top_p <= 0 or >= 1 = off), then to p_i >= min_p * p_max (min_p 0 = off); one draw u =
+// CounterUniform(seed, index) (the CPU sampler's counter-based generator,
+// worker/sampling/sampler.h) picks a token from the kept mass. Deterministic: the same logits,
+// parameters, seed and index give the same token on the same device. NaN logits count as -infinity.
+// Greedy rows equal the CPU Sample() exactly; sampled rows draw from the same kept distribution
+// (not necessarily the same token: the CPU walks candidates by probability, the GPU by id), except
+// that every token tied with the top-k or top-p cut-off value is kept (the CPU keeps the lower
+// ids). Algorithm: sampling_kernel.cuh.
 //
 // The launcher never allocates or synchronizes and has a fixed grid for fixed rows/vocab (CUDA
 // graph safe); it may overwrite `logits`.
@@ -36,6 +37,9 @@ struct SampleParams {
   float* logits;                  // [rows][vocab] float32 (device); may be overwritten
   const SampleRowParams* params;  // [rows] (device)
   int32_t* out_tokens;            // [rows] (device)
+  // [rows] (device) or null: the sampled token's (l - m) / T (0 for greedy rows), from which
+  // logprobs.h derives its logprob.
+  float* out_logprob_unnormalized = nullptr;
   int rows = 0;
   int vocab = 0;
   void* workspace = nullptr;  // SampleWorkspaceBytes(rows, vocab) bytes (device)

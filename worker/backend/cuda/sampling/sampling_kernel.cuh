@@ -15,7 +15,8 @@
 //  4. Top-p (0 < top_p < 1): t_p = the largest t >= t_k with mass{p_i >= t} >= top_p * mass
 //     {p_i >= t_k}, by bisection again: the most probable tokens whose mass reaches top_p,
 //     again keeping every token tied with the last one.
-//  5. Draw: target = CounterUniform(seed, index) * kept mass; the token is the lowest id whose
+//  5. Min-p (0 < min_p): keep p_i >= min_p (the top token has p = 1).
+//  6. Draw: target = CounterUniform(seed, index) * kept mass; the token is the lowest id whose
 //     running kept mass (ids ascending) exceeds target.
 //
 // Masses are fixed point: weight(p) = round(p * 2^40) as uint64 (exact below 2^64 for vocab
@@ -257,7 +258,7 @@ __device__ void SearchTopP(ActiveSet<kThreads, kCapacity>& active, float top_p) 
 template <int kThreads, int kCapacity>
 __device__ void Draw(const float* row,  // [vocab] probabilities
                      int vocab, uint32_t threshold, double u, int32_t fallback, int32_t* out,
-                     SampleShared<kCapacity>& s) {
+                     float* out_logp, SampleShared<kCapacity>& s) {
   constexpr int kWarps = kThreads / 32;
   const int warp = threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
@@ -315,7 +316,10 @@ __device__ void Draw(const float* row,  // [vocab] probabilities
     }
     before += __shfl_sync(kFullMask, inclusive, 31);
   }
-  if (lane == 0) *out = token;
+  if (lane == 0) {
+    *out = token;
+    if (out_logp != nullptr) *out_logp = logf(row[token]);  // (l - m) / T
+  }
 }
 
 // The whole row: called by every thread of block `row_index` with blockDim.x == kThreads.
@@ -323,13 +327,17 @@ template <int kThreads, int kCapacity>
 __device__ void SampleRow(float* logits,                  // [rows][vocab]
                           const SampleRowParams* params,  // [rows]
                           int32_t* out_tokens,            // [rows]
+                          float* out_logp,                // [rows] or null
                           int vocab, int row_index, SampleShared<kCapacity>& s) {
   static_assert(kThreads % 32 == 0 && kThreads <= 1024, "whole warps, one block");
   float* row = logits + static_cast<size_t>(row_index) * static_cast<size_t>(vocab);
   const SampleRowParams p = params[row_index];
   const ValueId top = BlockArgmax<kThreads>(row, vocab, s);
   if (!(p.temperature > 0) || p.top_k == 1 || !isfinite(top.value)) {
-    if (threadIdx.x == 0) out_tokens[row_index] = top.id;
+    if (threadIdx.x == 0) {
+      out_tokens[row_index] = top.id;
+      if (out_logp != nullptr) out_logp[row_index] = 0.0f;  // the top token: (m - m) / T
+    }
     return;
   }
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
@@ -344,8 +352,12 @@ __device__ void SampleRow(float* logits,                  // [rows][vocab]
     SearchTopK(active, static_cast<uint32_t>(p.top_k));
   }
   if (p.top_p > 0 && p.top_p < 1) SearchTopP(active, p.top_p);
-  Draw<kThreads>(row, vocab, active.lo(), CounterUniform(p.seed, p.index), top.id,
-                 out_tokens + row_index, s);
+  // Min-p: the top token has p = 1, so the floor min_p * p_max is min_p itself (<= 1: the top
+  // token stays). Only the draw reads the threshold from here on.
+  uint32_t threshold = active.lo();
+  if (p.min_p > 0) threshold = max(threshold, __float_as_uint(fminf(p.min_p, 1.0f)));
+  Draw<kThreads>(row, vocab, threshold, CounterUniform(p.seed, p.index), top.id,
+                 out_tokens + row_index, out_logp == nullptr ? nullptr : out_logp + row_index, s);
 }
 
 }  // namespace pagoda::worker::cuda::sampling_internal

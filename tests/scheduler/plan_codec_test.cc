@@ -1,0 +1,78 @@
+// The link's codec carries every sampling field to the worker and logprobs back.
+#include "scheduler/link/plan_codec.h"
+
+#include <gtest/gtest.h>
+
+namespace pagoda::scheduler {
+namespace {
+
+namespace wv1 = pagoda::worker::v1;
+
+TEST(PlanCodecTest, FirstSightCarriesSamplingAndHistory) {
+  Plan plan;
+  plan.iteration = 7;
+  PlanStep& a = plan.steps.emplace_back();
+  a.seq_id = 3;
+  a.start_pos = 2;
+  a.tokens = {9};
+  a.sample = true;
+  a.first_sight = true;
+  a.sampling = {.temperature = 0.5f,
+                .top_k = 4,
+                .top_p = 0.9f,
+                .seed = 11,
+                .min_p = 0.1f,
+                .presence_penalty = 0.2f,
+                .frequency_penalty = -0.3f,
+                .repetition_penalty = 1.2f,
+                .logit_bias = {{1, -2.0f}, {8, 100.0f}},
+                .logprobs = true,
+                .top_logprobs = 5};
+  a.prompt_tokens = 2;
+  a.history = {4, 5};
+  PlanStep& b = plan.steps.emplace_back();  // not first sight: no sampling, no history
+  b.seq_id = 4;
+  b.feed_last_sampled = true;
+  b.sample = true;
+  wv1::IterationPlan out;
+  EncodePlan(plan, &out);
+  ASSERT_EQ(out.steps_size(), 2);
+  const wv1::SamplingParams& sp = out.steps(0).sampling();
+  EXPECT_FLOAT_EQ(sp.min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(sp.presence_penalty(), 0.2f);
+  EXPECT_FLOAT_EQ(sp.frequency_penalty(), -0.3f);
+  EXPECT_FLOAT_EQ(sp.repetition_penalty(), 1.2f);
+  ASSERT_EQ(sp.logit_bias_size(), 2);
+  EXPECT_EQ(sp.logit_bias(1).token_id(), 8);
+  EXPECT_FLOAT_EQ(sp.logit_bias(1).bias(), 100.0f);
+  EXPECT_TRUE(sp.logprobs());
+  EXPECT_EQ(sp.top_logprobs(), 5u);
+  EXPECT_EQ(out.steps(0).prompt_tokens(), 2u);
+  EXPECT_EQ(std::vector<int32_t>(out.steps(0).history().begin(), out.steps(0).history().end()),
+            (std::vector<int32_t>{4, 5}));
+  EXPECT_FALSE(out.steps(1).has_sampling());
+  EXPECT_EQ(out.steps(1).history_size(), 0);
+}
+
+TEST(PlanCodecTest, ResultsCarryLogprobsOnlyWhenSet) {
+  wv1::IterationResult result;
+  auto* with = result.add_sampled();
+  with->set_seq_id(1);
+  with->set_token_id(5);
+  with->set_logprob(0.0f);  // certain: still present
+  auto* top = with->add_top();
+  top->set_token_id(5);
+  top->set_logprob(0.0f);
+  auto* without = result.add_sampled();
+  without->set_seq_id(2);
+  without->set_token_id(6);
+  const std::vector<SampledToken> got = DecodeSampled(result);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_TRUE(got[0].logprob.has_value());
+  EXPECT_EQ(*got[0].logprob, (TokenLogprob{0.0f, {{5, 0.0f}}}));
+  EXPECT_EQ(got[1].token, 6);
+  EXPECT_FALSE(got[1].logprob.has_value());
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler
