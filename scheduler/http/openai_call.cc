@@ -1,6 +1,7 @@
 #include "scheduler/http/openai_call.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -43,19 +44,6 @@ absl::Status EndStatus(const Event& e) {
 
 }  // namespace
 
-// Completion `index`'s sink in the engine; keeps the call alive until its end is delivered.
-class OpenAiCall::Sink final : public RequestSink {
- public:
-  Sink(std::shared_ptr<OpenAiCall> call, int index) : call_(std::move(call)), index_(index) {}
-  bool OnToken(int32_t token) override { return call_->OnToken(index_, token); }
-  bool OnFinished(Event event) override { return call_->OnFinished(index_, std::move(event)); }
-  void Flush() override { call_->Flush(); }
-
- private:
-  const std::shared_ptr<OpenAiCall> call_;
-  const int index_;
-};
-
 void OpenAiCall::Start(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder,
                        OpenAiRequest request, bool keep_alive) {
   auto call =
@@ -92,7 +80,7 @@ void OpenAiCall::Begin() {
   for (int i = 0; i < r->n; ++i) {
     completions_.push_back(std::make_unique<Completion>(
         frontend_->model_->tokenizer, std::vector<std::string>(stops.begin(), stops.end())));
-    sinks.push_back(std::make_shared<Sink>(shared_from_this(), i));
+    sinks.push_back(std::make_shared<CompletionSink<OpenAiCall>>(shared_from_this(), i));
   }
   submitted_ = true;
   if (absl::Status s = engine->SubmitCompletions(*std::move(r), std::move(sinks)); !s.ok()) {
@@ -127,10 +115,12 @@ void OpenAiCall::Refuse(const absl::Status& status) {
                     [self](bool ok) { self->Done(ok && self->keep_alive_); });
 }
 
-bool OpenAiCall::OnToken(int index, int32_t token) {
+bool OpenAiCall::OnToken(int index, int32_t token, const TokenLogprob* logprob) {
   absl::MutexLock lock(&mu_);
   if (over_ || ending_) return false;
-  completions_[index]->pending.push_back(token);
+  Completion& c = *completions_[index];
+  c.pending.push_back(token);
+  if (logprob != nullptr) c.pending_logprobs.push_back(*logprob);
   return !pump_posted_;
 }
 
@@ -174,7 +164,12 @@ void OpenAiCall::Abort(const std::string& why) {
 }
 
 void OpenAiCall::Pump() {
-  std::vector<std::pair<std::vector<int32_t>, std::optional<Event>>> news(completions_.size());
+  struct News {
+    std::vector<int32_t> tokens;
+    std::vector<TokenLogprob> logprobs;
+    std::optional<Event> final;
+  };
+  std::vector<News> news(completions_.size());
   std::optional<absl::Status> ending;
   {
     absl::MutexLock lock(&mu_);
@@ -184,8 +179,9 @@ void OpenAiCall::Pump() {
     if (!ending) {
       for (size_t i = 0; i < completions_.size(); ++i) {
         Completion& c = *completions_[i];
-        news[i].first.swap(c.pending);
-        news[i].second = std::move(c.final);
+        news[i].tokens.swap(c.pending);
+        news[i].logprobs.swap(c.pending_logprobs);
+        news[i].final = std::move(c.final);
         c.final.reset();
       }
     }
@@ -193,8 +189,8 @@ void OpenAiCall::Pump() {
   if (ending) return EndEarly(*ending);
   std::string out;
   for (size_t i = 0; i < news.size(); ++i) {
-    if (news[i].first.empty() && !news[i].second) continue;
-    Consume(static_cast<int>(i), news[i].first, std::move(news[i].second), &out);
+    if (news[i].tokens.empty() && !news[i].final) continue;
+    Consume(static_cast<int>(i), news[i].tokens, news[i].logprobs, std::move(news[i].final), &out);
   }
   const bool last = ended_ == static_cast<int>(completions_.size());
   if (last) out += Closing();
@@ -203,15 +199,40 @@ void OpenAiCall::Pump() {
   Send(std::move(out), last);
 }
 
-void OpenAiCall::Consume(int index, const std::vector<int32_t>& tokens, std::optional<Event> final,
+TokenLogprobText OpenAiCall::LogprobText(int32_t token, const TokenLogprob& logprob) const {
+  const text::Tokenizer& tok = frontend_->model_->tokenizer;
+  TokenLogprobText out;
+  out.token = tok.TokenBytes(token);
+  out.logprob = logprob.logprob;
+  out.top.reserve(logprob.top.size());
+  for (const TopLogprob& top : logprob.top) {
+    out.top.emplace_back(tok.TokenBytes(top.token), top.logprob);
+  }
+  return out;
+}
+
+nlohmann::json OpenAiCall::LogprobsJson(const std::vector<TokenLogprobText>& tokens,
+                                        int64_t offset) const {
+  if (request_.top_logprobs < 0) return nullptr;
+  return request_.endpoint == Endpoint::kChat ? ChatLogprobs(tokens)
+                                              : CompletionLogprobs(tokens, offset);
+}
+
+void OpenAiCall::Consume(int index, const std::vector<int32_t>& tokens,
+                         const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
                          std::string* out) {
   Completion& c = *completions_[index];
   std::string text;
   bool matched = false;
-  for (int32_t t : tokens) {
+  // Logprobs are parallel to the tokens when asked for (the worker sends one per token).
+  const bool with_logprobs = request_.top_logprobs >= 0 && logprobs.size() == tokens.size();
+  std::vector<TokenLogprobText> chunk_logprobs;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t t = tokens[i];
     if (!c.matched_stop.empty()) break;
     ++c.sent_tokens;
     ++outcome_.sent_tokens;
+    if (with_logprobs) chunk_logprobs.push_back(LogprobText(t, logprobs[i]));
     text::StopMatcher::Result m = c.stops.Push(c.detok.Push(t));
     text += m.text;
     if (m.matched) {
@@ -235,9 +256,12 @@ void OpenAiCall::Consume(int index, const std::vector<int32_t>& tokens, std::opt
   }
   if (!request_.stream) {
     c.text += text;
-  } else if (!text.empty() || !reason.empty()) {
-    chunks_->Append(index, text, /*role=*/false, reason, nullptr, out);
+    std::move(chunk_logprobs.begin(), chunk_logprobs.end(), std::back_inserter(c.logprobs));
+  } else if (!text.empty() || !reason.empty() || !chunk_logprobs.empty()) {
+    chunks_->Append(index, text, /*role=*/false, reason, LogprobsJson(chunk_logprobs, c.text_bytes),
+                    out);
   }
+  c.text_bytes += static_cast<int64_t>(text.size());
 }
 
 std::string OpenAiCall::Closing() {
@@ -267,7 +291,7 @@ std::string OpenAiCall::Closing() {
   for (const auto& c : completions_) {
     choices.push_back(Choice{.text = std::move(c->text),
                              .finish_reason = std::string(OpenAiReason(c->end->reason)),
-                             .logprobs = nullptr});
+                             .logprobs = LogprobsJson(c->logprobs, 0)});
   }
   return HttpResponse(200, "application/json", CompletionBody(header_, choices, usage),
                       keep_alive_);

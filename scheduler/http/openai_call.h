@@ -9,7 +9,9 @@
 // buffered, detokenizes it, applies the stop strings, and writes it: streams as one SSE chunk per
 // choice with news, whole answers once every completion has ended. One write at a time: what
 // arrives meanwhile waits in the buffers and goes out together after it (a slow reader gets
-// fewer, larger writes and never slows the engine). A stream ends with each choice's
+// fewer, larger writes and never slows the engine). Logprobs, when asked for, go with their
+// tokens (completions: tokens, token_logprobs, top_logprobs, text_offset; chat: content[]).
+// A stream ends with each choice's
 // finish_reason, the usage chunk when asked for, and "data: [DONE]".
 //
 // Ending early: the client disconnecting (the connection watches the socket while the answer is
@@ -33,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/core/types.h"
+#include "scheduler/engine/request_sink.h"
 #include "scheduler/http/openai_request.h"
 #include "scheduler/http/openai_response.h"
 #include "scheduler/http/responder.h"
@@ -58,24 +61,27 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
              bool keep_alive);
 
  private:
-  class Sink;
+  friend class CompletionSink<OpenAiCall>;
   struct Completion {
     Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
         : detok(tokenizer), stops(std::move(stop_strings)) {}
     // Guarded by mu_.
     std::vector<int32_t> pending;
+    std::vector<TokenLogprob> pending_logprobs;  // parallel to pending when asked for
     std::optional<Event> final;
     // The strand's.
     text::StreamingDetokenizer detok;
     text::StopMatcher stops;
     std::string matched_stop;
-    std::string text;  // whole answers: the text so far
+    std::string text;                        // whole answers: the text so far
+    std::vector<TokenLogprobText> logprobs;  // whole answers: those of the tokens so far
+    int64_t text_bytes = 0;                  // text sent so far (streams' text_offset)
     int32_t sent_tokens = 0;
     std::optional<Event> end;  // once taken
   };
 
   // The Sinks' calls (RequestSink's contract).
-  bool OnToken(int index, int32_t token);
+  bool OnToken(int index, int32_t token, const TokenLogprob* logprob);
   bool OnFinished(int index, Event event);
   void Flush();
 
@@ -87,8 +93,13 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
   void Pump();
   // The text of `tokens` for completion `index` (stop strings applied) and, with `final`, its
   // end; appends the stream's events to `out`.
-  void Consume(int index, const std::vector<int32_t>& tokens, std::optional<Event> final,
+  void Consume(int index, const std::vector<int32_t>& tokens,
+               const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
                std::string* out);
+  // The answer's form of a token's logprob.
+  TokenLogprobText LogprobText(int32_t token, const TokenLogprob& logprob) const;
+  // The logprobs object of an answer (completions or chat form); null when not asked for.
+  nlohmann::json LogprobsJson(const std::vector<TokenLogprobText>& tokens, int64_t offset) const;
   // After the last completion's end: the stream's closing events or the whole answer.
   std::string Closing();
   void Send(std::string bytes, bool last);

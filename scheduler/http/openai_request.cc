@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/utf8.h"
@@ -283,6 +284,26 @@ void ReadTools(Reader& r, OpenAiRequest* out) {
   r.Unsupported("tool_choice", IsNoTool, "only \"none\" and \"auto\"");
 }
 
+// logit_bias: {"token id": bias, ...} (OpenAI's keys are strings holding token ids).
+void ReadLogitBias(Reader& r, pagoda::v1::SamplingParams* s) {
+  const json* bias = r.Get("logit_bias");
+  if (bias == nullptr || !r.ok()) return;
+  if (!bias->is_object()) {
+    return r.Fail("logit_bias must be an object mapping token ids to biases", "logit_bias");
+  }
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(it.key(), &id)) {
+      return r.Fail(absl::StrCat("logit_bias key '", it.key(), "' is not a token id"),
+                    "logit_bias");
+    }
+    if (!it->is_number()) {
+      return r.Fail(absl::StrCat("logit_bias['", it.key(), "'] must be a number"), "logit_bias");
+    }
+    (*s->mutable_logit_bias())[id] = it->get<float>();
+  }
+}
+
 void ReadSampling(Reader& r, OpenAiRequest* out) {
   pagoda::v1::GenerateRequest& g = out->generate;
   pagoda::v1::SamplingParams& s = *g.mutable_sampling();
@@ -296,13 +317,17 @@ void ReadSampling(Reader& r, OpenAiRequest* out) {
                                            std::numeric_limits<int64_t>::max())) {
     s.set_seed(static_cast<uint64_t>(*v));
   }
-  // Not in the proto yet: only their neutral values are accepted.
-  r.Unsupported("min_p", IsZero);
-  r.Unsupported("presence_penalty", IsZero);
-  r.Unsupported("frequency_penalty", IsZero);
-  r.Unsupported("repetition_penalty",
-                [](const json& v) { return v.is_number() && (v == 1 || v == 0); });
-  r.Unsupported("logit_bias", IsEmpty);
+  if (std::optional<double> v = r.Number("min_p")) s.set_min_p(static_cast<float>(*v));
+  if (std::optional<double> v = r.Number("presence_penalty")) {
+    s.set_presence_penalty(static_cast<float>(*v));
+  }
+  if (std::optional<double> v = r.Number("frequency_penalty")) {
+    s.set_frequency_penalty(static_cast<float>(*v));
+  }
+  if (std::optional<double> v = r.Number("repetition_penalty")) {
+    s.set_repetition_penalty(static_cast<float>(*v));
+  }
+  ReadLogitBias(r, &s);
 }
 
 void ReadLengthsAndStops(Reader& r, OpenAiRequest* out) {
@@ -375,8 +400,9 @@ void ReadLogprobs(Reader& r, OpenAiRequest* out) {
     }
     if (wanted) out->top_logprobs = static_cast<int>(top.value_or(0));
   }
-  if (out->top_logprobs >= 0 && r.ok()) {
-    r.Fail("logprobs is not supported by this server yet", "logprobs");
+  if (out->top_logprobs >= 0) {
+    out->generate.set_logprobs(true);
+    out->generate.set_top_logprobs(static_cast<uint32_t>(out->top_logprobs));
   }
 }
 

@@ -149,7 +149,57 @@ await check('chat: n = 2 streams both choices to their ends', async () => {
   assert.ok(texts[0].length > 0 && texts[1].length > 0);
 });
 
-await check('logprobs: refused with a 400 naming the field until supported', async () => {
-  await expectApiError(client.completions.create({ model, prompt: 'x', logprobs: 2 }), 400,
-    'logprobs');
+await check('completions: logprobs with 2 alternatives, whole and streamed', async () => {
+  const c = golden[0];
+  const request = { model, prompt: c.prompt, max_tokens: 12, temperature: 0, logprobs: 2 };
+  const whole = await client.completions.create(request);
+  const l = whole.choices[0].logprobs;
+  assert.equal(l.tokens.length, 12);
+  assert.equal(l.tokens.join(''), whole.choices[0].text);
+  assert.equal(whole.choices[0].text, c.expected_text.slice(0, whole.choices[0].text.length));
+  for (let i = 0; i < 12; ++i) {
+    assert.ok(l.token_logprobs[i] <= 0);
+    const alternatives = Object.values(l.top_logprobs[i]);
+    assert.ok(alternatives.length >= 2 && alternatives.length <= 3);
+    // Greedy: the chosen token is the most likely one.
+    assert.ok(Math.abs(Math.max(...alternatives) - l.token_logprobs[i]) < 1e-6);
+    if (i > 0) assert.equal(l.text_offset[i], l.text_offset[i - 1] + l.tokens[i - 1].length);
+  }
+  const streamed = [];
+  for await (const chunk of await client.completions.create({ ...request, stream: true })) {
+    for (const choice of chunk.choices) streamed.push(...(choice.logprobs?.token_logprobs ?? []));
+  }
+  assert.deepEqual(streamed, l.token_logprobs);
+});
+
+await check('chat: logprobs and top_logprobs', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: golden[0].prompt }], max_tokens: 6,
+    temperature: 0, logprobs: true, top_logprobs: 3,
+  });
+  const content = r.choices[0].logprobs.content;
+  assert.equal(content.length, 6);
+  assert.equal(content.map((t) => t.token).join(''), r.choices[0].message.content);
+  for (const t of content) {
+    assert.equal(t.top_logprobs.length, 3);
+    assert.equal(t.top_logprobs[0].token, t.token);
+    assert.deepEqual(t.bytes, [...Buffer.from(t.token, 'utf8')]);
+  }
+});
+
+await check('sampling surface: logit_bias bans a token, penalties are accepted', async () => {
+  const c = golden[0];
+  const base = { model, prompt: c.prompt, max_tokens: 12, temperature: 0 };
+  const plain = await client.completions.create(base);
+  assert.ok(plain.choices[0].text.startsWith(','));
+  const comma = c.expected_token_ids[0];
+  const banned = await client.completions.create({ ...base, logit_bias: { [comma]: -100 } });
+  assert.ok(!banned.choices[0].text.startsWith(','), banned.choices[0].text);
+  const penalized = await client.completions.create({
+    ...base, presence_penalty: 1, frequency_penalty: 1, repetition_penalty: 1.3, min_p: 0.05,
+    top_k: 40, top_p: 0.9,
+  });
+  assert.equal(penalized.choices[0].finish_reason, 'length');
+  await expectApiError(client.completions.create({ ...base, frequency_penalty: 3 }), 400,
+    'frequency_penalty must be in [-2, 2]');
 });

@@ -59,6 +59,39 @@ TEST(OpenAiRequestTest, MapsEveryGenerationField) {
   EXPECT_TRUE(r.include_usage);
 }
 
+TEST(OpenAiRequestTest, MapsThePenaltiesBiasAndLogprobs) {
+  OpenAiRequest r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "min_p": 0.1,
+      "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2,
+      "logit_bias": {"7": -100, "9": 2.5}, "logprobs": 3})");
+  const auto& s = r.generate.sampling();
+  EXPECT_FLOAT_EQ(s.min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.2f);
+  ASSERT_EQ(s.logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(7), -100.0f);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(9), 2.5f);
+  EXPECT_TRUE(r.generate.logprobs());
+  EXPECT_EQ(r.generate.top_logprobs(), 3u);
+  EXPECT_EQ(r.top_logprobs, 3);
+  // Completions' logprobs: 0 still returns the chosen tokens' logprobs.
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 0})");
+  EXPECT_TRUE(r.generate.logprobs());
+  EXPECT_EQ(r.generate.top_logprobs(), 0u);
+  // Chat: a boolean and top_logprobs.
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  r = Parse(Endpoint::kChat, "{" + user + R"(, "logprobs": true, "top_logprobs": 20})");
+  EXPECT_TRUE(r.generate.logprobs());
+  EXPECT_EQ(r.generate.top_logprobs(), 20u);
+  r = Parse(Endpoint::kChat, "{" + user + R"(, "logprobs": false})");
+  EXPECT_FALSE(r.generate.logprobs());
+  EXPECT_EQ(Refusal(Endpoint::kChat, "{" + user + R"(, "top_logprobs": 2})").param, "top_logprobs");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": "x", "logit_bias": {"a": 1}})").param,
+            "logit_bias");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": "x", "logit_bias": [1]})").param,
+            "logit_bias");
+}
+
 TEST(OpenAiRequestTest, PromptForms) {
   EXPECT_EQ(Parse(Endpoint::kCompletions, R"({"prompt": ["one"]})").generate.text(), "one");
   EXPECT_EQ(Parse(Endpoint::kCompletions, R"({"prompt": [[4, 5]]})").generate.token_ids().ids(1),
