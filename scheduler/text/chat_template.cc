@@ -15,9 +15,13 @@ nlohmann::ordered_json ChatTemplate::Context(std::span<const ChatMessage> messag
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
   for (const ChatMessage& m : messages) {
     nlohmann::ordered_json message = {{"role", m.role}, {"content", m.content}};
+    if (m.content_json) message["content"] = *m.content_json;
     if (m.name) message["name"] = *m.name;
     if (m.tool_calls) message["tool_calls"] = *m.tool_calls;
     if (m.tool_call_id) message["tool_call_id"] = *m.tool_call_id;
+    if (m.extra_fields.is_object()) {
+      for (const auto& [key, value] : m.extra_fields.items()) message[key] = value;
+    }
     list.push_back(std::move(message));
   }
   nlohmann::ordered_json context = nlohmann::ordered_json::object();

@@ -8,10 +8,10 @@
 // immutable; Render may be called concurrently.
 //
 // The variables a template sees: messages (each {role, content[, name][, tool_calls]
-// [, tool_call_id]} with the optional keys present only when set), add_generation_prompt,
-// bos_token, eos_token, tools (only when set), and every entry of `extra_variables` (e.g.
-// enable_thinking), besides the globals true/false/none, raise_exception, range, namespace and
-// strftime_now (which reads `now`, in UTC).
+// [, tool_call_id], extra_fields...} with the optional keys present only when set),
+// add_generation_prompt, bos_token, eos_token, tools (only when set), and every entry of
+// `extra_variables` (e.g. enable_thinking), besides the globals true/false/none, raise_exception,
+// range, namespace and strftime_now (which reads `now`, in UTC).
 #pragma once
 
 #include <chrono>
@@ -35,6 +35,11 @@ struct ChatMessage {
   // "...", "arguments": {...} or "..."}}]; key order is kept (tojson prints it).
   std::optional<nlohmann::ordered_json> tool_calls;
   std::optional<std::string> tool_call_id;  // a tool result's call id
+  // When set, replaces `content` in the template's view: null (OpenAI's content of a message
+  // with only tool calls), or a list of parts ([{"type": "text", "text": "..."}]).
+  std::optional<nlohmann::ordered_json> content_json;
+  // Further keys of the message object (e.g. Qwen 3's reasoning_content), after the others.
+  nlohmann::ordered_json extra_fields = nlohmann::ordered_json::object();
 };
 
 struct ChatRenderOptions {

@@ -62,7 +62,7 @@ Value StringSplit(const std::string& s, std::vector<Value>& args) {
   std::vector<std::string> parts;
   size_t pos = 0;
   while (true) {
-    size_t hit = s.find(sep.str(), pos);
+    size_t hit = FindLinear(s, sep.str(), pos);
     if (hit == std::string::npos) break;
     parts.push_back(s.substr(pos, hit - pos));
     pos = hit + sep.str().size();
@@ -118,7 +118,7 @@ Value StringReplace(const std::string& s, std::vector<Value>& args, Interpreter&
   }
   double n = count.is_null() ? -1 : count.number();
   std::string out = JsReplace(s, args[0].str(), args[1].str(), n, self.limits().max_output_bytes);
-  self.Charge(out.size() / 64);
+  self.Charge(out.size() / 16);
   return Value::String(std::move(out));
 }
 
@@ -167,7 +167,7 @@ Value Items(const Object& object) {
   return Value::MakeArray(std::move(items));
 }
 
-Value DictSort(const Value& receiver, std::vector<Value>& raw_args) {
+Value DictSort(const Value& receiver, std::vector<Value>& raw_args, Interpreter& self) {
   CallArgs args(raw_args);
   Value case_sensitive = args.Get(0, "case_sensitive", Value::Bool(false));
   if (case_sensitive.kind() != Kind::kBool) throw JinjaError{"case_sensitive must be a boolean"};
@@ -181,6 +181,7 @@ Value DictSort(const Value& receiver, std::vector<Value>& raw_args) {
   Array items = Items(receiver.object()).array();
   size_t index = by.str() == "key" ? 0 : 1;
   std::stable_sort(items.begin(), items.end(), [&](const Value& a, const Value& b) {
+    self.Charge(CompareCost(a.array()[index], b.array()[index]));
     int r = CompareValues(a.array()[index], b.array()[index], case_sensitive.boolean());
     return (reverse.boolean() ? -r : r) < 0;
   });
@@ -220,7 +221,7 @@ Value ObjectBuiltin(const Value& receiver, std::string_view name) {
   if (name == "dictsort") {
     return Fn([receiver](std::vector<Value>& args, Interpreter& self, Scope&) {
       self.Charge(receiver.object().size() * 4);
-      return DictSort(receiver, args);
+      return DictSort(receiver, args, self);
     });
   }
   return Value();
@@ -288,6 +289,10 @@ Value GetAttributePath(const Value& item, std::string_view path) {
     if (dot == std::string_view::npos) return value;
     start = dot + 1;
   }
+}
+
+uint64_t CompareCost(const Value& a, const Value& b) {
+  return 1 + (a.str().size() + b.str().size()) / 16;
 }
 
 int CompareValues(const Value& a, const Value& b, bool case_sensitive) {

@@ -10,11 +10,12 @@
 namespace pagoda::scheduler::text::jinja {
 namespace {
 
-std::string JoinPiece(const Value& v) {
-  return v.is_null() || v.is_undefined() ? "" : ToConcatString(v);
+std::string JoinPiece(const Value& v, size_t max_bytes) {
+  return v.is_null() || v.is_undefined() ? "" : ToConcatString(v, max_bytes);
 }
 
-std::string Indent(const std::string& text, double width, bool first, bool blank) {
+std::string Indent(const std::string& text, double width, bool first, bool blank,
+                   size_t max_bytes) {
   std::string pad(static_cast<size_t>(std::max(0.0, width)), ' ');
   std::string out;
   size_t start = 0;
@@ -25,6 +26,9 @@ std::string Indent(const std::string& text, double width, bool first, bool blank
     bool skip = (!first && line == 0) || (!blank && piece.empty());
     if (!skip) out += pad;
     out.append(piece);
+    if (out.size() > max_bytes) {
+      throw JinjaError{"text longer than the limit of " + std::to_string(max_bytes) + " bytes"};
+    }
     if (nl == std::string::npos) break;
     out += '\n';
     start = nl + 1;
@@ -100,16 +104,21 @@ Value FilterApplier::PlainArray(const Value& operand, const std::string& name) {
   if (name == "join") {
     std::string out;
     for (const Value& v : items) {
-      out += JoinPiece(v);
+      out += JoinPiece(v, self_.limits().max_output_bytes);
       self_.CheckStringSize(out.size());
     }
     return Value::String(std::move(out));
   }
-  if (name == "string") return Value::String(ToJson(operand, JsonOptions{}, false));
+  if (name == "string") {
+    JsonOptions options;
+    options.max_bytes = self_.limits().max_output_bytes;
+    return Value::String(ToJson(operand, options, false));
+  }
   if (name == "unique") {
     std::unordered_set<std::string> seen;
     Array out;
     for (const Value& v : items) {
+      self_.Charge(CompareCost(v, v));
       if (seen.insert(UniqueKey(v)).second) out.push_back(v);
     }
     return Value::MakeArray(std::move(out));
@@ -119,14 +128,15 @@ Value FilterApplier::PlainArray(const Value& operand, const std::string& name) {
 
 Value FilterApplier::PlainString(const Value& operand, const std::string& name) {
   const std::string& s = operand.str();
-  self_.Charge(s.size() / 64);
+  self_.Charge(s.size() / 16);
   if (name == "length") return Value::Int(static_cast<double>(Utf16Length(s)));
   if (name == "upper") return Value::String(JsToUpper(s));
   if (name == "lower") return Value::String(JsToLower(s));
   if (name == "title") return Value::String(JsTitleCase(s));
   if (name == "capitalize") return Value::String(JsCapitalize(s));
   if (name == "trim") return Value::String(JsTrim(s));
-  if (name == "indent") return Value::String(Indent(s, 4, false, false));
+  if (name == "indent")
+    return Value::String(Indent(s, 4, false, false, self_.limits().max_output_bytes));
   if (name == "join" || name == "string") return operand;
   if (name == "int") return Value::Int(JsParseInt(s).value_or(0));
   if (name == "float") return Value::Float(JsParseFloat(s).value_or(0));
@@ -136,9 +146,11 @@ Value FilterApplier::PlainString(const Value& operand, const std::string& name) 
 Value FilterApplier::Plain(const Value& operand, const std::string& name) {
   if (name == "safe") return operand;
   if (name == "tojson") {
-    std::string json = ToJson(operand, JsonOptions{});
+    JsonOptions options;
+    options.max_bytes = self_.limits().max_output_bytes;
+    std::string json = ToJson(operand, options);
     self_.CheckStringSize(json.size());
-    self_.Charge(json.size() / 64);
+    self_.Charge(json.size() / 16);
     return Value::String(std::move(json));
   }
   if (operand.is_array_like()) return PlainArray(operand, name);
@@ -179,6 +191,7 @@ Value FilterApplier::ToJsonFilter(const Value& operand, const NodeList& args) {
   std::shared_ptr<Object> kw;
   Arguments(args, positional, kw);
   JsonOptions options;
+  options.max_bytes = self_.limits().max_output_bytes;
   Value indent = Kw(kw, "indent", Value::Null());
   if (indent.kind() != Kind::kInt && !indent.is_null()) {
     throw JinjaError{"If set, indent must be a number"};
@@ -210,7 +223,7 @@ Value FilterApplier::ToJsonFilter(const Value& operand, const NodeList& args) {
   }
   std::string json = ToJson(operand, options);
   self_.CheckStringSize(json.size());
-  self_.Charge(json.size() / 64);
+  self_.Charge(json.size() / 16);
   return Value::String(std::move(json));
 }
 
@@ -269,7 +282,9 @@ Value FilterApplier::CalledArray(const Value& operand, const std::string& name,
     Array sorted = operand.array();
     self_.Charge(sorted.size() * 4);
     std::stable_sort(sorted.begin(), sorted.end(), [&](const Value& a, const Value& b) {
-      int r = CompareValues(key(a), key(b), case_sensitive.boolean());
+      Value ka = key(a), kb = key(b);
+      self_.Charge(CompareCost(ka, kb));
+      int r = CompareValues(ka, kb, case_sensitive.boolean());
       return (reverse.boolean() ? -r : r) < 0;
     });
     return Value::MakeArray(std::move(sorted));
@@ -303,7 +318,8 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
     if (operand.is_string()) {
       for (char32_t c : ToCodePoints(operand.str())) pieces.push_back(FromCodePoint(c));
     } else if (operand.is_array_like()) {
-      for (const Value& v : operand.array()) pieces.push_back(JoinPiece(v));
+      for (const Value& v : operand.array())
+        pieces.push_back(JoinPiece(v, self_.limits().max_output_bytes));
     } else {
       throw JinjaError{"Cannot apply filter \"join\" to type: " + std::string(operand.TypeName())};
     }
@@ -316,7 +332,7 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
       out += pieces[i];
       self_.CheckStringSize(out.size());
     }
-    self_.Charge(out.size() / 64 + pieces.size());
+    self_.Charge(out.size() / 16 + pieces.size());
     return Value::String(std::move(out));
   }
   if (name == "int" || name == "float") {
@@ -351,9 +367,10 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
       if (width.number() > 1024) throw JinjaError{"indent width larger than the limit of 1024"};
       Value first = Arg(positional, 1, kw, "first", Value::Bool(false));
       Value blank = Arg(positional, 2, kw, "blank", Value::Bool(false));
-      std::string out = Indent(operand.str(), width.number(), first.Truthy(), blank.Truthy());
+      std::string out = Indent(operand.str(), width.number(), first.Truthy(), blank.Truthy(),
+                               self_.limits().max_output_bytes);
       self_.CheckStringSize(out.size());
-      self_.Charge(out.size() / 64);
+      self_.Charge(out.size() / 16);
       return Value::String(std::move(out));
     }
     if (name == "replace") {

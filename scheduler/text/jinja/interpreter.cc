@@ -74,6 +74,45 @@ std::vector<T> JsSlice(const std::vector<T>& items, const Value& start_v, const 
   return out;
 }
 
+// Assigns the loop variable (a name, or a tuple of names unpacking an array).
+void BindLoopVariable(const Node& loopvar, Scope& target, const Value& current) {
+  if (loopvar.kind == NodeKind::kIdentifier) {
+    target.Set(loopvar.text, current);
+    return;
+  }
+  if (current.kind() != Kind::kArray) {
+    throw JinjaError{std::string("Cannot unpack non-iterable type: ") + current.TypeName()};
+  }
+  if (loopvar.args.size() != current.array().size()) {
+    throw JinjaError{std::string("Too ") +
+                     (loopvar.args.size() > current.array().size() ? "few" : "many") +
+                     " items to unpack"};
+  }
+  for (size_t j = 0; j < loopvar.args.size(); ++j) {
+    if (loopvar.args[j]->kind != NodeKind::kIdentifier) {
+      throw JinjaError{"Cannot unpack non-identifier type"};
+    }
+    target.Set(loopvar.args[j]->text, current.array()[j]);
+  }
+}
+
+// The `loop` variable of iteration i.
+Value LoopObject(const Array& items, size_t i) {
+  auto loop = std::make_shared<Object>();
+  const double n = static_cast<double>(items.size());
+  const double d = static_cast<double>(i);
+  loop->Set("index", Value::Int(d + 1));
+  loop->Set("index0", Value::Int(d));
+  loop->Set("revindex", Value::Int(n - d));
+  loop->Set("revindex0", Value::Int(n - d - 1));
+  loop->Set("first", Value::Bool(i == 0));
+  loop->Set("last", Value::Bool(i + 1 == items.size()));
+  loop->Set("length", Value::Int(n));
+  loop->Set("previtem", i > 0 ? items[i - 1] : Value());
+  loop->Set("nextitem", i + 1 < items.size() ? items[i + 1] : Value());
+  return Value::MakeObject(std::move(loop));
+}
+
 }  // namespace
 
 Value Scope::Lookup(std::string_view name) const {
@@ -131,9 +170,9 @@ std::string Interpreter::EvaluateBlock(const NodeList& statements, Scope& scope)
   for (const NodePtr& statement : statements) {
     Value value = Evaluate(statement.get(), scope);
     if (value.is_null() || value.is_undefined()) continue;
-    std::string text = ToOutputString(value);
+    std::string text = ToOutputString(value, limits_.max_output_bytes);
     CheckStringSize(result.size() + text.size());
-    Charge(text.size() / 64);
+    Charge(text.size() / 16);
     result += text;
   }
   return result;
@@ -235,8 +274,8 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
   if (op == "and") return left.Truthy() ? Evaluate(node.b.get(), scope) : left;
   if (op == "or") return left.Truthy() ? left : Evaluate(node.b.get(), scope);
   Value right = Evaluate(node.b.get(), scope);
-  if (op == "==") return Value::Bool(LooseEquals(left, right));
-  if (op == "!=") return Value::Bool(!LooseEquals(left, right));
+  if (op == "==") return Value::Bool(LooseEquals(left, right, limits_.max_output_bytes));
+  if (op == "!=") return Value::Bool(!LooseEquals(left, right, limits_.max_output_bytes));
   bool membership = op == "in" || op == "not in";
   if (left.is_undefined() || right.is_undefined()) {
     if (right.is_undefined() && membership) return Value::Bool(op == "not in");
@@ -245,9 +284,10 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
   if (left.is_null() || right.is_null())
     throw JinjaError{"Cannot perform operation on null values"};
   if (op == "~") {
-    std::string text = ToConcatString(left) + ToConcatString(right);
+    std::string text = ToConcatString(left, limits_.max_output_bytes) +
+                       ToConcatString(right, limits_.max_output_bytes);
     CheckStringSize(text.size());
-    Charge(text.size() / 64);
+    Charge(text.size() / 16);
     return Value::String(std::move(text));
   }
   if (op == "**" && IsNumericLike(left) && IsNumericLike(right)) {
@@ -284,6 +324,7 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     if (membership) {
       bool member = false;
       for (const Value& item : right.array()) {
+        Charge(CompareCost(item, left));
         if (StrictEquals(item, left)) {
           member = true;
           break;
@@ -294,13 +335,15 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     }
   }
   if ((left.is_string() || right.is_string()) && op == "+") {
-    std::string text = ToConcatString(left) + ToConcatString(right);
+    std::string text = ToConcatString(left, limits_.max_output_bytes) +
+                       ToConcatString(right, limits_.max_output_bytes);
     CheckStringSize(text.size());
-    Charge(text.size() / 64);
+    Charge(text.size() / 16);
     return Value::String(std::move(text));
   }
   if (left.is_string() && right.is_string() && membership) {
-    bool found = right.str().find(left.str()) != std::string::npos;
+    Charge(right.str().size() / 16);
+    bool found = FindLinear(right.str(), left.str()) != std::string_view::npos;
     return Value::Bool(found == (op == "in"));
   }
   if (left.is_string() && right.is_object_like() && membership) {
@@ -364,6 +407,7 @@ Value Interpreter::EvaluateMember(const Node& node, Scope& scope) {
     if (const Value* found = object.object().Find(property.str())) return *found;
     return object.is_object_like() ? ObjectBuiltin(object, property.str()) : Value();
   }
+  if (object.is_string()) Charge(object.str().size() / 16);  // UTF-16 indexing, method binding
   if (object.is_array_like() || object.is_string()) {
     if (property.kind() == Kind::kInt) {
       if (object.is_string()) {
@@ -498,25 +542,8 @@ std::string Interpreter::EvaluateFor(const Node& node, Scope& parent) {
   }
   Charge(all.size());
   const Node& loopvar = *node.a;
-  auto bind = [&](Scope& target, const Value& current) {
-    if (loopvar.kind == NodeKind::kIdentifier) {
-      target.Set(loopvar.text, current);
-      return;
-    }
-    if (current.kind() != Kind::kArray) {
-      throw JinjaError{std::string("Cannot unpack non-iterable type: ") + current.TypeName()};
-    }
-    if (loopvar.args.size() != current.array().size()) {
-      throw JinjaError{std::string("Too ") +
-                       (loopvar.args.size() > current.array().size() ? "few" : "many") +
-                       " items to unpack"};
-    }
-    for (size_t j = 0; j < loopvar.args.size(); ++j) {
-      if (loopvar.args[j]->kind != NodeKind::kIdentifier) {
-        throw JinjaError{"Cannot unpack non-identifier type"};
-      }
-      target.Set(loopvar.args[j]->text, current.array()[j]);
-    }
+  auto bind = [&loopvar](Scope& target, const Value& current) {
+    BindLoopVariable(loopvar, target, current);
   };
   Array items;
   for (const Value& current : all) {
@@ -532,21 +559,9 @@ std::string Interpreter::EvaluateFor(const Node& node, Scope& parent) {
   }
   std::string result;
   bool no_iteration = true;
-  const double n = static_cast<double>(items.size());
   for (size_t i = 0; i < items.size(); ++i) {
     Charge(1);
-    auto loop = std::make_shared<Object>();
-    double d = static_cast<double>(i);
-    loop->Set("index", Value::Int(d + 1));
-    loop->Set("index0", Value::Int(d));
-    loop->Set("revindex", Value::Int(n - d));
-    loop->Set("revindex0", Value::Int(n - d - 1));
-    loop->Set("first", Value::Bool(i == 0));
-    loop->Set("last", Value::Bool(i + 1 == items.size()));
-    loop->Set("length", Value::Int(n));
-    loop->Set("previtem", i > 0 ? items[i - 1] : Value());
-    loop->Set("nextitem", i + 1 < items.size() ? items[i + 1] : Value());
-    scope.Set("loop", Value::MakeObject(std::move(loop)));
+    scope.Set("loop", LoopObject(items, i));
     bind(scope, items[i]);
     try {
       std::string body = EvaluateBlock(node.body, scope);

@@ -104,6 +104,8 @@ Value GetAttributePath(const Value& item, std::string_view path);
 
 // The reference's compareRuntimeValues (sort, dictsort): -1, 0 or 1; throws for mixed types.
 int CompareValues(const Value& a, const Value& b, bool case_sensitive);
+// The work steps one comparison of `a` and `b` costs (strings by their length).
+uint64_t CompareCost(const Value& a, const Value& b);
 
 // The methods of strings ("upper", "split", ...) and objects ("get", "items", ...) as bound
 // values (functions, or the length of a string); undefined when there is none.

@@ -94,11 +94,26 @@ size_t Utf16Length(std::string_view utf8) {
 }
 
 std::optional<std::string> Utf16At(std::string_view utf8, double index) {
-  std::u16string units = ToUtf16(utf8);
   double i = std::trunc(index);
-  if (i < 0) i += static_cast<double>(units.size());
-  if (!(i >= 0) || i >= static_cast<double>(units.size())) return std::nullopt;
-  return FromUtf16(std::u16string_view(units).substr(static_cast<size_t>(i), 1));
+  if (i < 0) i += static_cast<double>(Utf16Length(utf8));
+  if (!(i >= 0)) return std::nullopt;
+  // Walks to the code unit without building the UTF-16 string.
+  double unit = 0;
+  std::optional<std::string> found;
+  size_t pos = 0;
+  while (pos < utf8.size() && unit <= i) {
+    size_t length = 0;
+    char32_t c = DecodeOne(utf8.substr(pos), &length);
+    if (c >= 0x10000) {
+      if (unit == i || unit + 1 == i) return FromCodePoint(0xFFFD);  // half of a pair
+      unit += 2;
+    } else {
+      if (unit == i) return FromCodePoint(c);
+      unit += 1;
+    }
+    pos += length;
+  }
+  return found;
 }
 
 bool IsJsWhitespace(char32_t c) {
@@ -302,6 +317,25 @@ std::string JsonQuote(std::string_view s, bool ensure_ascii) {
   return out;
 }
 
+size_t FindLinear(std::string_view haystack, std::string_view needle, size_t from) {
+  if (from > haystack.size()) return std::string_view::npos;
+  // Short needles: the library search costs at most needle.size() per position.
+  if (needle.size() <= 32) return haystack.find(needle, from);
+  // Knuth-Morris-Pratt.
+  std::vector<size_t> fail(needle.size(), 0);
+  for (size_t i = 1, k = 0; i < needle.size(); ++i) {
+    while (k > 0 && needle[i] != needle[k]) k = fail[k - 1];
+    if (needle[i] == needle[k]) ++k;
+    fail[i] = k;
+  }
+  for (size_t i = from, k = 0; i < haystack.size(); ++i) {
+    while (k > 0 && haystack[i] != needle[k]) k = fail[k - 1];
+    if (haystack[i] == needle[k]) ++k;
+    if (k == needle.size()) return i + 1 - needle.size();
+  }
+  return std::string_view::npos;
+}
+
 std::string JsReplace(std::string_view s, std::string_view from, std::string_view to, double count,
                       size_t max_bytes) {
   std::string src = Clean(s);
@@ -333,7 +367,7 @@ std::string JsReplace(std::string_view s, std::string_view from, std::string_vie
   }
   size_t pos = 0;
   while (remaining > 0) {
-    size_t hit = src.find(from, pos);
+    size_t hit = FindLinear(src, from, pos);
     if (hit == std::string::npos) break;
     append(std::string_view(src).substr(pos, hit - pos));
     append(to);

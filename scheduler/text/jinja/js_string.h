@@ -42,6 +42,10 @@ std::optional<double> JsParseFloat(std::string_view s);
 // JSON.stringify(string), optionally with every UTF-16 unit >= 0x7F written as \uXXXX.
 std::string JsonQuote(std::string_view s, bool ensure_ascii);
 
+// The first occurrence of `needle` in `haystack` at or after `from` (npos if none), in time
+// linear in their lengths whatever the input (so hostile strings cannot make it quadratic).
+size_t FindLinear(std::string_view haystack, std::string_view needle, size_t from = 0);
+
 // Python's str.replace(old, new, count) as the reference implements it (count < 0: all).
 std::string JsReplace(std::string_view s, std::string_view from, std::string_view to, double count,
                       size_t max_bytes);

@@ -70,41 +70,37 @@ Value Convert(const nlohmann::ordered_json& json, int depth) {
 
 Value RaiseException(std::vector<Value>& args, Interpreter&, Scope&) {
   std::string message;
-  if (!args.empty() && !args[0].is_undefined()) message = ToConcatString(args[0]);
+  if (!args.empty() && !args[0].is_undefined())
+    message = ToConcatString(args[0], kMaxTemplateBytes);
   throw JinjaError{message};
 }
 
+// range(start, stop, step) with the reference's JavaScript semantics: arguments read as numbers
+// (a missing or non-numeric bound gives an empty list), a missing stop makes start the stop.
 Value Range(std::vector<Value>& args, Interpreter& self, Scope&) {
-  for (const Value& a : args) {
-    if (!a.is_number() && !a.is_undefined()) {
-      throw JinjaError{std::string("range() arguments must be numbers: got ") + a.TypeName()};
-    }
-  }
-  if (args.empty() || args[0].is_undefined())
-    throw JinjaError{"range() needs at least one argument"};
-  double start = args[0].number();
-  double stop = 0;
-  if (args.size() < 2 || args[1].is_undefined()) {
+  Value none;
+  const Value& start_arg = args.size() > 0 ? args[0] : none;
+  const Value& stop_arg = args.size() > 1 ? args[1] : none;
+  const Value& step_arg = args.size() > 2 ? args[2] : none;
+  double start = JsToNumber(start_arg);
+  double stop = JsToNumber(stop_arg);
+  if (stop_arg.is_undefined()) {
     stop = start;
     start = 0;
-  } else {
-    stop = args[1].number();
   }
-  double step = args.size() > 2 && !args[2].is_undefined() ? args[2].number() : 1;
-  if (step == 0) throw JinjaError{"range() step must not be zero"};
-  double count = std::ceil((stop - start) / step);
-  if (!(count <= static_cast<double>(self.limits().max_range))) {
+  double step = step_arg.is_undefined() ? 1 : JsToNumber(step_arg);
+  if (step == 0 && step_arg.is_number()) throw JinjaError{"range() step must not be zero"};
+  double count = 0;
+  if (step > 0 && start < stop) count = std::ceil((stop - start) / step);
+  if (step < 0 && start > stop) count = std::ceil((start - stop) / -step);
+  if ((step == 0 || std::isnan(step)) && start != stop) count = INFINITY;
+  if (count > static_cast<double>(self.limits().max_range)) {
     throw JinjaError{"range() of more than the limit of " +
                      std::to_string(self.limits().max_range) + " items"};
   }
   Array items;
-  if (step > 0) {
-    for (double i = start; i < stop; i += step) items.push_back(Value::Int(i));
-  } else {
-    for (double i = start; i > stop; i += step) items.push_back(Value::Int(i));
-  }
-  for (Value& v : items) {
-    if (v.number() != std::trunc(v.number())) v = Value::Float(v.number());
+  for (double i = start; static_cast<double>(items.size()) < count; i += step) {
+    items.push_back(std::isfinite(i) && i == std::trunc(i) ? Value::Int(i) : Value::Float(i));
   }
   self.Charge(items.size());
   return Value::MakeArray(std::move(items));

@@ -55,13 +55,37 @@ Value Value::Float(double n) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.str_ = std::move(s);
+  v.str_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
+
+const std::string& Value::EmptyString() {
+  static const std::string* const kEmpty = new std::string();
+  return *kEmpty;
+}
+
+namespace {
+
+// The depth of a container whose deepest child has `child_depth`.
+int ContainerDepth(int child_depth) {
+  if (child_depth + 1 > kMaxValueDepth) {
+    throw JinjaError{"values nested deeper than the limit of " + std::to_string(kMaxValueDepth)};
+  }
+  return child_depth + 1;
+}
+
+int DepthOf(const Array& items) {
+  int depth = 0;
+  for (const Value& item : items) depth = std::max(depth, item.depth());
+  return ContainerDepth(depth);
+}
+
+}  // namespace
 
 Value Value::MakeArray(Array items, Kind kind) {
   Value v;
   v.kind_ = kind;
+  v.depth_ = DepthOf(items);
   v.array_ = std::make_shared<Array>(std::move(items));
   return v;
 }
@@ -69,6 +93,9 @@ Value Value::MakeArray(Array items, Kind kind) {
 Value Value::MakeObject(std::shared_ptr<Object> object, Kind kind) {
   Value v;
   v.kind_ = kind;
+  int depth = 0;
+  for (const auto& entry : object->entries()) depth = std::max(depth, entry.second.depth());
+  v.depth_ = ContainerDepth(depth);
   v.object_ = std::move(object);
   return v;
 }
@@ -96,7 +123,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return number_ != 0 && !std::isnan(number_);
     case Kind::kString:
-      return !str_.empty();
+      return !str().empty();
     case Kind::kArray:
     case Kind::kTuple:
       return !array_->empty();
@@ -189,7 +216,7 @@ std::string FormatFloat(double value) {
 }
 
 // RuntimeValue.prototype.toString in the reference.
-std::string RuntimeToString(const Value& v) {
+std::string RuntimeToString(const Value& v, size_t max_bytes) {
   switch (v.kind()) {
     case Kind::kUndefined:
       return "undefined";
@@ -217,12 +244,12 @@ std::string RuntimeToString(const Value& v) {
 
 }  // namespace
 
-std::string ToOutputString(const Value& value) {
+std::string ToOutputString(const Value& value, size_t max_bytes) {
   if (value.is_null() || value.is_undefined()) return "";
-  return RuntimeToString(value);
+  return RuntimeToString(value, max_bytes);
 }
 
-std::string ToConcatString(const Value& value) {
+std::string ToConcatString(const Value& value, size_t max_bytes) {
   switch (value.kind()) {
     case Kind::kFloat:
       return FormatJsNumber(value.number());
@@ -233,7 +260,10 @@ std::string ToConcatString(const Value& value) {
       for (const Value& item : value.array()) {
         if (!first) out += ',';
         first = false;
-        out += RuntimeToString(item);
+        out += RuntimeToString(item, max_bytes);
+        if (out.size() > max_bytes) {
+          throw JinjaError{"text longer than the limit of " + std::to_string(max_bytes) + " bytes"};
+        }
       }
       return out;
     }
@@ -242,7 +272,7 @@ std::string ToConcatString(const Value& value) {
     case Kind::kNamespace:
       return "[object Map]";
     default:
-      return RuntimeToString(value);
+      return RuntimeToString(value, max_bytes);
   }
 }
 
@@ -252,7 +282,13 @@ std::string JsonNumber(double n) { return std::isfinite(n) ? FormatJsNumber(n) :
 
 void AppendJson(const Value& value, const JsonOptions& options, int depth, bool undefined_as_null,
                 std::string& out) {
-  if (depth > 512) throw JinjaError{"tojson: nesting deeper than 512 levels"};
+  if (depth > kMaxValueDepth) {
+    throw JinjaError{"tojson: nesting deeper than the limit of " + std::to_string(kMaxValueDepth)};
+  }
+  if (out.size() > options.max_bytes) {
+    throw JinjaError{"text longer than the limit of " + std::to_string(options.max_bytes) +
+                     " bytes"};
+  }
   std::string item_sep =
       options.custom_separators ? options.item_separator : (options.indent > 0 ? "," : ", ");
   std::string key_sep = options.custom_separators ? options.key_separator : ": ";
@@ -379,9 +415,33 @@ JsType TypeOf(const Value& v) {
 
 }  // namespace
 
+double JsToNumber(const Value& value) {
+  switch (value.kind()) {
+    case Kind::kUndefined:
+      return static_cast<double>(NAN);
+    case Kind::kNull:
+      return 0;
+    case Kind::kBool:
+    case Kind::kInt:
+    case Kind::kFloat:
+      return value.number();
+    case Kind::kString:
+      return JsStringToNumber(value.str());
+    case Kind::kArray:
+    case Kind::kTuple:
+      return JsStringToNumber(ToConcatString(value));
+    default:
+      return static_cast<double>(NAN);
+  }
+}
+
 std::string ToJson(const Value& value, const JsonOptions& options, bool undefined_as_null) {
   std::string out;
   AppendJson(value, options, 0, undefined_as_null, out);
+  if (out.size() > options.max_bytes) {
+    throw JinjaError{"text longer than the limit of " + std::to_string(options.max_bytes) +
+                     " bytes"};
+  }
   return out;
 }
 
@@ -403,22 +463,26 @@ bool StrictEquals(const Value& a, const Value& b) {
   return false;
 }
 
-bool LooseEquals(const Value& a, const Value& b) {
+bool LooseEquals(const Value& a, const Value& b, size_t max_bytes) {
   JsType ta = TypeOf(a), tb = TypeOf(b);
   if (ta == tb) return StrictEquals(a, b);
   bool a_nullish = ta == JsType::kUndefined || ta == JsType::kNull;
   bool b_nullish = tb == JsType::kUndefined || tb == JsType::kNull;
   if (a_nullish || b_nullish) return a_nullish && b_nullish;
-  if (ta == JsType::kBool) return LooseEquals(Value::Int(a.number()), b);
-  if (tb == JsType::kBool) return LooseEquals(a, Value::Int(b.number()));
+  if (ta == JsType::kBool) return LooseEquals(Value::Int(a.number()), b, max_bytes);
+  if (tb == JsType::kBool) return LooseEquals(a, Value::Int(b.number()), max_bytes);
   if (ta == JsType::kNumber && tb == JsType::kString) {
     return a.number() == JsStringToNumber(b.str());
   }
   if (ta == JsType::kString && tb == JsType::kNumber) {
     return JsStringToNumber(a.str()) == b.number();
   }
-  if (ta == JsType::kObject) return LooseEquals(Value::String(ToConcatString(a)), b);
-  if (tb == JsType::kObject) return LooseEquals(a, Value::String(ToConcatString(b)));
+  if (ta == JsType::kObject) {
+    return LooseEquals(Value::String(ToConcatString(a, max_bytes)), b, max_bytes);
+  }
+  if (tb == JsType::kObject) {
+    return LooseEquals(a, Value::String(ToConcatString(b, max_bytes)), max_bytes);
+  }
   return false;
 }
 

@@ -7,7 +7,8 @@
 // Contract: a Value is cheap to copy for containers (a shared pointer) and copies its string.
 // Strings are UTF-8; ill-formed input bytes are treated as U+FFFD where characters are needed.
 // Nothing here throws except through JinjaError (error.h) for operations the reference
-// rejects; the interpreter catches those at its boundary.
+// rejects, text longer than its byte bound, and containers nested deeper than kMaxValueDepth; the
+// interpreter catches those at its boundary.
 #pragma once
 
 #include <functional>
@@ -27,18 +28,7 @@ class Interpreter;
 class Scope;
 using Array = std::vector<Value>;
 
-// An insertion-ordered string-keyed map (JavaScript's Map).
-class Object {
- public:
-  const Value* Find(std::string_view key) const;
-  void Set(std::string key, Value value);
-  size_t size() const { return entries_.size(); }
-  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
-
- private:
-  std::vector<std::pair<std::string, Value>> entries_;
-  absl::flat_hash_map<std::string, size_t> index_;
-};
+class Object;
 
 // A callable: positional arguments (keyword arguments arrive as a trailing kKwargs value) and the
 // caller's scope (macros see their caller's variables, as in the reference).
@@ -59,6 +49,12 @@ enum class Kind {
   kNamespace,  // namespace(): assignable attributes, not a mapping
   kFunction,
 };
+
+inline constexpr int kMaxValueDepth = 400;
+
+// Upper bound on any text a value prints to (tojson, output, concatenation), below which the
+// interpreter's RenderLimits::max_output_bytes applies.
+inline constexpr size_t kMaxValueTextBytes = size_t{64} << 20;
 
 class Value {
  public:
@@ -85,7 +81,10 @@ class Value {
 
   double number() const { return number_; }  // int, float; bool as 0/1
   bool boolean() const { return number_ != 0; }
-  const std::string& str() const { return str_; }
+  const std::string& str() const { return str_ ? *str_ : EmptyString(); }
+  // Nesting of containers (0 for scalars); at most kMaxValueDepth, so destroying or printing a
+  // value never recurses deeper than that.
+  int depth() const { return depth_; }
   const Array& array() const { return *array_; }
   Array& mutable_array() const { return *array_; }
   const Object& object() const { return *object_; }
@@ -101,18 +100,33 @@ class Value {
  private:
   Kind kind_ = Kind::kUndefined;
   double number_ = 0;
-  std::string str_;
+  static const std::string& EmptyString();
+  int depth_ = 0;
+  std::shared_ptr<const std::string> str_;  // shared: copying a value never copies its text
   std::shared_ptr<Array> array_;
   std::shared_ptr<Object> object_;
   std::shared_ptr<const Function> function_;
 };
 
+// An insertion-ordered string-keyed map (JavaScript's Map).
+class Object {
+ public:
+  const Value* Find(std::string_view key) const;
+  void Set(std::string key, Value value);
+  size_t size() const { return entries_.size(); }
+  const std::vector<std::pair<std::string, Value>>& entries() const { return entries_; }
+
+ private:
+  std::vector<std::pair<std::string, Value>> entries_;
+  absl::flat_hash_map<std::string, size_t> index_;
+};
+
 // How a value prints in {{ }}: numbers as JavaScript (floats with a ".0" when integral), booleans
 // as true/false, containers as JSON, none and undefined as nothing.
-std::string ToOutputString(const Value& value);
+std::string ToOutputString(const Value& value, size_t max_bytes = kMaxValueTextBytes);
 // `value.toString()` of the JavaScript value underneath, as the reference's `~` and string `+`
 // use it (1.0 prints "1", an array joins its items' output strings with ",").
-std::string ToConcatString(const Value& value);
+std::string ToConcatString(const Value& value, size_t max_bytes = kMaxValueTextBytes);
 
 struct JsonOptions {
   int indent = 0;  // 0: single line
@@ -120,6 +134,7 @@ struct JsonOptions {
   bool sort_keys = false;
   bool custom_separators = false;
   std::string item_separator, key_separator;
+  size_t max_bytes = kMaxValueTextBytes;  // longer output throws JinjaError
 };
 // The reference's tojson (Python json.dumps layout); undefined prints as null or, with
 // `undefined_as_null` false, as undefined. Throws JinjaError for tuples, functions and kwargs.
@@ -128,8 +143,12 @@ std::string ToJson(const Value& value, const JsonOptions& options, bool undefine
 // JavaScript Number.prototype.toString (shortest round trip, exponent past 1e21 and below 1e-6).
 std::string FormatJsNumber(double value);
 
+// JavaScript's ToNumber of the value underneath (undefined and objects: NaN; null: 0; strings
+// parsed as Number("...") does).
+double JsToNumber(const Value& value);
+
 // JavaScript loose equality (==) on the values underneath.
-bool LooseEquals(const Value& a, const Value& b);
+bool LooseEquals(const Value& a, const Value& b, size_t max_bytes = kMaxValueTextBytes);
 // JavaScript strict equality (===) on the values underneath.
 bool StrictEquals(const Value& a, const Value& b);
 

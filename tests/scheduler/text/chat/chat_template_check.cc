@@ -21,13 +21,29 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-Json ReadJson(const char* env) {
-  const char* path = std::getenv(env);
-  if (path == nullptr) return Json();
+Json ReadFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream buffer;
   buffer << in.rdbuf();
   return Json::parse(buffer.str());
+}
+
+Json ReadJson(const char* env) {
+  const char* path = std::getenv(env);
+  return path == nullptr ? Json() : ReadFile(path);
+}
+
+// The snippet files named in PAGODA_CHAT_SNIPPETS (separated by ':').
+std::vector<Json> ReadSnippetFiles() {
+  std::vector<Json> files;
+  const char* paths = std::getenv("PAGODA_CHAT_SNIPPETS");
+  if (paths == nullptr) return files;
+  std::stringstream list(paths);
+  std::string path;
+  while (std::getline(list, path, ':')) {
+    if (!path.empty()) files.push_back(ReadFile(path));
+  }
+  return files;
 }
 
 std::vector<ChatMessage> Messages(const Json& conversation) {
@@ -35,7 +51,12 @@ std::vector<ChatMessage> Messages(const Json& conversation) {
   for (const Json& m : conversation.at("messages")) {
     ChatMessage message;
     message.role = m.at("role").get<std::string>();
-    message.content = m.at("content").get<std::string>();
+    if (m.at("content").is_string()) {
+      message.content = m.at("content").get<std::string>();
+    } else {
+      message.content_json = m.at("content");
+    }
+    if (m.contains("extra")) message.extra_fields = m.at("extra");
     if (m.contains("name")) message.name = m.at("name").get<std::string>();
     if (m.contains("tool_calls")) message.tool_calls = m.at("tool_calls");
     if (m.contains("tool_call_id")) message.tool_call_id = m.at("tool_call_id").get<std::string>();
@@ -115,11 +136,49 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
   EXPECT_GT(compared, 0);
 }
 
+// Renders one snippet (its own context, else its file's) and compares with the reference's
+// result of the same name.
+void CheckSnippet(const Json& file, const Json& snippet,
+                  const std::map<std::string, Json>& expected,
+                  std::chrono::system_clock::time_point now) {
+  const std::string name = snippet.at("name");
+  const Json& want = expected.at(name);
+  absl::StatusOr<jinja::Template> parsed =
+      jinja::Template::Parse(snippet.at("template").get<std::string>());
+  if (want.value("phase", "") == "parse") {
+    EXPECT_FALSE(parsed.ok()) << name << ": the reference failed to parse: " << want.at("error");
+    return;
+  }
+  if (!parsed.ok()) {
+    ADD_FAILURE() << name << ": " << parsed.status();
+    return;
+  }
+  Json context = snippet.value("context", file.value("context", Json::object()));
+  absl::StatusOr<std::string> got = parsed->Render(context, jinja::RenderLimits{}, now);
+  if (want.contains("error")) {
+    if (got.ok()) {
+      ADD_FAILURE() << name << ": the reference failed (" << want.at("error")
+                    << ") but Pagoda rendered " << Json(*got).dump();
+      return;
+    }
+    EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << name;
+    if (!snippet.value("message_may_differ", file.value("message_may_differ", false))) {
+      EXPECT_EQ(std::string(got.status().message()), want.at("error").get<std::string>()) << name;
+    }
+    return;
+  }
+  if (!got.ok()) {
+    ADD_FAILURE() << name << ": " << got.status();
+    return;
+  }
+  EXPECT_EQ(FirstDifference(*got, want.at("output").get<std::string>()), "") << name;
+}
+
 // One construct per snippet (snippets.json), rendered by the engine directly.
 TEST(ChatTemplateCheck, EngineSnippetsMatchHuggingFaceJinja) {
-  Json snippets = ReadJson("PAGODA_CHAT_SNIPPETS");
+  std::vector<Json> files = ReadSnippetFiles();
   Json reference = ReadJson("PAGODA_CHAT_REFERENCE");
-  if (snippets.is_null() || reference.is_null() || !reference.contains("snippets")) {
+  if (files.empty() || reference.is_null() || !reference.contains("snippets")) {
     GTEST_SKIP() << "PAGODA_CHAT_SNIPPETS / PAGODA_CHAT_REFERENCE not set: run "
                     "scripts/check-chat-templates.sh";
   }
@@ -127,30 +186,9 @@ TEST(ChatTemplateCheck, EngineSnippetsMatchHuggingFaceJinja) {
   for (const Json& r : reference.at("snippets")) expected[r.at("name")] = r;
   const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1722001500));
   int compared = 0;
-  for (const Json& snippet : snippets.at("snippets")) {
-    const std::string name = snippet.at("name");
-    const Json& want = expected.at(name);
-    ++compared;
-    absl::StatusOr<jinja::Template> parsed =
-        jinja::Template::Parse(snippet.at("template").get<std::string>());
-    if (want.value("phase", "") == "parse") {
-      EXPECT_FALSE(parsed.ok()) << name << ": the reference failed to parse: " << want.at("error");
-      continue;
-    }
-    ASSERT_TRUE(parsed.ok()) << name << ": " << parsed.status();
-    Json context = snippet.value("context", Json::object());
-    absl::StatusOr<std::string> got = parsed->Render(context, jinja::RenderLimits{}, now);
-    if (want.contains("error")) {
-      ASSERT_FALSE(got.ok()) << name << ": the reference failed (" << want.at("error")
-                             << ") but Pagoda rendered " << Json(*got).dump();
-      EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << name;
-      if (!snippet.value("message_may_differ", false)) {
-        EXPECT_EQ(std::string(got.status().message()), want.at("error").get<std::string>()) << name;
-      }
-      continue;
-    }
-    ASSERT_TRUE(got.ok()) << name << ": " << got.status();
-    EXPECT_EQ(FirstDifference(*got, want.at("output").get<std::string>()), "") << name;
+  for (const Json& file : files) {
+    for (const Json& snippet : file.at("snippets")) CheckSnippet(file, snippet, expected, now);
+    compared += static_cast<int>(file.at("snippets").size());
   }
   std::cout << "compared " << compared << " engine snippets with @huggingface/jinja\n";
 }

