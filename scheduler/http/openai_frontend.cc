@@ -166,8 +166,14 @@ absl::Status OpenAiFrontend::RenderChat(OpenAiRequest* request) const {
   std::vector<text::ChatMessage> messages;
   messages.reserve(request->messages.size());
   for (ChatTurn& turn : request->messages) {
-    messages.push_back({std::move(turn.role), std::move(turn.content), std::move(turn.name),
-                        std::move(turn.tool_calls), std::move(turn.tool_call_id)});
+    text::ChatMessage& m = messages.emplace_back();
+    m.role = std::move(turn.role);
+    m.content = std::move(turn.content);
+    if (turn.content_null) m.content_json = nullptr;  // the template sees none, as OpenAI sent
+    m.name = std::move(turn.name);
+    m.tool_calls = std::move(turn.tool_calls);
+    m.tool_call_id = std::move(turn.tool_call_id);
+    if (turn.reasoning_content) m.extra_fields["reasoning_content"] = *turn.reasoning_content;
   }
   absl::StatusOr<std::string> prompt = chat_template_->Render(messages, options);
   if (!prompt.ok()) {

@@ -260,8 +260,10 @@ void ReadMessages(Reader& r, OpenAiRequest* out) {
     std::optional<std::string> content = MessageContent(r, m, i);
     if (!content) return;
     message.content = *std::move(content);
+    message.content_null = !m.contains("content") || m["content"].is_null();
     if (!OptionalString(r, m, "name", param, &message.name) ||
-        !OptionalString(r, m, "tool_call_id", param, &message.tool_call_id)) {
+        !OptionalString(r, m, "tool_call_id", param, &message.tool_call_id) ||
+        !OptionalString(r, m, "reasoning_content", param, &message.reasoning_content)) {
       return;
     }
     if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {

@@ -30,11 +30,13 @@ enum class Endpoint { kCompletions, kChat };
 
 // One chat message as sent; the front end hands it to the chat template (text::ChatMessage).
 struct ChatTurn {
-  std::string role;  // system, developer, user, assistant, tool
-  std::string content;
+  std::string role;           // system, developer, user, assistant, tool
+  std::string content;        // text parts concatenated
+  bool content_null = false;  // the message's content was null (an assistant's tool calls)
   std::optional<std::string> name;
   std::optional<nlohmann::ordered_json> tool_calls;
   std::optional<std::string> tool_call_id;
+  std::optional<std::string> reasoning_content;  // a reasoning model's earlier thinking
 };
 
 struct OpenAiRequest {
