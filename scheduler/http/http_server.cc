@@ -10,6 +10,7 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/core/string.hpp>
 #include <boost/beast/http/read.hpp>
 #include <optional>
 #include <thread>
@@ -87,9 +88,31 @@ class Connection final : public Responder, public std::enable_shared_from_this<C
         });
     parser_.emplace();
     ApplyLimits(limits_, &*parser_);
-    beast::http::async_read(
+    beast::http::async_read_header(
         socket_, buffer_, *parser_,
-        [self = shared_from_this()](const beast::error_code& ec, size_t) { self->OnRead(ec); });
+        [self = shared_from_this()](const beast::error_code& ec, size_t) { self->OnHeader(ec); });
+  }
+
+  // The headers are in (a body over the limit is refused here, from its Content-Length). A
+  // client that sent "Expect: 100-continue" (curl does for bodies over 1 KiB) waits for an
+  // interim answer before it sends the body.
+  void OnHeader(const beast::error_code& ec) {
+    if (ec || parser_->is_done()) return OnRead(ec);
+    auto self = shared_from_this();
+    auto read_body = [self] {
+      beast::http::async_read(self->socket_, self->buffer_, *self->parser_,
+                              [self](const beast::error_code& ec, size_t) { self->OnRead(ec); });
+    };
+    const auto expect = parser_->get().find(beast::http::field::expect);
+    if (expect == parser_->get().end() || !beast::iequals(expect->value(), "100-continue")) {
+      return read_body();
+    }
+    static constexpr std::string_view kContinue = "HTTP/1.1 100 Continue\r\n\r\n";
+    asio::async_write(socket_, asio::buffer(kContinue.data(), kContinue.size()),
+                      [self, read_body](const beast::error_code& ec, size_t) {
+                        if (ec) return self->OnRead(ec);
+                        read_body();
+                      });
   }
 
   void OnRead(const beast::error_code& ec) {
