@@ -93,8 +93,14 @@ std::optional<std::string> OpenAiFrontend::Route(const HttpRequest& request,
     return std::nullopt;
   }
   if (absl::StartsWith(path, "/v1/models/")) {
+    if (request.method != "GET") return MethodNotAllowed("GET", keep);
     const std::string id = path.substr(11);
-    if (id == options_.served_model_name) return Models(keep);
+    if (id == options_.served_model_name) {
+      return HttpResponse(200, "application/json", Dump(ModelJson()), keep);
+    }
+    return ErrorResponse(MakeError(404, absl::StrCat("the model '", id, "' does not exist"),
+                                   "invalid_request_error", "model", "model_not_found"),
+                         keep);
   }
   return ErrorResponse(MakeError(404, absl::StrCat("no such path: ", path), "invalid_request_error",
                                  "", "not_found"),
@@ -131,13 +137,16 @@ void OpenAiFrontend::Handle(HttpRequest request, std::shared_ptr<Responder> resp
   OpenAiCall::Start(this, std::move(responder), std::move(parsed), keep);
 }
 
+json OpenAiFrontend::ModelJson() const {
+  return json{{"id", options_.served_model_name},
+              {"object", "model"},
+              {"created", created_},
+              {"owned_by", "pagoda"},
+              {"max_model_len", model_->config.context_length}};
+}
+
 std::string OpenAiFrontend::Models(bool keep_alive) const {
-  json model = {{"id", options_.served_model_name},
-                {"object", "model"},
-                {"created", created_},
-                {"owned_by", "pagoda"},
-                {"max_model_len", model_->config.context_length}};
-  json out = {{"object", "list"}, {"data", json::array({model})}};
+  json out = {{"object", "list"}, {"data", json::array({ModelJson()})}};
   return HttpResponse(200, "application/json", Dump(out), keep_alive);
 }
 

@@ -3,7 +3,8 @@
 //
 //   GET  /health               200 {"status":"ok"} while a worker is attached and no drain runs,
 //                              503 otherwise
-//   GET  /v1/models            the served model (id = --served-model-name)
+//   GET  /v1/models            the served model (id = --served-model-name); /v1/models/{id}
+//                              that entry alone
 //   POST /v1/completions       OpenAiCall (streaming or not)
 //   POST /v1/chat/completions  the messages rendered with the chat template (its bos_token and
 //                              eos_token from the vocabulary), tokenized with the special tokens
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "nlohmann/json.hpp"
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/http_message.h"
 #include "scheduler/http/openai_request.h"
@@ -70,6 +72,7 @@ class OpenAiFrontend {
   // `request` is a generation the caller must start.
   std::optional<std::string> Route(const HttpRequest& request, std::optional<Endpoint>* endpoint);
   std::string Models(bool keep_alive) const;
+  nlohmann::json ModelJson() const;  // the served model's entry in /v1/models
   std::string Health(bool keep_alive);
   // Sets the prompt of a chat request: the messages rendered and tokenized.
   absl::Status RenderChat(OpenAiRequest* request) const;

@@ -39,6 +39,8 @@ await check('models.list names the served model', async () => {
   const ids = [];
   for await (const m of client.models.list()) ids.push(m.id);
   assert.deepEqual(ids, [model]);
+  assert.equal((await client.models.retrieve(model)).id, model);
+  await expectApiError(client.models.retrieve('other'), 404, 'other');
 });
 
 await check('completions: greedy text equals golden.json', async () => {
