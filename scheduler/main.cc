@@ -6,17 +6,26 @@
 //                    [--max-preemptions-in-row N] [--max-plans-in-flight N] [--log-level info]
 //                    [--metrics-listen HOST:PORT] [--drain-timeout S]
 //                    [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--max-request-bytes N]
+//                    [--http-listen HOST:PORT [--served-model-name NAME] [--api-key-file FILE]
+//                     [--chat-template FILE] [--http-max-body-bytes N]]
+//
+// --http-listen adds the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
+// /v1/models, /health) on its own port, served by the same engine as the gRPC API.
 //
 // SIGTERM or SIGINT drains: readiness turns NOT_SERVING, new requests get UNAVAILABLE, the
 // admitted ones finish within --drain-timeout (the rest end with UNAVAILABLE), then the server
 // stops and the process exits 0. A second signal cuts the drain short.
 #include <csignal>
 #include <cstdio>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/ascii.h"
 #include "absl/synchronization/mutex.h"
 #include "common/flags.h"
 #include "common/link_token.h"
@@ -72,8 +81,33 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{4} << 20,
           "largest Generate/Tokenize request in bytes; larger ones get INVALID_ARGUMENT naming "
           "this limit");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT to serve the OpenAI-compatible HTTP API on (/v1/completions, "
+          "/v1/chat/completions, /v1/models, /health); empty = off");
+ABSL_FLAG(std::string, http_port_file, "",
+          "after binding, write the HTTP API's port here (for --http-listen HOST:0)");
+ABSL_FLAG(int64_t, http_max_body_bytes, int64_t{8} << 20,
+          "largest HTTP request body in bytes; larger ones get 413");
+ABSL_FLAG(std::string, served_model_name, "",
+          "the model's id in the HTTP API (/v1/models, the requests' \"model\"); empty = the "
+          "GGUF's general.name, else the file name without .gguf");
+ABSL_FLAG(std::string, api_key_file, "",
+          "file holding the key HTTP API clients must send as \"Authorization: Bearer KEY\" "
+          "(empty: no authentication)");
+ABSL_FLAG(std::string, chat_template, "",
+          "Jinja chat template file for /v1/chat/completions; empty = the GGUF's "
+          "tokenizer.chat_template");
 
 namespace {
+
+// The whole file, or nullopt when it cannot be read.
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream out;
+  out << in.rdbuf();
+  return out.str();
+}
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "pagoda-scheduler: %s\n", message.c_str());
@@ -99,6 +133,33 @@ void DrainAndStop(pagoda::scheduler::SchedulerServer& server) {
   // on its own and is cancelled when this short grace runs out.
   server.Shutdown(absl::Seconds(1));
   server.Wait();
+}
+
+// The HTTP API's options from the flags; an error message, or "" when they are fine.
+std::string HttpOptions(pagoda::scheduler::ServerOptions* options) {
+  options->http_listen = absl::GetFlag(FLAGS_http_listen);
+  if (options->http_listen.empty() && !absl::GetFlag(FLAGS_http_port_file).empty()) {
+    return "--http-port-file needs --http-listen";
+  }
+  const int64_t max_body = absl::GetFlag(FLAGS_http_max_body_bytes);
+  if (max_body < 1024 || max_body > (int64_t{1} << 30)) {
+    return "--http-max-body-bytes must be in [1024, 1073741824]";
+  }
+  options->http_max_body_bytes = static_cast<size_t>(max_body);
+  options->served_model_name = absl::GetFlag(FLAGS_served_model_name);
+  if (const std::string path = absl::GetFlag(FLAGS_api_key_file); !path.empty()) {
+    std::optional<std::string> key = ReadFile(path);
+    if (!key) return "cannot read --api-key-file " + path;
+    options->api_key = std::string(absl::StripAsciiWhitespace(*key));
+    if (options->api_key.empty()) return "--api-key-file " + path + " is empty";
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
+    std::optional<std::string> source = ReadFile(path);
+    if (!source) return "cannot read --chat-template " + path;
+    if (source->empty()) return "--chat-template " + path + " is empty";
+    options->chat_template = *std::move(source);
+  }
+  return "";
 }
 
 }  // namespace
@@ -162,6 +223,7 @@ int main(int argc, char** argv) {
   if (!(absl::GetFlag(FLAGS_drain_timeout) >= 0) || !(absl::GetFlag(FLAGS_shutdown_grace_s) >= 0)) {
     return Fail("--drain-timeout and --shutdown-grace-s must be >= 0 seconds");
   }
+  if (const std::string err = HttpOptions(&options); !err.empty()) return Fail(err);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (options.metrics_listen.empty() && !absl::GetFlag(FLAGS_metrics_port_file).empty()) {
     return Fail("--metrics-port-file needs --metrics-listen");
@@ -171,7 +233,11 @@ int main(int argc, char** argv) {
   if (!model.ok()) return Fail(std::string(model.status().message()));
   pagoda::scheduler::SchedulerServer server(std::move(options), *std::move(model));
   if (absl::Status s = server.Start(); !s.ok()) return Fail(std::string(s.message()));
-  // The metrics port first: once --port-file exists, both are known.
+  // The metrics and HTTP ports first: once --port-file exists, all are known.
+  if (const std::string file = absl::GetFlag(FLAGS_http_port_file);
+      !file.empty() && !pagoda::common::WritePortFile(file, server.http_port())) {
+    return Fail("cannot write --http-port-file " + file);
+  }
   if (const std::string file = absl::GetFlag(FLAGS_metrics_port_file);
       !file.empty() && !pagoda::common::WritePortFile(file, server.metrics_port())) {
     return Fail("cannot write --metrics-port-file " + file);

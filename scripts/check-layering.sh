@@ -58,9 +58,9 @@ rule scheduler/metrics 'scheduler/(engine|service|http|link|server)/.*' \
 rule scheduler/engine 'scheduler/(service|http|link|server)/.*' \
   'scheduler/engine is used by the service and the link, never the reverse'
 rule scheduler/service 'scheduler/(link|http|server)/.*' \
-  'scheduler/service and the other front ends (link, http) never include each other'
-rule scheduler/http 'scheduler/(link|service|server)/.*' \
-  'scheduler/http and the other front ends (link, service) never include each other'
+  'scheduler/service never includes the HTTP front end (built on it), the link or the server'
+rule scheduler/http 'scheduler/(link|server)/.*' \
+  'scheduler/http uses the service (validation, served model, log and metrics), never the link or the server'
 rule scheduler/link 'scheduler/(service|http|server)/.*' \
   'scheduler/link and the front ends (service, http) never include each other'
 

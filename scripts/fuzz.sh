@@ -6,14 +6,14 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 60)
 #
-# Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all four).
+# Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all five).
 # Installs clang and its sanitizer/libFuzzer runtime when missing (scripts/install-deps.sh build
 # clang).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
-targets=(${FUZZ_TARGETS:-gguf_reader tokenizer validation chat_template})
+targets=(${FUZZ_TARGETS:-gguf_reader tokenizer validation chat_template http_request})
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (a positive integer)" >&2
   exit 2

@@ -5,7 +5,8 @@
 #   scripts/install-deps.sh [GROUP...]      (default: build test)
 #
 #   build  compilers, CMake, gRPC, Protobuf, Abseil, GoogleTest, Google Benchmark,
-#          prometheus-cpp, openssl, PCRE2 and ICU (byte-level BPE pre-tokenizers and NFC): what
+#          prometheus-cpp, openssl, PCRE2 and ICU (byte-level BPE pre-tokenizers and NFC),
+#          Boost (Asio and Beast: the HTTP API) and curl (its tests): what
 #          scripts/build.sh and the quick test tier need
 #   test   what the full test tier adds: Prometheus (promtool checks the metrics exposition),
 #          gnuplot (pagoda-bench figures)
@@ -19,7 +20,7 @@ packages_of() {
       echo cmake ninja-build g++ pkg-config \
         libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
         nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev \
-        openssl libpcre2-dev libicu-dev ;;
+        openssl libpcre2-dev libicu-dev libboost-dev curl ;;
     test) echo prometheus gnuplot-nox ;;
     # libclang-rt-14-dev holds the sanitizer runtimes and the libFuzzer that -fsanitize=fuzzer
     # links; clang only recommends it, so a --no-install-recommends clang lacks it.

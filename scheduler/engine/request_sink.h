@@ -10,6 +10,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <utility>
 
 #include "scheduler/core/types.h"
 
@@ -23,6 +25,25 @@ class RequestSink {
   virtual bool OnToken(int32_t token, const TokenLogprob* logprob) = 0;
   virtual bool OnFinished(Event event) = 0;
   virtual void Flush() = 0;
+};
+
+// A request with n completions served by one call (the gRPC reactor, the HTTP call): completion
+// `index`'s sink forwards to the call's OnToken(index, ...), OnFinished(index, ...) and Flush(),
+// and keeps the call alive until the engine drops the sink (after that completion's end). The
+// call befriends CompletionSink<Call> when those methods are private.
+template <class Call>
+class CompletionSink final : public RequestSink {
+ public:
+  CompletionSink(std::shared_ptr<Call> call, int index) : call_(std::move(call)), index_(index) {}
+  bool OnToken(int32_t token, const TokenLogprob* logprob) override {
+    return call_->OnToken(index_, token, logprob);
+  }
+  bool OnFinished(Event event) override { return call_->OnFinished(index_, std::move(event)); }
+  void Flush() override { call_->Flush(); }
+
+ private:
+  const std::shared_ptr<Call> call_;
+  const int index_;
 };
 
 }  // namespace pagoda::scheduler

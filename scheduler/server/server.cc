@@ -13,6 +13,8 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/http/http_server.h"
+#include "scheduler/http/openai_frontend.h"
 #include "scheduler/link/link_service.h"
 #include "scheduler/metrics/metrics.h"
 #include "scheduler/service/generation_service.h"
@@ -63,8 +65,11 @@ struct SchedulerServer::Impl {
         link(&engine, LinkOptions{.model_fingerprint = model.fingerprint,
                                   .link_token = options.link_token,
                                   .worker_timeout = options.worker_timeout}) {}
-  // A scrape must not reach the engine while it is being destroyed.
-  ~Impl() { metrics.SetSnapshotSource(nullptr); }
+  // A scrape must not reach the engine while it is being destroyed, nor an HTTP connection.
+  ~Impl() {
+    metrics.SetSnapshotSource(nullptr);
+    if (http_server) http_server->Stop();
+  }
 
   // Readiness follows both the attached workers and the drain; the two change on different
   // threads, so they are combined under one lock.
@@ -94,15 +99,31 @@ struct SchedulerServer::Impl {
   size_t workers ABSL_GUARDED_BY(health_mu) = 0;
   bool draining ABSL_GUARDED_BY(health_mu) = false;
   std::atomic<bool> cut_drain{false};
+  // The HTTP API, when served. Declared before the engine so that it is destroyed after it: the
+  // engine's last sinks may hold HTTP connections, whose sockets need the server's io_context.
+  std::unique_ptr<http::HttpServer> http_server;
+  std::unique_ptr<http::OpenAiFrontend> http_frontend;
   Engine engine;
   GenerationService generation;
   LinkService link;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   int metrics_port = 0;
+  int http_port = 0;
 };
 
 namespace {
+
+// /v1/models' id when none is given: general.name, else the file name without .gguf.
+std::string DefaultServedName(const ServedModel& model) {
+  if (!model.config.name.empty()) return model.config.name;
+  std::string name = model.path.substr(model.path.find_last_of('/') + 1);
+  constexpr std::string_view kExtension = ".gguf";
+  if (name.size() > kExtension.size() && name.ends_with(kExtension)) {
+    name.resize(name.size() - kExtension.size());
+  }
+  return name;
+}
 
 ServerOptions WithModelLimits(ServerOptions options, const ServedModel& model) {
   options.scheduler.context_length = model.config.context_length;
@@ -124,7 +145,36 @@ SchedulerServer::~SchedulerServer() {
   if (impl_->server) Shutdown(absl::ZeroDuration());
 }
 
+absl::Status SchedulerServer::StartHttp() {
+  const ServerOptions& o = impl_->options;
+  if (!o.chat_template.empty()) {
+    if (absl::Status s = http::CheckChatTemplate(o.chat_template); !s.ok()) return s;
+  }
+  http::FrontendOptions frontend;
+  frontend.served_model_name =
+      o.served_model_name.empty() ? DefaultServedName(impl_->model) : o.served_model_name;
+  frontend.api_key = o.api_key;
+  frontend.chat_template =
+      o.chat_template.empty() ? impl_->model.tokenizer.chat_template() : o.chat_template;
+  impl_->http_frontend = std::make_unique<http::OpenAiFrontend>(&impl_->engine, &impl_->generation,
+                                                                &impl_->model, std::move(frontend));
+  http::HttpServerOptions server;
+  server.listen = o.http_listen;
+  server.limits.max_body_bytes = o.http_max_body_bytes;
+  impl_->http_server =
+      std::make_unique<http::HttpServer>(std::move(server), impl_->http_frontend.get());
+  if (absl::Status s = impl_->http_server->Start(); !s.ok()) return s;
+  impl_->http_port = impl_->http_server->port();
+  PAGODA_LOG(kInfo, "scheduler", "HTTP API serves the model as '%s'%s",
+             impl_->http_frontend->options().served_model_name,
+             o.api_key.empty() ? "" : " (Bearer key required)");
+  return absl::OkStatus();
+}
+
 absl::Status SchedulerServer::Start() {
+  if (!impl_->options.http_listen.empty()) {
+    if (absl::Status s = StartHttp(); !s.ok()) return s;
+  }
   if (!impl_->options.metrics_listen.empty()) {
     absl::StatusOr<int> port = impl_->metrics.Serve(impl_->options.metrics_listen);
     if (!port.ok()) return port.status();
@@ -168,10 +218,13 @@ int SchedulerServer::port() const { return impl_->port; }
 
 int SchedulerServer::metrics_port() const { return impl_->metrics_port; }
 
+int SchedulerServer::http_port() const { return impl_->http_port; }
+
 DrainReport SchedulerServer::Drain(absl::Duration timeout, absl::Duration grace) {
   const absl::Time start = absl::Now();
   DrainReport report;
   impl_->SetDraining();
+  if (impl_->http_frontend) impl_->http_frontend->SetDraining();
   report.admitted = impl_->engine.StartDrain();
   PAGODA_LOG(kInfo, "scheduler",
              "drain started: %d requests queued or running get up to %s to finish; new requests "
@@ -185,11 +238,17 @@ DrainReport SchedulerServer::Drain(absl::Duration timeout, absl::Duration grace)
   if (!idle) {
     const EngineStatus s = impl_->engine.Status();
     report.cut = std::min(s.running + s.waiting, report.admitted);
-    impl_->generation.AbortAll(absl::StrFormat(
+    const std::string why = absl::StrFormat(
         "the server shut down before the request finished (drain timeout of %s reached)",
-        absl::FormatDuration(timeout)));
+        absl::FormatDuration(timeout));
+    impl_->generation.AbortAll(why);
+    if (impl_->http_frontend) impl_->http_frontend->AbortAll(why);
   }
   report.calls_done = impl_->generation.WaitNoActiveCalls(absl::Now() + grace);
+  if (impl_->http_frontend) {
+    report.calls_done =
+        impl_->http_frontend->WaitNoActiveCalls(absl::Now() + grace) && report.calls_done;
+  }
   report.refused = impl_->engine.refused_while_draining();
   PAGODA_LOG(kInfo, "scheduler",
              "drain finished in %.2fs: %d of %d requests completed, %d cut short with "
@@ -203,6 +262,7 @@ DrainReport SchedulerServer::Drain(absl::Duration timeout, absl::Duration grace)
 void SchedulerServer::CutDrainShort() { impl_->cut_drain.store(true); }
 
 void SchedulerServer::Shutdown(absl::Duration grace) {
+  if (impl_->http_server) impl_->http_server->Stop();
   if (!impl_->server) return;
   impl_->server->GetHealthCheckService()->Shutdown();
   impl_->server->Shutdown(absl::ToChronoTime(absl::Now() + grace));

@@ -1,7 +1,8 @@
 // SchedulerServer: one gRPC server carrying the public API (pagoda.v1.Generation), the worker
 // link (pagoda.worker.v1.WorkerLink), grpc.health.v1.Health and server reflection, plus the
 // Prometheus endpoint (/metrics over HTTP, its own port) when ServerOptions::metrics_listen is
-// set.
+// set, and the OpenAI-compatible HTTP API (scheduler/http, its own port) when
+// ServerOptions::http_listen is set: same engine, limits, metrics, logs and drain.
 //
 // Health, by service name:
 //  * "" and "pagoda.v1.Generation" (readiness): SERVING while a worker is attached and no drain
@@ -42,6 +43,12 @@ struct ServerOptions {
   common::TlsConfig tls;                                 // disabled = plaintext
   size_t max_request_bytes = size_t{4} << 20;            // largest Generate/Tokenize request
   SchedulerOptions scheduler;  // context_length and eos_id are filled from the model
+  // The OpenAI-compatible HTTP API (scheduler/http): served when http_listen is set.
+  std::string http_listen;  // HOST:PORT; empty = off
+  size_t http_max_body_bytes = size_t{8} << 20;
+  std::string served_model_name;  // /v1/models' id; empty = general.name or the file stem
+  std::string api_key;            // HTTP clients must send it as a Bearer token; empty = none
+  std::string chat_template;      // overrides the GGUF's tokenizer.chat_template when set
 };
 
 // What a drain did, for the log and the caller.
@@ -60,6 +67,7 @@ class SchedulerServer {
   absl::Status Start();
   int port() const;          // the bound port (useful with port 0)
   int metrics_port() const;  // the bound metrics port; 0 without metrics_listen
+  int http_port() const;     // the bound HTTP API port; 0 without http_listen
 
   // Turns readiness NOT_SERVING and refuses new Generate calls with UNAVAILABLE, while workers
   // stay attached and the admitted requests run on. After `timeout`, or CutDrainShort(), the
@@ -73,6 +81,8 @@ class SchedulerServer {
   void Wait();
 
  private:
+  absl::Status StartHttp();
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -78,22 +78,6 @@ grpc::Status FinalStatus(const Event& e) {
 
 }  // namespace
 
-// Completion `index`'s sink in the engine: forwards to the call, which it keeps alive until
-// the engine drops it (after delivering that completion's end).
-class GenerateCall::Sink final : public RequestSink {
- public:
-  Sink(std::shared_ptr<GenerateCall> call, int index) : call_(std::move(call)), index_(index) {}
-  bool OnToken(int32_t token, const TokenLogprob* logprob) override {
-    return call_->OnToken(index_, token, logprob);
-  }
-  bool OnFinished(Event event) override { return call_->OnFinished(index_, std::move(event)); }
-  void Flush() override { call_->Flush(); }
-
- private:
-  const std::shared_ptr<GenerateCall> call_;
-  const int index_;
-};
-
 GenerateCall* GenerateCall::Start(GenerationService* service, grpc::CallbackServerContext* context,
                                   const v1::GenerateRequest& request, const absl::Status& decoded) {
   auto call = std::make_shared<GenerateCall>(service, context, request);
@@ -129,7 +113,7 @@ void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status&
     completions_.push_back(std::make_unique<Completion>(
         service_->model_->tokenizer,
         std::vector<std::string>(request.stop().begin(), request.stop().end())));
-    sinks.push_back(std::make_shared<Sink>(self_, i));
+    sinks.push_back(std::make_shared<CompletionSink<GenerateCall>>(self_, i));
   }
   ends_.resize(completions_.size());
   {

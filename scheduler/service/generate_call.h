@@ -3,8 +3,8 @@
 // more; completion i is the core's request id + i).
 //
 // Life: Start() validates and submits on the thread gRPC created the call on, with one small
-// RequestSink per completion (Sink) that forwards to the call; the engine then delivers tokens
-// (OnToken, under its lock: they are only buffered, per completion) and asks for a Flush(),
+// RequestSink per completion (CompletionSink) that forwards to the call; the engine then delivers
+// tokens (OnToken, under its lock: they are only buffered, per completion) and asks for a Flush(),
 // which starts a write when none is in flight. One write at a time for the whole call: a
 // message carries one completion's tokens (GenerateResponse.index says which), and tokens that
 // arrive while a write is in flight wait in their completion's buffer and go out together in
@@ -26,8 +26,9 @@
 // gRPC's threads. mu_ guards the buffers and the call's state; the thread that set writing_
 // owns the message and every completion's detokenizer and stop matcher until it clears it, and
 // never holds mu_ while calling into gRPC or the engine (gRPC may run reactions inline). The
-// object is held by a shared_ptr of its own until OnDone, by the engine (through the Sinks)
-// until it delivers the last end, and by the service's list of calls (for Abort) until OnDone.
+// object is held by a shared_ptr of its own until OnDone, by the engine (through the
+// CompletionSinks) until it delivers the last end, and by the service's list of calls (for Abort)
+// until OnDone.
 #pragma once
 
 #include <memory>
@@ -65,7 +66,7 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
                const pagoda::v1::GenerateRequest& request);
 
  private:
-  class Sink;
+  friend class CompletionSink<GenerateCall>;
   // One completion's stream.
   struct Completion {
     Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)

@@ -76,6 +76,10 @@ class GenerationService final : public grpc::Service {
   // Waits until no Generate call is in progress, or until `deadline`; true when none is.
   bool WaitNoActiveCalls(absl::Time deadline);
 
+  // A call's end: one log line and one metrics count. Also used by the HTTP front end, so that
+  // both APIs log and count alike.
+  void Report(const GenerateOutcome& out, const std::string& client_id, double handler_seconds);
+
  private:
   friend class GenerateCall;
 
@@ -85,10 +89,9 @@ class GenerationService final : public grpc::Service {
   grpc::Status GetModelInfo(pagoda::v1::ModelInfo* response);
   grpc::Status GetServerStatus(pagoda::v1::ServerStatus* response);
 
-  // GenerateCall's hooks: a call starts and ends (OnDone), and its line and counts.
+  // GenerateCall's hooks: a call starts and ends (OnDone).
   void CallStarted(std::shared_ptr<GenerateCall> call);
   void CallEnded(GenerateCall* call);
-  void Report(const GenerateOutcome& out, const std::string& client_id, double handler_seconds);
   std::optional<std::string> AbortMessage();
 
   Engine* engine_;

@@ -1,0 +1,136 @@
+// OpenAiCall: one POST /v1/completions or /v1/chat/completions being served: the sink in the
+// Engine of each of its n completions, and the writer of its HTTP answer.
+//
+// Life: Start() (on the connection's strand) validates the request with the gRPC API's own
+// GenerationService::Validate, submits it with one Sink per completion, and for a stream writes
+// the event-stream head at once (chat: with each choice's first delta, which carries the role).
+// The engine then delivers tokens under its lock (OnToken/OnFinished only buffer them, per
+// completion) and calls Flush(), which posts one Pump() to the strand. Pump takes everything
+// buffered, detokenizes it, applies the stop strings, and writes it: streams as one SSE chunk per
+// choice with news, whole answers once every completion has ended. One write at a time: what
+// arrives meanwhile waits in the buffers and goes out together after it (a slow reader gets
+// fewer, larger writes and never slows the engine). Logprobs, when asked for, go with their
+// tokens (completions: tokens, token_logprobs, top_logprobs, text_offset; chat: content[]).
+// A stream ends with each choice's
+// finish_reason, the usage chunk when asked for, and "data: [DONE]".
+//
+// Ending early: the client disconnecting (the connection watches the socket while the answer is
+// pending) or a failed write finish every completion in the engine (which frees their pages
+// within the iteration) and close the connection; Abort() (a drain out of time) does the same
+// and answers 503 (or, mid-stream, an error event and [DONE]). A stop string that matches ends
+// its completion in the engine; the text from the match on is never sent.
+//
+// Threads: the engine's calls come from any thread; everything else runs on the strand. mu_
+// guards the buffers and the ending; the rest is the strand's. Each call ends with one log line
+// and one metrics count, through GenerationService::Report like a gRPC call.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "scheduler/core/types.h"
+#include "scheduler/engine/request_sink.h"
+#include "scheduler/http/openai_request.h"
+#include "scheduler/http/openai_response.h"
+#include "scheduler/http/responder.h"
+#include "scheduler/service/generation_service.h"
+#include "scheduler/text/detokenizer.h"
+#include "scheduler/text/stop_matcher.h"
+
+namespace pagoda::scheduler::http {
+
+class OpenAiFrontend;
+
+class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
+ public:
+  // On the strand: serves `request` (its prompt set) on `responder`, answering errors itself.
+  static void Start(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder,
+                    OpenAiRequest request, bool keep_alive);
+
+  // Any thread: a drain ran out of time; ends the call with 503 and `why` unless every
+  // completion has already ended.
+  void Abort(const std::string& why);
+
+  OpenAiCall(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder, OpenAiRequest request,
+             bool keep_alive);
+
+ private:
+  friend class CompletionSink<OpenAiCall>;
+  struct Completion {
+    Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
+        : detok(tokenizer), stops(std::move(stop_strings)) {}
+    // Guarded by mu_.
+    std::vector<int32_t> pending;
+    std::vector<TokenLogprob> pending_logprobs;  // parallel to pending when asked for
+    std::optional<Event> final;
+    // The strand's.
+    text::StreamingDetokenizer detok;
+    text::StopMatcher stops;
+    std::string matched_stop;
+    std::string text;                        // whole answers: the text so far
+    std::vector<TokenLogprobText> logprobs;  // whole answers: those of the tokens so far
+    int64_t text_bytes = 0;                  // text sent so far (streams' text_offset)
+    int32_t sent_tokens = 0;
+    std::optional<Event> end;  // once taken
+  };
+
+  // The Sinks' calls (RequestSink's contract).
+  bool OnToken(int index, int32_t token, const TokenLogprob* logprob);
+  bool OnFinished(int index, Event event);
+  void Flush();
+
+  void Begin();
+  // Answers `error` before anything else was written, and ends the call.
+  void Refuse(const absl::Status& status);
+  // Any thread: finishes every completion in the engine and ends the call with `status`.
+  void Stop(absl::Status status);
+  void Pump();
+  // The text of `tokens` for completion `index` (stop strings applied) and, with `final`, its
+  // end; appends the stream's events to `out`.
+  void Consume(int index, const std::vector<int32_t>& tokens,
+               const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
+               std::string* out);
+  // The answer's form of a token's logprob.
+  TokenLogprobText LogprobText(int32_t token, const TokenLogprob& logprob) const;
+  // The logprobs object of an answer (completions or chat form); null when not asked for.
+  nlohmann::json LogprobsJson(const std::vector<TokenLogprobText>& tokens, int64_t offset) const;
+  // After the last completion's end: the stream's closing events or the whole answer.
+  std::string Closing();
+  void Send(std::string bytes, bool last);
+  void OnWritten(bool ok, bool last);
+  // Ends the call early with `status` (client gone: no answer; otherwise an error answer).
+  void EndEarly(const absl::Status& status);
+  // Logs, counts, unregisters and hands the connection back.
+  void Done(bool reuse);
+
+  OpenAiFrontend* const frontend_;
+  const std::shared_ptr<Responder> responder_;
+  OpenAiRequest request_;
+  const bool keep_alive_;
+  AnswerHeader header_;
+  std::optional<ChunkEncoder> chunks_;  // streams: set with header_
+  std::vector<std::unique_ptr<Completion>> completions_;
+  double start_ = 0;
+  RequestId id_ = 0;
+  std::atomic<bool> submitted_{false};  // the engine knows the request (id_ is set)
+  // The strand's.
+  bool writing_ = false;
+  bool done_ = false;
+  int ended_ = 0;  // completions whose end Consume has seen
+  GenerateOutcome outcome_;
+  absl::Status failure_;  // the first failed end among the completions
+
+  absl::Mutex mu_;
+  bool pump_posted_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<absl::Status> ending_ ABSL_GUARDED_BY(mu_);
+  bool over_ ABSL_GUARDED_BY(mu_) = false;  // Done ran: no more tokens wanted
+  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace pagoda::scheduler::http

@@ -1,0 +1,242 @@
+#include "scheduler/http/openai_frontend.h"
+
+#include <nlohmann/json.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "scheduler/http/openai_call.h"
+#include "scheduler/http/openai_response.h"
+
+namespace pagoda::scheduler::http {
+namespace {
+
+using nlohmann::json;
+
+// Compares without an early exit, so that the time taken tells nothing of the key.
+bool SameKey(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return diff == 0;
+}
+
+std::string MethodNotAllowed(std::string_view allow, bool keep_alive) {
+  ApiError e =
+      MakeError(405, absl::StrCat("method not allowed; this path takes ", std::string(allow)));
+  return HttpResponse(405, "application/json", e.Body(), keep_alive,
+                      {{"Allow", std::string(allow)}});
+}
+
+}  // namespace
+
+OpenAiFrontend::OpenAiFrontend(Engine* engine, GenerationService* service, const ServedModel* model,
+                               FrontendOptions options)
+    : engine_(engine),
+      service_(service),
+      model_(model),
+      options_(std::move(options)),
+      created_(absl::ToUnixSeconds(absl::Now())) {
+  if (options_.chat_template.empty()) {
+    chat_template_error_ =
+        "the model has no chat template (no tokenizer.chat_template in its GGUF file): start "
+        "pagoda-scheduler with --chat-template FILE, or use /v1/completions";
+    return;
+  }
+  absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(options_.chat_template);
+  if (parsed.ok()) {
+    chat_template_ = *std::move(parsed);
+  } else {
+    chat_template_error_ =
+        absl::StrCat("the model's chat template does not parse (", parsed.status().message(),
+                     "): start pagoda-scheduler with --chat-template FILE, or use /v1/completions");
+    PAGODA_LOG(kWarning, "http", "%s", chat_template_error_);
+  }
+}
+
+absl::Status CheckChatTemplate(const std::string& source) {
+  absl::StatusOr<text::ChatTemplate> parsed = text::ChatTemplate::Parse(source);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--chat-template does not parse: ", parsed.status().message()));
+}
+
+OpenAiFrontend::~OpenAiFrontend() = default;
+
+std::optional<std::string> OpenAiFrontend::Route(const HttpRequest& request,
+                                                 std::optional<Endpoint>* endpoint) {
+  const bool keep = request.keep_alive;
+  const std::string& path = request.target;
+  if (path == "/health") {
+    if (request.method != "GET" && request.method != "HEAD") return MethodNotAllowed("GET", keep);
+    return Health(keep);
+  }
+  if (!options_.api_key.empty()) {
+    const std::string kBearer = "Bearer ";
+    const std::string& auth = request.authorization;
+    if (!absl::StartsWith(auth, kBearer) ||
+        !SameKey(std::string_view(auth).substr(kBearer.size()), options_.api_key)) {
+      return ErrorResponse(
+          MakeError(401, "missing or wrong API key: send \"Authorization: Bearer KEY\"",
+                    "authentication_error", "", "invalid_api_key"),
+          keep);
+    }
+  }
+  if (path == "/v1/models") {
+    if (request.method != "GET") return MethodNotAllowed("GET", keep);
+    return Models(keep);
+  }
+  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+    if (request.method != "POST") return MethodNotAllowed("POST", keep);
+    *endpoint = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat;
+    return std::nullopt;
+  }
+  if (absl::StartsWith(path, "/v1/models/")) {
+    if (request.method != "GET") return MethodNotAllowed("GET", keep);
+    const std::string id = path.substr(11);
+    if (id == options_.served_model_name) {
+      return HttpResponse(200, "application/json", Dump(ModelJson()), keep);
+    }
+    return ErrorResponse(MakeError(404, absl::StrCat("the model '", id, "' does not exist"),
+                                   "invalid_request_error", "model", "model_not_found"),
+                         keep);
+  }
+  return ErrorResponse(MakeError(404, absl::StrCat("no such path: ", path), "invalid_request_error",
+                                 "", "not_found"),
+                       keep);
+}
+
+void OpenAiFrontend::Handle(HttpRequest request, std::shared_ptr<Responder> responder) {
+  std::optional<Endpoint> endpoint;
+  std::optional<std::string> answer = Route(request, &endpoint);
+  const bool keep = request.keep_alive;
+  auto reply = [&](std::string bytes) {
+    responder->Write(std::move(bytes),
+                     [responder, keep](bool ok) { responder->Complete(ok && keep); });
+  };
+  if (answer) return reply(*std::move(answer));
+  OpenAiRequest parsed;
+  if (std::optional<ApiError> e = ParseOpenAiRequest(*endpoint, request.body, &parsed)) {
+    return reply(ErrorResponse(*e, keep));
+  }
+  if (!parsed.model.empty() && parsed.model != options_.served_model_name) {
+    return reply(ErrorResponse(MakeError(404,
+                                         absl::StrCat("the model '", parsed.model,
+                                                      "' does not exist; this server serves '",
+                                                      options_.served_model_name, "'"),
+                                         "invalid_request_error", "model", "model_not_found"),
+                               keep));
+  }
+  parsed.generate.set_request_id("");
+  if (parsed.endpoint == Endpoint::kChat) {
+    if (absl::Status s = RenderChat(&parsed); !s.ok()) {
+      return reply(ErrorResponse(FromStatus(s), keep));
+    }
+  }
+  OpenAiCall::Start(this, std::move(responder), std::move(parsed), keep);
+}
+
+json OpenAiFrontend::ModelJson() const {
+  return json{{"id", options_.served_model_name},
+              {"object", "model"},
+              {"created", created_},
+              {"owned_by", "pagoda"},
+              {"max_model_len", model_->config.context_length}};
+}
+
+std::string OpenAiFrontend::Models(bool keep_alive) const {
+  json out = {{"object", "list"}, {"data", json::array({ModelJson()})}};
+  return HttpResponse(200, "application/json", Dump(out), keep_alive);
+}
+
+std::string OpenAiFrontend::Health(bool keep_alive) {
+  bool draining = false;
+  {
+    absl::MutexLock lock(&mu_);
+    draining = draining_;
+  }
+  const size_t workers = engine_->Status().workers.size();
+  if (draining || workers == 0) {
+    json out = {{"status", draining ? "draining" : "no worker attached"}};
+    return HttpResponse(503, "application/json", Dump(out), keep_alive);
+  }
+  return HttpResponse(200, "application/json", Dump(json{{"status", "ok"}}), keep_alive);
+}
+
+absl::Status OpenAiFrontend::RenderChat(OpenAiRequest* request) const {
+  if (!chat_template_) return absl::InvalidArgumentError(chat_template_error_);
+  const text::Tokenizer& tok = model_->tokenizer;
+  text::ChatRenderOptions options;
+  options.add_generation_prompt = request->add_generation_prompt;
+  if (tok.bos_id() >= 0) options.bos_token = std::string(tok.Piece(tok.bos_id()));
+  if (tok.eos_id() >= 0) options.eos_token = std::string(tok.Piece(tok.eos_id()));
+  options.tools = request->tools;
+  std::vector<text::ChatMessage> messages;
+  messages.reserve(request->messages.size());
+  for (ChatTurn& turn : request->messages) {
+    text::ChatMessage& m = messages.emplace_back();
+    m.role = std::move(turn.role);
+    m.content = std::move(turn.content);
+    if (turn.content_null) m.content_json = nullptr;  // the template sees none, as OpenAI sent
+    m.name = std::move(turn.name);
+    m.tool_calls = std::move(turn.tool_calls);
+    m.tool_call_id = std::move(turn.tool_call_id);
+    if (turn.reasoning_content) m.extra_fields["reasoning_content"] = *turn.reasoning_content;
+  }
+  absl::StatusOr<std::string> prompt = chat_template_->Render(messages, options);
+  if (!prompt.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the chat template failed: ", prompt.status().message()));
+  }
+  // As Hugging Face and vLLM do, the rendered text is tokenized with its special tokens parsed
+  // and nothing added, except that a model that wants a BOS gets one when the template did not
+  // write it (llama.cpp's rule, which never doubles it).
+  std::vector<int32_t> ids = tok.Encode(*prompt, /*add_special=*/false, /*parse_special=*/true);
+  const bool template_wrote_bos = !ids.empty() && ids.front() == tok.bos_id();
+  if (tok.add_bos() && tok.bos_id() >= 0 && !template_wrote_bos) {
+    ids.insert(ids.begin(), tok.bos_id());
+  }
+  auto* dst = request->generate.mutable_token_ids()->mutable_ids();
+  dst->Assign(ids.begin(), ids.end());
+  return absl::OkStatus();
+}
+
+void OpenAiFrontend::SetDraining() {
+  absl::MutexLock lock(&mu_);
+  draining_ = true;
+}
+
+void OpenAiFrontend::CallStarted(std::shared_ptr<OpenAiCall> call) {
+  absl::MutexLock lock(&mu_);
+  OpenAiCall* key = call.get();
+  calls_.emplace(key, std::move(call));
+}
+
+void OpenAiFrontend::CallEnded(OpenAiCall* call) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(call);
+}
+
+std::optional<std::string> OpenAiFrontend::AbortMessage() {
+  absl::MutexLock lock(&mu_);
+  return abort_message_;
+}
+
+void OpenAiFrontend::AbortAll(const std::string& why) {
+  std::vector<std::shared_ptr<OpenAiCall>> calls;
+  {
+    absl::MutexLock lock(&mu_);
+    abort_message_ = why;
+    for (const auto& [key, call] : calls_) calls.push_back(call);
+  }
+  for (const auto& call : calls) call->Abort(why);
+}
+
+bool OpenAiFrontend::WaitNoActiveCalls(absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  auto none = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return calls_.empty(); };
+  return mu_.AwaitWithDeadline(absl::Condition(&none), deadline);
+}
+
+}  // namespace pagoda::scheduler::http

@@ -1,0 +1,99 @@
+// OpenAiFrontend: the OpenAI-compatible API's routes, on top of the engine and the gRPC API's
+// validation (GenerationService::Validate: one set of rules and messages for both APIs).
+//
+//   GET  /health               200 {"status":"ok"} while a worker is attached and no drain runs,
+//                              503 otherwise
+//   GET  /v1/models            the served model (id = --served-model-name); /v1/models/{id}
+//                              that entry alone
+//   POST /v1/completions       OpenAiCall (streaming or not)
+//   POST /v1/chat/completions  the messages rendered with the chat template (its bos_token and
+//                              eos_token from the vocabulary), tokenized with the special tokens
+//                              it holds, then OpenAiCall
+//
+// Errors are OpenAI's error JSON: 404 for an unknown path or model, 405 for a known path with
+// the wrong method, 401 without the Bearer key when one is configured (/health needs none),
+// 400/429/503 from the request's parse, validation and submission. The front end tracks its
+// calls so that a drain can wait for them and abort what is left.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+#include "scheduler/engine/engine.h"
+#include "scheduler/http/http_message.h"
+#include "scheduler/http/openai_request.h"
+#include "scheduler/http/responder.h"
+#include "scheduler/service/generation_service.h"
+#include "scheduler/service/served_model.h"
+#include "scheduler/text/chat_template.h"
+
+namespace pagoda::scheduler::http {
+
+class OpenAiCall;
+
+struct FrontendOptions {
+  std::string served_model_name;  // the id of /v1/models; requests may name it or omit it
+  std::string api_key;            // required as "Authorization: Bearer KEY"; empty = none
+  std::string chat_template;      // Jinja source; empty = the model has none
+};
+
+// Parses a chat template given with --chat-template: an error names the flag and the problem.
+absl::Status CheckChatTemplate(const std::string& source);
+
+class OpenAiFrontend {
+ public:
+  // `engine`, `service` and `model` must outlive the front end.
+  OpenAiFrontend(Engine* engine, GenerationService* service, const ServedModel* model,
+                 FrontendOptions options);
+  ~OpenAiFrontend();
+
+  // On the connection's strand: answers `request` through `responder`.
+  void Handle(HttpRequest request, std::shared_ptr<Responder> responder);
+
+  // /health answers 503 from now on (the engine refuses new requests itself).
+  void SetDraining();
+  // Ends every call still in progress with 503 and `why` (a drain ran out of time).
+  void AbortAll(const std::string& why);
+  // Waits until no call is in progress, or until `deadline`; true when none is.
+  bool WaitNoActiveCalls(absl::Time deadline);
+
+  const FrontendOptions& options() const { return options_; }
+
+ private:
+  friend class OpenAiCall;
+
+  // The answer to a request that is not a generation (health, models, errors); nullopt when
+  // `request` is a generation the caller must start.
+  std::optional<std::string> Route(const HttpRequest& request, std::optional<Endpoint>* endpoint);
+  std::string Models(bool keep_alive) const;
+  nlohmann::json ModelJson() const;  // the served model's entry in /v1/models
+  std::string Health(bool keep_alive);
+  // Sets the prompt of a chat request: the messages rendered and tokenized.
+  absl::Status RenderChat(OpenAiRequest* request) const;
+
+  void CallStarted(std::shared_ptr<OpenAiCall> call);
+  void CallEnded(OpenAiCall* call);
+  std::optional<std::string> AbortMessage();
+
+  Engine* const engine_;
+  GenerationService* const service_;
+  const ServedModel* const model_;
+  const FrontendOptions options_;
+  const int64_t created_;  // /v1/models' "created": when the server started
+  // The parsed chat template, or why there is none.
+  std::optional<text::ChatTemplate> chat_template_;
+  std::string chat_template_error_;
+
+  absl::Mutex mu_;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<std::string> abort_message_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<OpenAiCall*, std::shared_ptr<OpenAiCall>> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace pagoda::scheduler::http

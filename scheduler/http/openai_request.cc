@@ -1,0 +1,476 @@
+#include "scheduler/http/openai_request.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/utf8.h"
+
+namespace pagoda::scheduler::http {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+// Logprobs alternatives per token at most (OpenAI's chat limit; vLLM's default).
+constexpr int kMaxTopLogprobs = 20;
+// OpenAI's default for /v1/completions.
+constexpr uint32_t kDefaultCompletionTokens = 16;
+
+// The deepest nesting of arrays and objects in `body` (strings skipped), counted without
+// parsing, so that a pathological body never reaches the JSON parser.
+int NestingDepth(std::string_view body) {
+  int depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Reads the fields of one request object; the first error wins and later reads do nothing.
+class Reader {
+ public:
+  explicit Reader(const json& object) : object_(object) {}
+
+  const std::optional<ApiError>& error() const { return error_; }
+  bool ok() const { return !error_; }
+  void Fail(std::string message, const std::string& param) {
+    if (!error_) error_ = BadRequest(std::move(message), param);
+  }
+  // The field, or null when absent or JSON null; marks it as known.
+  const json* Get(const std::string& name) {
+    known_.insert(name);
+    auto it = object_.find(name);
+    if (it == object_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  std::optional<bool> Bool(const std::string& name) {
+    const json* v = Get(name);
+    if (v == nullptr || !ok()) return std::nullopt;
+    if (!v->is_boolean()) {
+      Fail(absl::StrCat(name, " must be a boolean"), name);
+      return std::nullopt;
+    }
+    return v->get<bool>();
+  }
+  std::optional<double> Number(const std::string& name) {
+    const json* v = Get(name);
+    if (v == nullptr || !ok()) return std::nullopt;
+    if (!v->is_number()) {
+      Fail(absl::StrCat(name, " must be a number"), name);
+      return std::nullopt;
+    }
+    return v->get<double>();
+  }
+  // An integer in [lo, hi] (a float with an integral value counts).
+  std::optional<int64_t> Integer(const std::string& name, int64_t lo, int64_t hi) {
+    const json* v = Get(name);
+    if (v == nullptr || !ok()) return std::nullopt;
+    return IntegerValue(*v, name, lo, hi);
+  }
+  std::optional<int64_t> IntegerValue(const json& v, const std::string& name, int64_t lo,
+                                      int64_t hi) {
+    auto fail = [&] {
+      Fail(absl::StrFormat("%s must be an integer in [%d, %d]", name, lo, hi), name);
+      return std::nullopt;
+    };
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (hi < 0 || u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo))) {
+        return fail();
+      }
+      return static_cast<int64_t>(u);
+    }
+    if (v.is_number_integer()) {
+      const int64_t i = v.get<int64_t>();
+      if (i < lo || i > hi) return fail();
+      return i;
+    }
+    // A float with an integral value counts (some clients send 16.0).
+    if (!v.is_number_float()) return fail();
+    const double d = v.get<double>();
+    // (The bounds of int64_t itself first, so that the cast below is defined.)
+    if (!std::isfinite(d) || d != std::floor(d) || d >= 0x1p63 || d < -0x1p63 ||
+        static_cast<int64_t>(d) < lo || static_cast<int64_t>(d) > hi) {
+      return fail();
+    }
+    return static_cast<int64_t>(d);
+  }
+  std::optional<std::string> String(const std::string& name) {
+    const json* v = Get(name);
+    if (v == nullptr || !ok()) return std::nullopt;
+    if (!v->is_string()) {
+      Fail(absl::StrCat(name, " must be a string"), name);
+      return std::nullopt;
+    }
+    return v->get<std::string>();
+  }
+  // A field this server does not implement: accepted only when absent or `is_default`.
+  void Unsupported(const std::string& name, bool (*is_default)(const json&),
+                   const std::string& why = "") {
+    const json* v = Get(name);
+    if (v == nullptr || !ok() || is_default(*v)) return;
+    Fail(absl::StrCat(name, " is not supported by this server",
+                      why.empty() ? "" : absl::StrCat(" (", why, ")")),
+         name);
+  }
+  // Fields that change nothing here: accepted as they are.
+  void Ignore(std::initializer_list<const char*> names) {
+    for (const char* name : names) known_.insert(name);
+  }
+  // Refuses the first field no Get/Ignore asked about.
+  void RefuseUnknown() {
+    if (!ok()) return;
+    for (auto it = object_.begin(); it != object_.end(); ++it) {
+      if (!known_.contains(it.key())) {
+        Fail(absl::StrCat("unknown field '", it.key(),
+                          "': this server does not support it (fields that would change the "
+                          "result are never ignored)"),
+             it.key());
+        return;
+      }
+    }
+  }
+
+ private:
+  const json& object_;
+  absl::flat_hash_set<std::string> known_;
+  std::optional<ApiError> error_;
+};
+
+bool IsFalse(const json& v) { return v.is_boolean() && !v.get<bool>(); }
+bool IsZero(const json& v) { return v.is_number() && v.get<double>() == 0; }
+bool IsEmpty(const json& v) {
+  return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
+}
+bool IsTextFormat(const json& v) {
+  return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text";
+}
+bool IsNoTool(const json& v) { return v == "none" || v == "auto"; }
+
+// prompt: a string, an array of token ids, or an array holding one of those.
+void ReadPrompt(Reader& r, pagoda::v1::GenerateRequest* out) {
+  const json* p = r.Get("prompt");
+  if (!r.ok()) return;
+  if (p == nullptr) return r.Fail("prompt is required", "prompt");
+  auto token_ids = [&](const json& ids) {
+    auto* dst = out->mutable_token_ids()->mutable_ids();
+    dst->Reserve(static_cast<int>(ids.size()));
+    for (const json& id : ids) {
+      const std::optional<int64_t> v =
+          r.IntegerValue(id, "prompt", 0, std::numeric_limits<int32_t>::max());
+      if (!v) return;
+      dst->Add(static_cast<int32_t>(*v));
+    }
+  };
+  if (p->is_string()) return out->set_text(p->get<std::string>());
+  if (!p->is_array() || p->empty()) {
+    return r.Fail("prompt must be a string, an array of token ids, or an array of one of those",
+                  "prompt");
+  }
+  if ((*p)[0].is_number()) return token_ids(*p);
+  if (p->size() > 1) {
+    return r.Fail(absl::StrFormat("prompt holds %d prompts; this server takes one prompt per "
+                                  "request (use n for several completions of one prompt)",
+                                  p->size()),
+                  "prompt");
+  }
+  const json& only = (*p)[0];
+  if (only.is_string()) return out->set_text(only.get<std::string>());
+  if (only.is_array() && !only.empty()) return token_ids(only);
+  r.Fail("prompt must be a string, an array of token ids, or an array of one of those", "prompt");
+}
+
+// A message's content: a string, or an array of text parts (concatenated).
+std::optional<std::string> MessageContent(Reader& r, const json& m, size_t i) {
+  const std::string param = absl::StrFormat("messages[%d].content", i);
+  auto it = m.find("content");
+  if (it == m.end() || it->is_null()) return std::string();
+  if (it->is_string()) return it->get<std::string>();
+  if (!it->is_array()) {
+    r.Fail(param + " must be a string or an array of text parts", param);
+    return std::nullopt;
+  }
+  std::string text;
+  for (const json& part : *it) {
+    if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+        !part.contains("text") || !part["text"].is_string()) {
+      r.Fail(param + ": only text parts ({\"type\": \"text\", \"text\": ...}) are supported",
+             param);
+      return std::nullopt;
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+// A message's optional string field `key`; false (with the error) when it is not a string.
+bool OptionalString(Reader& r, const json& m, const std::string& key, const std::string& param,
+                    std::optional<std::string>* out) {
+  auto it = m.find(key);
+  if (it == m.end() || it->is_null()) return true;
+  if (!it->is_string()) {
+    r.Fail(absl::StrCat(param, ".", key, " must be a string"), param + "." + key);
+    return false;
+  }
+  *out = it->get<std::string>();
+  return true;
+}
+
+void ReadMessages(Reader& r, OpenAiRequest* out) {
+  const json* ms = r.Get("messages");
+  if (!r.ok()) return;
+  if (ms == nullptr || !ms->is_array() || ms->empty()) {
+    return r.Fail("messages must be a non-empty array of {role, content} objects", "messages");
+  }
+  static const absl::flat_hash_set<std::string> kRoles = {"system", "developer", "user",
+                                                          "assistant", "tool"};
+  for (size_t i = 0; i < ms->size(); ++i) {
+    const json& m = (*ms)[i];
+    const std::string param = absl::StrFormat("messages[%d]", i);
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string()) {
+      return r.Fail(param + " must be an object with a string role", param + ".role");
+    }
+    ChatTurn message;
+    message.role = m["role"].get<std::string>();
+    if (!kRoles.contains(message.role)) {
+      return r.Fail(absl::StrCat(param, ".role '", message.role,
+                                 "' is not one of system, developer, user, assistant, tool"),
+                    param + ".role");
+    }
+    std::optional<std::string> content = MessageContent(r, m, i);
+    if (!content) return;
+    message.content = *std::move(content);
+    message.content_null = !m.contains("content") || m["content"].is_null();
+    if (!OptionalString(r, m, "name", param, &message.name) ||
+        !OptionalString(r, m, "tool_call_id", param, &message.tool_call_id) ||
+        !OptionalString(r, m, "reasoning_content", param, &message.reasoning_content)) {
+      return;
+    }
+    if (auto it = m.find("tool_calls"); it != m.end() && !it->is_null()) {
+      if (!it->is_array()) {
+        return r.Fail(param + ".tool_calls must be an array", param + ".tool_calls");
+      }
+      message.tool_calls = *it;
+    }
+    out->messages.push_back(std::move(message));
+  }
+}
+
+// tools: rendered into the prompt by the chat template; the answer's text is not parsed back
+// into tool calls, so only tool_choice none and auto are accepted.
+void ReadTools(Reader& r, OpenAiRequest* out) {
+  if (const json* tools = r.Get("tools")) {
+    if (!tools->is_array()) return r.Fail("tools must be an array", "tools");
+    if (!tools->empty()) out->tools = *tools;
+  }
+  r.Unsupported("tool_choice", IsNoTool, "only \"none\" and \"auto\"");
+}
+
+// logit_bias: {"token id": bias, ...} (OpenAI's keys are strings holding token ids).
+void ReadLogitBias(Reader& r, pagoda::v1::SamplingParams* s) {
+  const json* bias = r.Get("logit_bias");
+  if (bias == nullptr || !r.ok()) return;
+  if (!bias->is_object()) {
+    return r.Fail("logit_bias must be an object mapping token ids to biases", "logit_bias");
+  }
+  for (auto it = bias->begin(); it != bias->end(); ++it) {
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(it.key(), &id)) {
+      return r.Fail(absl::StrCat("logit_bias key '", it.key(), "' is not a token id"),
+                    "logit_bias");
+    }
+    if (!it->is_number()) {
+      return r.Fail(absl::StrCat("logit_bias['", it.key(), "'] must be a number"), "logit_bias");
+    }
+    (*s->mutable_logit_bias())[id] = it->get<float>();
+  }
+}
+
+void ReadSampling(Reader& r, OpenAiRequest* out) {
+  pagoda::v1::GenerateRequest& g = out->generate;
+  pagoda::v1::SamplingParams& s = *g.mutable_sampling();
+  s.set_temperature(static_cast<float>(r.Number("temperature").value_or(1.0)));
+  if (std::optional<double> v = r.Number("top_p")) s.set_top_p(static_cast<float>(*v));
+  // vLLM's top_k: -1 (and 0) = off.
+  if (std::optional<int64_t> v = r.Integer("top_k", -1, std::numeric_limits<int32_t>::max())) {
+    s.set_top_k(*v < 0 ? 0 : static_cast<int32_t>(*v));
+  }
+  if (std::optional<int64_t> v = r.Integer("seed", std::numeric_limits<int64_t>::min(),
+                                           std::numeric_limits<int64_t>::max())) {
+    s.set_seed(static_cast<uint64_t>(*v));
+  }
+  if (std::optional<double> v = r.Number("min_p")) s.set_min_p(static_cast<float>(*v));
+  if (std::optional<double> v = r.Number("presence_penalty")) {
+    s.set_presence_penalty(static_cast<float>(*v));
+  }
+  if (std::optional<double> v = r.Number("frequency_penalty")) {
+    s.set_frequency_penalty(static_cast<float>(*v));
+  }
+  if (std::optional<double> v = r.Number("repetition_penalty")) {
+    s.set_repetition_penalty(static_cast<float>(*v));
+  }
+  ReadLogitBias(r, &s);
+}
+
+void ReadLengthsAndStops(Reader& r, OpenAiRequest* out) {
+  pagoda::v1::GenerateRequest& g = out->generate;
+  constexpr int64_t kMaxU32 = std::numeric_limits<uint32_t>::max();
+  std::optional<int64_t> max_tokens = r.Integer("max_tokens", 1, kMaxU32);
+  if (std::optional<int64_t> v = r.Integer("max_completion_tokens", 1, kMaxU32)) max_tokens = v;
+  if (max_tokens) {
+    g.set_max_tokens(static_cast<uint32_t>(*max_tokens));
+  } else if (out->endpoint == Endpoint::kCompletions) {
+    g.set_max_tokens(kDefaultCompletionTokens);
+  }
+  if (std::optional<int64_t> n = r.Integer("n", 1, kMaxU32)) g.set_n(static_cast<uint32_t>(*n));
+  if (const json* stop = r.Get("stop")) {
+    if (stop->is_string()) {
+      g.add_stop(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) return r.Fail("stop must be a string or an array of strings", "stop");
+        g.add_stop(s.get<std::string>());
+      }
+    } else {
+      return r.Fail("stop must be a string or an array of strings", "stop");
+    }
+  }
+  if (const json* ids = r.Get("stop_token_ids")) {
+    if (!ids->is_array())
+      return r.Fail("stop_token_ids must be an array of token ids", "stop_token_ids");
+    for (const json& id : *ids) {
+      std::optional<int64_t> v =
+          r.IntegerValue(id, "stop_token_ids", std::numeric_limits<int32_t>::min(),
+                         std::numeric_limits<int32_t>::max());
+      if (!v) return;
+      g.add_stop_token_ids(static_cast<int32_t>(*v));
+    }
+  }
+  g.set_ignore_eos(r.Bool("ignore_eos").value_or(false));
+  if (std::optional<std::string> salt = r.String("cache_salt")) g.set_cache_salt(*salt);
+}
+
+void ReadStreaming(Reader& r, OpenAiRequest* out) {
+  out->stream = r.Bool("stream").value_or(false);
+  const json* options = r.Get("stream_options");
+  if (options == nullptr || !r.ok()) return;
+  if (!out->stream)
+    return r.Fail("stream_options is only allowed with stream: true", "stream_options");
+  if (!options->is_object()) return r.Fail("stream_options must be an object", "stream_options");
+  for (auto it = options->begin(); it != options->end(); ++it) {
+    if (it.key() == "include_usage" && it->is_boolean()) {
+      out->include_usage = it->get<bool>();
+    } else if (it.key() == "continuous_usage_stats" && IsFalse(*it)) {
+    } else {
+      return r.Fail(absl::StrCat("stream_options.", it.key(), " is not supported"),
+                    "stream_options." + it.key());
+    }
+  }
+}
+
+void ReadLogprobs(Reader& r, OpenAiRequest* out) {
+  if (out->endpoint == Endpoint::kCompletions) {
+    // Completions: logprobs is the number of alternatives.
+    if (std::optional<int64_t> v = r.Integer("logprobs", 0, kMaxTopLogprobs)) {
+      out->top_logprobs = static_cast<int>(*v);
+    }
+  } else {
+    const bool wanted = r.Bool("logprobs").value_or(false);
+    std::optional<int64_t> top = r.Integer("top_logprobs", 0, kMaxTopLogprobs);
+    if (top && !wanted && *top > 0) {
+      return r.Fail("top_logprobs needs logprobs: true", "top_logprobs");
+    }
+    if (wanted) out->top_logprobs = static_cast<int>(top.value_or(0));
+  }
+  if (out->top_logprobs >= 0) {
+    out->generate.set_logprobs(true);
+    out->generate.set_top_logprobs(static_cast<uint32_t>(out->top_logprobs));
+  }
+}
+
+void ReadEndpointFields(Reader& r, OpenAiRequest* out) {
+  if (out->endpoint == Endpoint::kCompletions) {
+    ReadPrompt(r, &out->generate);
+    r.Unsupported("echo", IsFalse);
+    r.Unsupported("suffix", IsEmpty);
+    r.Unsupported(
+        "best_of", [](const json& v) { return v == 1; }, "only best_of = n = 1");
+  } else {
+    ReadMessages(r, out);
+    out->add_generation_prompt = r.Bool("add_generation_prompt").value_or(true);
+    r.Unsupported("continue_final_message", IsFalse);
+    r.Unsupported("echo", IsFalse);
+    ReadTools(r, out);
+    r.Unsupported("functions", IsEmpty);
+    r.Unsupported("function_call", IsNoTool);
+    r.Unsupported("chat_template", IsEmpty, "the server's template is used");
+    r.Unsupported("chat_template_kwargs", IsEmpty);
+    r.Unsupported("response_format", IsTextFormat);
+    r.Unsupported("modalities", [](const json& v) { return v == json::array({"text"}); });
+    r.Unsupported("audio", IsEmpty);
+    r.Unsupported("prediction", IsEmpty);
+    r.Unsupported("reasoning_effort", IsEmpty);
+    r.Unsupported("web_search_options", IsEmpty);
+    r.Ignore({"parallel_tool_calls", "documents"});
+  }
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view body,
+                                           OpenAiRequest* out) {
+  if (NestingDepth(body) > kMaxJsonDepth) {
+    return BadRequest(absl::StrFormat("the body nests deeper than %d levels", kMaxJsonDepth));
+  }
+  json object = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (object.is_discarded()) return BadRequest("the body is not valid JSON");
+  if (!object.is_object()) return BadRequest("the body must be a JSON object");
+  *out = OpenAiRequest{};
+  out->endpoint = endpoint;
+  Reader r(object);
+  if (std::optional<std::string> model = r.String("model")) out->model = *model;
+  ReadEndpointFields(r, out);
+  ReadStreaming(r, out);
+  ReadSampling(r, out);
+  ReadLengthsAndStops(r, out);
+  ReadLogprobs(r, out);
+  r.Unsupported("min_tokens", IsZero);
+  r.Unsupported("include_stop_str_in_output", IsFalse);
+  r.Unsupported("prompt_logprobs", IsZero);
+  r.Unsupported("use_beam_search", IsFalse);
+  r.Unsupported("length_penalty", [](const json& v) { return v == 1; });
+  r.Unsupported("priority", IsZero);
+  r.Unsupported("guided_json", IsEmpty);
+  r.Unsupported("guided_regex", IsEmpty);
+  r.Unsupported("guided_choice", IsEmpty);
+  r.Unsupported("guided_grammar", IsEmpty);
+  r.Unsupported("truncate_prompt_tokens", [](const json&) { return false; });
+  r.Unsupported("skip_special_tokens", [](const json& v) { return v == true; });
+  r.Ignore(
+      {"user", "metadata", "store", "service_tier", "spaces_between_special_tokens", "request_id"});
+  r.RefuseUnknown();
+  if (r.error()) return r.error();
+  return std::nullopt;
+}
+
+}  // namespace pagoda::scheduler::http

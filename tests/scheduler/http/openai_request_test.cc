@@ -1,0 +1,159 @@
+// ParseOpenAiRequest: OpenAI JSON onto the GenerateRequest proto, defaults, and refusals that
+// name the field.
+#include "scheduler/http/openai_request.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace pagoda::scheduler::http {
+namespace {
+
+OpenAiRequest Parse(Endpoint endpoint, const std::string& body) {
+  OpenAiRequest r;
+  std::optional<ApiError> e = ParseOpenAiRequest(endpoint, body, &r);
+  EXPECT_FALSE(e) << e->message;
+  return r;
+}
+
+ApiError Refusal(Endpoint endpoint, const std::string& body) {
+  OpenAiRequest r;
+  std::optional<ApiError> e = ParseOpenAiRequest(endpoint, body, &r);
+  EXPECT_TRUE(e) << body;
+  return e.value_or(ApiError{});
+}
+
+TEST(OpenAiRequestTest, CompletionDefaultsFollowOpenAi) {
+  OpenAiRequest r = Parse(Endpoint::kCompletions, R"({"model": "m", "prompt": "Once"})");
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.generate.text(), "Once");
+  EXPECT_EQ(r.generate.max_tokens(), 16u);
+  EXPECT_FLOAT_EQ(r.generate.sampling().temperature(), 1.0f);
+  EXPECT_FALSE(r.stream);
+  EXPECT_EQ(r.top_logprobs, -1);
+  // Chat has no default length: up to the context.
+  r = Parse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "hi"}]})");
+  EXPECT_EQ(r.generate.max_tokens(), 0u);
+}
+
+TEST(OpenAiRequestTest, MapsEveryGenerationField) {
+  OpenAiRequest r = Parse(Endpoint::kCompletions, R"({
+      "prompt": [1, 2, 3], "max_completion_tokens": 7, "temperature": 0.5, "top_p": 0.9,
+      "top_k": -1, "seed": -1, "n": 3, "stop": ["a", "b"], "stop_token_ids": [5],
+      "ignore_eos": true, "cache_salt": "tenant", "stream": true,
+      "stream_options": {"include_usage": true}, "user": "u1"})");
+  ASSERT_TRUE(r.generate.has_token_ids());
+  EXPECT_EQ(r.generate.token_ids().ids_size(), 3);
+  EXPECT_EQ(r.generate.max_tokens(), 7u);
+  EXPECT_FLOAT_EQ(r.generate.sampling().temperature(), 0.5f);
+  EXPECT_FLOAT_EQ(r.generate.sampling().top_p(), 0.9f);
+  EXPECT_EQ(r.generate.sampling().top_k(), 0);  // vLLM's -1 = off
+  EXPECT_EQ(r.generate.sampling().seed(), ~uint64_t{0});
+  EXPECT_EQ(r.generate.n(), 3u);
+  ASSERT_EQ(r.generate.stop_size(), 2);
+  EXPECT_EQ(r.generate.stop(1), "b");
+  EXPECT_EQ(r.generate.stop_token_ids(0), 5);
+  EXPECT_TRUE(r.generate.ignore_eos());
+  EXPECT_EQ(r.generate.cache_salt(), "tenant");
+  EXPECT_TRUE(r.stream);
+  EXPECT_TRUE(r.include_usage);
+}
+
+TEST(OpenAiRequestTest, MapsThePenaltiesBiasAndLogprobs) {
+  OpenAiRequest r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "min_p": 0.1,
+      "presence_penalty": 0.5, "frequency_penalty": -0.5, "repetition_penalty": 1.2,
+      "logit_bias": {"7": -100, "9": 2.5}, "logprobs": 3})");
+  const auto& s = r.generate.sampling();
+  EXPECT_FLOAT_EQ(s.min_p(), 0.1f);
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.5f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.5f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.2f);
+  ASSERT_EQ(s.logit_bias_size(), 2);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(7), -100.0f);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(9), 2.5f);
+  EXPECT_TRUE(r.generate.logprobs());
+  EXPECT_EQ(r.generate.top_logprobs(), 3u);
+  EXPECT_EQ(r.top_logprobs, 3);
+  // Completions' logprobs: 0 still returns the chosen tokens' logprobs.
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "logprobs": 0})");
+  EXPECT_TRUE(r.generate.logprobs());
+  EXPECT_EQ(r.generate.top_logprobs(), 0u);
+  // Chat: a boolean and top_logprobs.
+  const std::string user = R"("messages": [{"role": "user", "content": "x"}])";
+  r = Parse(Endpoint::kChat, "{" + user + R"(, "logprobs": true, "top_logprobs": 20})");
+  EXPECT_TRUE(r.generate.logprobs());
+  EXPECT_EQ(r.generate.top_logprobs(), 20u);
+  r = Parse(Endpoint::kChat, "{" + user + R"(, "logprobs": false})");
+  EXPECT_FALSE(r.generate.logprobs());
+  EXPECT_EQ(Refusal(Endpoint::kChat, "{" + user + R"(, "top_logprobs": 2})").param, "top_logprobs");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": "x", "logit_bias": {"a": 1}})").param,
+            "logit_bias");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": "x", "logit_bias": [1]})").param,
+            "logit_bias");
+}
+
+TEST(OpenAiRequestTest, PromptForms) {
+  EXPECT_EQ(Parse(Endpoint::kCompletions, R"({"prompt": ["one"]})").generate.text(), "one");
+  EXPECT_EQ(Parse(Endpoint::kCompletions, R"({"prompt": [[4, 5]]})").generate.token_ids().ids(1),
+            5);
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": ["a", "b"]})").param, "prompt");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": [1, "a"]})").param, "prompt");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"prompt": [-1]})").param, "prompt");
+  EXPECT_EQ(Refusal(Endpoint::kCompletions, R"({"max_tokens": 3})").message, "prompt is required");
+}
+
+TEST(OpenAiRequestTest, ChatMessages) {
+  OpenAiRequest r = Parse(Endpoint::kChat, R"({"messages": [
+      {"role": "system", "content": "Be brief."},
+      {"role": "user", "content": [{"type": "text", "text": "Hi "}, {"type": "text", "text": "there"}]},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+       "function": {"name": "f", "arguments": "{}"}}]},
+      {"role": "tool", "content": "42", "tool_call_id": "c1"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}], "tool_choice": "auto",
+      "add_generation_prompt": false})");
+  ASSERT_EQ(r.messages.size(), 4u);
+  EXPECT_EQ(r.messages[1].content, "Hi there");
+  EXPECT_EQ(r.messages[2].content, "");
+  ASSERT_TRUE(r.messages[2].tool_calls);
+  EXPECT_EQ((*r.messages[2].tool_calls)[0]["id"], "c1");
+  EXPECT_EQ(r.messages[3].tool_call_id, "c1");
+  ASSERT_TRUE(r.tools);
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(Refusal(Endpoint::kChat, R"({"messages": []})").param, "messages");
+  EXPECT_EQ(Refusal(Endpoint::kChat, R"({"messages": [{"role": "robot", "content": "x"}]})").param,
+            "messages[0].role");
+  EXPECT_EQ(Refusal(Endpoint::kChat,
+                    R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})")
+                .param,
+            "messages[0].content");
+  EXPECT_EQ(Refusal(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}],
+                                         "tool_choice": "required"})")
+                .param,
+            "tool_choice");
+}
+
+TEST(OpenAiRequestTest, RefusalsNameTheField) {
+  const Endpoint c = Endpoint::kCompletions;
+  EXPECT_EQ(Refusal(c, "{").message, "the body is not valid JSON");
+  EXPECT_EQ(Refusal(c, "[1]").message, "the body must be a JSON object");
+  EXPECT_EQ(Refusal(c, std::string(100, '[')).message, "the body nests deeper than 64 levels");
+  ApiError e = Refusal(c, R"({"prompt": "x", "max_tokens": "8"})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.message, "max_tokens must be an integer in [1, 4294967295]");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "max_tokens": 0})").param, "max_tokens");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "n": 0})").param, "n");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "temperature": "hot"})").param, "temperature");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "stop": [1]})").param, "stop");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "stream_options": {"include_usage": true}})").param,
+            "stream_options");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "echo": true})").param, "echo");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "best_of": 2})").param, "best_of");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "logprobs": 21})").param, "logprobs");
+  EXPECT_EQ(Refusal(c, R"({"prompt": "x", "temprature": 0})").param, "temprature");
+  // Neutral values of fields that are not implemented are accepted.
+  Parse(c, R"({"prompt": "x", "echo": false, "best_of": 1, "suffix": null, "min_tokens": 0})");
+}
+
+}  // namespace
+}  // namespace pagoda::scheduler::http
