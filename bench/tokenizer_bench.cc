@@ -11,8 +11,8 @@
 #include <string>
 
 #include "common/gguf_reader.h"
-#include "common/gguf_writer.h"
 #include "scheduler/text/gguf_vocab.h"
+#include "testing/gguf_writer.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 int main(int argc, char** argv) {

@@ -24,15 +24,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/ascii.h"
 #include "absl/synchronization/mutex.h"
-#include "common/flags.h"
-#include "common/link_token.h"
 #include "common/log.h"
 #include "common/port_file.h"
 #include "common/signals.h"
-#include "common/tls.h"
+#include "common/startup.h"
 #include "scheduler/server/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
@@ -57,8 +54,6 @@ ABSL_FLAG(bool, enable_prefix_caching, true,
 ABSL_FLAG(double, drain_timeout, 30,
           "seconds the queued and running requests get to finish after SIGTERM/SIGINT; what is "
           "left then ends with UNAVAILABLE");
-ABSL_FLAG(std::string, link_token_file, "",
-          "file holding the token workers must present to attach (empty: no authentication)");
 ABSL_FLAG(double, worker_timeout, 10,
           "seconds a worker link may stay silent (no result, no heartbeat) before it is cut and "
           "its sequences re-queued on the other workers; 0 = never");
@@ -70,14 +65,7 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HOST:PORT to serve Prometheus metrics on (GET /metrics); empty = off");
 ABSL_FLAG(std::string, metrics_port_file, "",
           "after binding, write the metrics port here (for --metrics-listen HOST:0)");
-ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM certificate chain: with --tls-key, the API and the worker link are served over "
-          "TLS (empty = plaintext)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate(s): clients and workers must present a certificate signed by it "
-          "(mutual TLS); needs --tls-cert and --tls-key");
+// --log-level, --tls-cert, --tls-key, --tls-ca and --link-token-file: common/startup.h.
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{4} << 20,
           "largest Generate/Tokenize request in bytes; larger ones get INVALID_ARGUMENT naming "
           "this limit");
@@ -165,34 +153,26 @@ std::string HttpOptions(pagoda::scheduler::ServerOptions* options) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  pagoda::common::BlockTerminationSignals();
+  if (absl::Status s = pagoda::common::StartProcess(
+          argc, argv, "pagoda-scheduler --listen HOST:PORT --model PATH");
+      !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   // Debian's Abseil is built with its debug checks, which keep a lock graph on every Mutex
   // acquisition (3% of the serving CPU in bench/streaming.sh). The tests keep the checks.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  absl::SetProgramUsageMessage("pagoda-scheduler --listen HOST:PORT --model PATH");
-  pagoda::common::ParseFlags(argc, argv);
-  pagoda::common::LogLevel level;
-  if (!pagoda::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
-    return Fail("--log-level must be debug, info, warning or error");
-  }
-  pagoda::common::SetLogLevel(level);
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return Fail("--model PATH is required");
 
   pagoda::scheduler::ServerOptions options;
   options.listen = absl::GetFlag(FLAGS_listen);
-  if (const std::string path = absl::GetFlag(FLAGS_link_token_file); !path.empty()) {
-    absl::StatusOr<std::string> token = pagoda::common::ReadLinkTokenFile(path);
-    if (!token.ok()) return Fail(std::string(token.status().message()));
-    options.link_token = *std::move(token);
-  }
-  {
-    absl::StatusOr<pagoda::common::TlsConfig> tls = pagoda::common::LoadTlsConfig(
-        {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
-        pagoda::common::TlsSide::kServer);
-    if (!tls.ok()) return Fail(std::string(tls.status().message()));
-    options.tls = *std::move(tls);
-  }
+  absl::StatusOr<std::string> token = pagoda::common::LoadLinkTokenFromFlags();
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+  options.link_token = *std::move(token);
+  absl::StatusOr<pagoda::common::TlsConfig> tls =
+      pagoda::common::LoadTlsFromFlags(pagoda::common::TlsSide::kServer);
+  if (!tls.ok()) return Fail(std::string(tls.status().message()));
+  options.tls = *std::move(tls);
   const int64_t max_request_bytes = absl::GetFlag(FLAGS_max_request_bytes);
   if (max_request_bytes < 1024 || max_request_bytes > (int64_t{1} << 30)) {
     return Fail("--max-request-bytes must be in [1024, 1073741824]");

@@ -42,6 +42,12 @@ rule common '(scheduler|worker|tools|tests)/.*' 'common/ holds only what both pr
 for dir in scheduler worker common tools; do
   rule "$dir" 'tests/.*' 'product code never includes test code'
 done
+# The fixtures (random models, synthetic vocabularies, the GGUF writer, the quantizer) are for
+# tests, benches and tools: what ships never includes them, and they build on common/ alone.
+for dir in scheduler worker common; do
+  rule "$dir" 'testing/.*' 'product code never includes the testing/ fixtures'
+done
+rule testing '(scheduler|worker|tools|tests)/.*' 'testing/ fixtures depend only on common/'
 
 # The core is sans-IO and single-threaded: time, ids and randomness come in as arguments.
 rule scheduler/core 'grpc.*|grpcpp/.*|pagoda/.*\.pb\.h' 'scheduler/core includes no gRPC or proto'
@@ -70,13 +76,13 @@ for dir in worker/model worker/backend worker/sampling; do
 done
 
 # Process set-up helpers belong to the binaries' main.cc files and the tools.
-main_only='common/(signals|port_file|flags)\.h'
+main_only='common/(signals|port_file|flags|startup)\.h'
 rule scheduler "$main_only" 'only the binaries (main.cc, tools/) use the main-only helpers' \
   '^scheduler/main\.cc$'
 rule worker "$main_only" 'only the binaries (main.cc, tools/) use the main-only helpers' \
   '^worker/main\.cc$'
 rule common "$main_only" 'only the binaries (main.cc, tools/) use the main-only helpers' \
-  '^common/(signals|port_file|flags)\.cc$'
+  '^common/(signals|port_file|flags|startup)\.cc$'
 
 # Binaries that must link no gRPC: the core's tests.
 for bin in "$@"; do

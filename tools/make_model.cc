@@ -13,7 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "common/flags.h"
 #include "common/gguf_reader.h"
-#include "common/random_model.h"
+#include "testing/random_model.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 ABSL_FLAG(std::string, output, "", "path of the GGUF file to write (required)");

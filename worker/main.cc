@@ -20,15 +20,12 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
-#include "common/flags.h"
 #include "common/gguf_reader.h"
-#include "common/link_token.h"
 #include "common/log.h"
 #include "common/port_file.h"
 #include "common/signals.h"
-#include "common/tls.h"
+#include "common/startup.h"
 #include "worker/backend/factory.h"
 #include "worker/backend/synthetic/synthetic_backend.h"
 #include "worker/model/llama_model.h"
@@ -60,15 +57,7 @@ ABSL_FLAG(std::string, cpu_kernels, "",
           "cpu: kernel instruction set: auto, portable, avx2 or avx512 (empty = "
           "$PAGODA_CPU_KERNELS, else auto); a set the CPU lacks is refused");
 ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default host:pid)");
-ABSL_FLAG(std::string, log_level, "info", "debug, info, warning or error");
-ABSL_FLAG(std::string, link_token_file, "",
-          "file holding the scheduler's link token (when it requires one)");
-ABSL_FLAG(std::string, tls_ca, "",
-          "PEM CA certificate(s) that verify the scheduler: attach over TLS (empty, with no "
-          "--tls-cert either: plaintext)");
-ABSL_FLAG(std::string, tls_cert, "",
-          "PEM client certificate chain, for a scheduler that requires one (its --tls-ca)");
-ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+// --log-level, --tls-cert, --tls-key, --tls-ca and --link-token-file: common/startup.h.
 ABSL_FLAG(std::string, health_listen, "",
           "HOST:PORT to serve grpc.health.v1 on (\"\" = attached, \"liveness\" = alive); "
           "empty = off");
@@ -176,24 +165,20 @@ absl::StatusOr<LoadedBackend> LoadBackend(const std::string& path,
 
 int main(int argc, char** argv) {
   namespace pw = pagoda::worker;
-  pagoda::common::BlockTerminationSignals();
-  absl::SetProgramUsageMessage(
-      "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda|synthetic "
-      "[--kv-pages N]");
-  pagoda::common::ParseFlags(argc, argv);
-  pagoda::common::LogLevel level;
-  if (!pagoda::common::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
-    return Fail("--log-level must be debug, info, warning or error");
+  if (absl::Status s = pagoda::common::StartProcess(
+          argc, argv,
+          "pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda|synthetic "
+          "[--kv-pages N]");
+      !s.ok()) {
+    return Fail(std::string(s.message()));
   }
-  pagoda::common::SetLogLevel(level);
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return Fail("--model PATH is required");
   const int32_t page_size = absl::GetFlag(FLAGS_page_size);
   const int32_t max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   // Read before the model loads, so that a wrong path fails at once.
-  absl::StatusOr<pagoda::common::TlsConfig> tls = pagoda::common::LoadTlsConfig(
-      {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key), absl::GetFlag(FLAGS_tls_ca)},
-      pagoda::common::TlsSide::kClient);
+  absl::StatusOr<pagoda::common::TlsConfig> tls =
+      pagoda::common::LoadTlsFromFlags(pagoda::common::TlsSide::kClient);
   if (!tls.ok()) return Fail(std::string(tls.status().message()));
   if (page_size <= 0 || max_batch_tokens <= 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
       absl::GetFlag(FLAGS_kv_cache_mib) <= 0) {
@@ -252,11 +237,9 @@ int main(int argc, char** argv) {
   link.model_fingerprint = loaded->fingerprint;
   link.backend_name = runner.backend().name();
   link.max_batch_tokens = max_batch_tokens;
-  if (const std::string path = absl::GetFlag(FLAGS_link_token_file); !path.empty()) {
-    absl::StatusOr<std::string> token = pagoda::common::ReadLinkTokenFile(path);
-    if (!token.ok()) return Fail(std::string(token.status().message()));
-    link.link_token = *std::move(token);
-  }
+  absl::StatusOr<std::string> token = pagoda::common::LoadLinkTokenFromFlags();
+  if (!token.ok()) return Fail(std::string(token.status().message()));
+  link.link_token = *std::move(token);
   link.credentials = pagoda::common::MakeChannelCredentials(*tls);
   PAGODA_LOG(kInfo, "worker", "attaching to %s over %s", link.scheduler_address,
              pagoda::common::DescribeTls(*tls, pagoda::common::TlsSide::kClient));

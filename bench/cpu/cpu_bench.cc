@@ -15,7 +15,7 @@
 
 #include "bench/cpu/machine_limits.h"
 #include "common/gguf_reader.h"
-#include "common/random_model.h"
+#include "testing/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/model/llama_model.h"

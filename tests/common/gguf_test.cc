@@ -4,8 +4,8 @@
 
 #include "common/fp16.h"
 #include "common/gguf_reader.h"
-#include "common/gguf_writer.h"
 #include "gtest/gtest.h"
+#include "testing/gguf_writer.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::common {

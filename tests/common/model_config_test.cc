@@ -1,8 +1,8 @@
 #include "common/model_config.h"
 
-#include "common/gguf_writer.h"
-#include "common/random_model.h"
 #include "gtest/gtest.h"
+#include "testing/gguf_writer.h"
+#include "testing/random_model.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::common {

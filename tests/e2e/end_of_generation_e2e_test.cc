@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "common/random_model.h"
-#include "common/synthetic_vocab.h"
+#include "testing/random_model.h"
+#include "testing/synthetic_vocab.h"
 #include "tests/e2e/cluster.h"
 
 namespace pagoda::testing {

@@ -16,11 +16,11 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "common/gguf_writer.h"
-#include "common/random_model.h"
 #include "common/status_macros.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/text/vocab.h"
+#include "testing/gguf_writer.h"
+#include "testing/random_model.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace pagoda::fuzz {

@@ -14,12 +14,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "common/gguf_reader.h"
-#include "common/synthetic_vocab.h"
 #include "common/utf8.h"
 #include "scheduler/text/bpe_encoder.h"
 #include "scheduler/text/detokenizer.h"
 #include "scheduler/text/gguf_vocab.h"
 #include "scheduler/text/pre_tokenizer.h"
+#include "testing/synthetic_vocab.h"
 
 namespace pagoda::fuzz {
 namespace {

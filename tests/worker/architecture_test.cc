@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "common/gguf_reader.h"
-#include "common/random_model.h"
+#include "testing/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/weight_matrix.h"

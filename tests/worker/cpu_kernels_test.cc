@@ -9,8 +9,8 @@
 #include <random>
 
 #include "common/fp16.h"
-#include "common/quantize.h"
 #include "gtest/gtest.h"
+#include "testing/quantize.h"
 #include "worker/backend/cpu/thread_pool.h"
 
 namespace pagoda::worker::cpu {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <numeric>
 
-#include "common/gguf_writer.h"
-#include "common/random_model.h"
 #include "gtest/gtest.h"
+#include "testing/gguf_writer.h"
+#include "testing/random_model.h"
 #include "tests/testing/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"

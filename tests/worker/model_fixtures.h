@@ -5,8 +5,8 @@
 #include <string>
 
 #include "common/gguf_reader.h"
-#include "common/random_model.h"
 #include "gtest/gtest.h"
+#include "testing/random_model.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::testing {

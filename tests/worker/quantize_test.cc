@@ -1,6 +1,6 @@
-// common/quantize writes blocks that the loader's dequantization (checked against llama.cpp's
+// testing/quantize writes blocks that the loader's dequantization (checked against llama.cpp's
 // own values in quantized_model_test) reads back close to the input.
-#include "common/quantize.h"
+#include "testing/quantize.h"
 
 #include <cmath>
 #include <random>

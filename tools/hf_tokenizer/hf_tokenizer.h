@@ -24,7 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/gguf_writer.h"
+#include "testing/gguf_writer.h"
 
 namespace pagoda::tools {
 

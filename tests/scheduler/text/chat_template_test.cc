@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "common/gguf_reader.h"
-#include "common/gguf_writer.h"
 #include "gtest/gtest.h"
+#include "testing/gguf_writer.h"
 
 namespace pagoda::scheduler::text {
 namespace {

@@ -6,10 +6,10 @@
 #include <string>
 #include <vector>
 
-#include "common/gguf_writer.h"
-#include "common/synthetic_vocab.h"
 #include "gtest/gtest.h"
 #include "scheduler/text/bpe_encoder.h"
+#include "testing/gguf_writer.h"
+#include "testing/synthetic_vocab.h"
 
 namespace pagoda::scheduler::text {
 namespace {

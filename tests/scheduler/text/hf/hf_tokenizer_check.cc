@@ -15,15 +15,15 @@
 #include <vector>
 
 #include "common/gguf_reader.h"
-#include "common/gguf_writer.h"
 #include "common/model_config.h"
-#include "common/random_model.h"
 #include "common/utf8.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/text/detokenizer.h"
 #include "scheduler/text/gguf_vocab.h"
 #include "scheduler/text/tokenizer.h"
+#include "testing/gguf_writer.h"
+#include "testing/random_model.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 namespace pagoda::scheduler::text {

@@ -1,4 +1,4 @@
-#include "common/random_model.h"
+#include "testing/random_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model_config.h"
-#include "common/quantize.h"
 #include "common/status_macros.h"
-#include "common/synthetic_vocab.h"
+#include "testing/quantize.h"
+#include "testing/synthetic_vocab.h"
 
 namespace pagoda::common {
 namespace {

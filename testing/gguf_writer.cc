@@ -1,4 +1,4 @@
-#include "common/gguf_writer.h"
+#include "testing/gguf_writer.h"
 
 #include <cstring>
 #include <fstream>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/fp16.h"
-#include "common/quantize.h"
+#include "testing/quantize.h"
 
 namespace pagoda::common {
 namespace {

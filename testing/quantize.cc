@@ -1,4 +1,4 @@
-#include "common/quantize.h"
+#include "testing/quantize.h"
 
 #include <algorithm>
 #include <cmath>

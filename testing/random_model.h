@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
-#include "common/gguf_writer.h"
-#include "common/synthetic_vocab.h"
+#include "testing/gguf_writer.h"
+#include "testing/synthetic_vocab.h"
 
 namespace pagoda::common {
 

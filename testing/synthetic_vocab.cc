@@ -1,4 +1,4 @@
-#include "common/synthetic_vocab.h"
+#include "testing/synthetic_vocab.h"
 
 #include <algorithm>
 #include <set>
