@@ -146,7 +146,7 @@ serve_model() {
   stop_cluster
   if [ -n "${LLAMA_SERVER:-}" ]; then
     local port=$(( 20000 + RANDOM % 20000 ))
-    "$LLAMA_SERVER" -m "$model" -t "$threads" -c $(( 64 * 128 )) -np 64 -cb -fa \
+    "$LLAMA_SERVER" -m "$model" -t "$threads" -c 16384 -np 64 --kv-unified -cb -fa on \
       --port "$port" --log-disable >"$out_dir/llama-$label.log" 2>&1 &
     local llama_pid=$!
     for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
