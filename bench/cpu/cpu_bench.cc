@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "bench/cpu/machine_limits.h"
+#include "common/aligned_vector.h"
 #include "common/gguf_reader.h"
 #include "testing/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -114,8 +115,8 @@ void BM_Gemv(benchmark::State& state) {
   const size_t count = std::max<size_t>(2, kWorkingSetBytes / one);
   std::vector<WeightMatrix> mats;
   for (size_t i = 0; i < count; ++i) mats.push_back(RandomBytesMatrix(type, i));
-  cpu::LocalContext ctx(Isa(), Threads(), kCols);
-  std::vector<float> x(kCols, 0.5f), out(kRows);
+  cpu::LocalContext ctx(Isa(), Threads());
+  common::AlignedVector<float> x(kCols, 0.5f), out(kRows);
   size_t i = 0;
   double bytes = 0;
   for (auto _ : state) {
@@ -133,8 +134,8 @@ void BM_Gemm64(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   constexpr int kTokens = 64;
   const WeightMatrix m = RandomBytesMatrix(type, 99);
-  cpu::LocalContext ctx(Isa(), Threads(), kCols);
-  std::vector<float> x(static_cast<size_t>(kTokens) * kCols, 0.5f), out(kTokens * kRows);
+  cpu::LocalContext ctx(Isa(), Threads());
+  common::AlignedVector<float> x(static_cast<size_t>(kTokens) * kCols, 0.5f), out(kTokens * kRows);
   double flops = 0;
   for (auto _ : state) {
     const cpu::MatMulParams p[] = {{x.data(), &m, out.data(), kTokens}};

@@ -73,7 +73,7 @@ int ColsFor(GgmlType type) {
 
 std::vector<float> RunMatMul(CpuIsa isa, int threads, const WeightMatrix& w,
                              const std::vector<float>& x, int tokens) {
-  LocalContext ctx(isa, threads, w.cols);
+  LocalContext ctx(isa, threads);
   std::vector<float> out(static_cast<size_t>(tokens) * w.rows, kPoison);
   const MatMulParams p[] = {{x.data(), &w, out.data(), tokens}};
   MatMul(ctx.get(), p);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/aligned_vector.h"
 #include "common/gguf_reader.h"
 
 namespace pagoda::worker {
@@ -32,7 +33,7 @@ struct WeightMatrix {
   int rows = 0;  // n_out
   int cols = 0;  // n_in
   size_t row_bytes = 0;
-  std::vector<uint8_t> bytes;  // [rows][row_bytes]
+  common::AlignedVector<uint8_t> bytes;  // [rows][row_bytes], cache-line aligned
 
   const uint8_t* row(int r) const { return bytes.data() + static_cast<size_t>(r) * row_bytes; }
   size_t num_bytes() const { return bytes.size(); }

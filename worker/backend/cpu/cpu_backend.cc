@@ -48,9 +48,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
       options_(options),
       pool_(std::make_unique<cpu::ThreadPool>(num_threads)),
       arena_(std::move(arena)) {
-  const common::ModelConfig& c = model_->config();
-  const size_t widest = static_cast<size_t>(std::max({c.dim, c.q_dim(), c.ffn_dim}));
-  const size_t per_thread = cpu::kPanelRows * widest;
+  const size_t per_thread = cpu::ScratchFloatsPerThread();
   scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
   ctx_ = {&cpu::Kernels(isa), pool_.get(), scratch_.data(), per_thread};
 }

@@ -77,7 +77,7 @@ class CpuBackend : public Backend {
   std::shared_ptr<const LlamaModel> model_;
   CpuBackendOptions options_;
   std::unique_ptr<cpu::ThreadPool> pool_;
-  std::vector<float> scratch_;  // per-thread weight panels
+  common::AlignedVector<float> scratch_;  // per-thread weight panels
   cpu::ExecContext ctx_;
   cpu::KvArena arena_;
 
@@ -87,15 +87,15 @@ class CpuBackend : public Backend {
   std::vector<int32_t> positions_;           // [T]
   std::vector<const int32_t*> page_tables_;  // [T]
   std::vector<int32_t> logit_rows_;          // token index of each want_logits sequence
-  std::vector<float> x_;                     // [T][dim] residual stream
-  std::vector<float> xn_;                    // [T][dim] normalized
-  std::vector<float> q_;                     // [T][q_dim]
-  std::vector<float> k_;                     // [T][kv_dim]
-  std::vector<float> v_;                     // [T][kv_dim]
-  std::vector<float> attn_;                  // [T][q_dim]
-  std::vector<float> proj_;                  // [T][dim]
-  std::vector<float> gate_;                  // [T][ffn_dim]
-  std::vector<float> up_;                    // [T][ffn_dim]
+  common::AlignedVector<float> x_;           // [T][dim] residual stream
+  common::AlignedVector<float> xn_;          // [T][dim] normalized
+  common::AlignedVector<float> q_;           // [T][q_dim]
+  common::AlignedVector<float> k_;           // [T][kv_dim]
+  common::AlignedVector<float> v_;           // [T][kv_dim]
+  common::AlignedVector<float> attn_;        // [T][q_dim]
+  common::AlignedVector<float> proj_;        // [T][dim]
+  common::AlignedVector<float> gate_;        // [T][ffn_dim]
+  common::AlignedVector<float> up_;          // [T][ffn_dim]
   std::vector<float> rope_cos_;              // [T][head_dim / 2]
   std::vector<float> rope_sin_;              // [T][head_dim / 2]
 };

@@ -11,48 +11,55 @@ namespace {
 int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanelRows; }
 
 // Tokens multiplied per pass over the weight panels: the chunk's activations (about 1 MiB of
-// float32, and at least 64 tokens) stay in L2 while the panels stream by. Longer batches
-// (prefill chunks) read and decode each panel once per chunk.
+// float32, at least 64 and at most kMaxTokenChunk tokens) stay in L2 while the panels stream
+// by. Longer batches (prefill chunks) read and decode each panel once per chunk.
 constexpr size_t kChunkBytes = size_t{1} << 20;
 constexpr int kMinTokenChunk = 64;
 
-// Decodes panel `panel` of `p.w` (unless it is F32, read in place) and multiplies tokens
-// [t0, t0 + tokens) by it.
+// Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`, one k block at a time: the
+// block of the panel's rows is decoded to float32 in the thread's scratch (F32 is read in
+// place), where it stays in L1 while every token of the chunk passes by; each output's lane
+// sums carry over to the next block in the scratch's lane area.
 void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thread, int t0,
               int tokens) {
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
   const int rows = std::min(kPanelRows, w.rows - r0);
-  const float* wp;
-  // An invariant of the callers (the backend sizes its scratch for its widest matrix).
-  if (static_cast<size_t>(kPanelRows) * w.cols > ctx.scratch_floats &&
-      w.type != common::GgmlType::F32) {
-    std::fprintf(stderr, "cpu::MatMul: scratch of %zu floats < %d rows x %d\n", ctx.scratch_floats,
-                 kPanelRows, w.cols);
+  // An invariant of the callers (contexts are sized by ScratchFloatsPerThread()).
+  if (ctx.scratch_floats < ScratchFloatsPerThread() || tokens > kMaxTokenChunk) {
+    std::fprintf(stderr, "cpu::MatMul: scratch of %zu floats < %zu or %d tokens > %d\n",
+                 ctx.scratch_floats, ScratchFloatsPerThread(), tokens, kMaxTokenChunk);
     std::abort();
   }
-  if (w.type == common::GgmlType::F32) {
-    wp = reinterpret_cast<const float*>(w.row(r0));
-  } else {
-    float* scratch = ctx.scratch + static_cast<size_t>(thread) * ctx.scratch_floats;
-    for (int r = 0; r < rows; ++r) {
-      ctx.kernels->dequantize_row(w.type, w.row(r0 + r), w.cols,
-                                  scratch + static_cast<size_t>(r) * w.cols);
-    }
-    wp = scratch;
-  }
+  float* scratch = ctx.scratch + static_cast<size_t>(thread) * ctx.scratch_floats;
+  float* lanes = scratch + static_cast<size_t>(kPanelRows) * kKBlock;
   const size_t t = static_cast<size_t>(t0);
-  ctx.kernels->gemm_panel({p.x + t * w.cols, wp, p.out + t * w.rows + r0, tokens, rows, w.cols,
-                           w.cols, w.cols, w.rows});
+  for (int k0 = 0; k0 < w.cols; k0 += kKBlock) {
+    const int kb = std::min(kKBlock, w.cols - k0);
+    const float* wp;
+    int ldw;
+    if (w.type == common::GgmlType::F32) {
+      wp = reinterpret_cast<const float*>(w.row(r0)) + k0;
+      ldw = w.cols;
+    } else {
+      const size_t offset = RowBytes(w.type, k0);
+      for (int r = 0; r < rows; ++r) {
+        ctx.kernels->dequantize_row(w.type, w.row(r0 + r) + offset, kb,
+                                    scratch + static_cast<size_t>(r) * kb);
+      }
+      wp = scratch;
+      ldw = kb;
+    }
+    ctx.kernels->gemm_panel({p.x + t * w.cols + k0, wp, p.out + t * w.rows + r0, lanes, tokens,
+                             rows, kb, w.cols, ldw, w.rows, k0 > 0, k0 + kb == w.cols});
+  }
 }
 
 }  // namespace
 
-LocalContext::LocalContext(CpuIsa isa, int threads, int max_cols)
-    : pool_(std::make_unique<ThreadPool>(threads)) {
-  const size_t per_thread = static_cast<size_t>(kPanelRows) * static_cast<size_t>(max_cols);
-  scratch_.assign(per_thread * static_cast<size_t>(pool_->size()), 0.0f);
-  ctx_ = {&Kernels(isa), pool_.get(), scratch_.data(), per_thread};
+LocalContext::LocalContext(CpuIsa isa, int threads) : pool_(std::make_unique<ThreadPool>(threads)) {
+  scratch_.assign(ScratchFloatsPerThread() * static_cast<size_t>(pool_->size()), 0.0f);
+  ctx_ = {&Kernels(isa), pool_.get(), scratch_.data(), ScratchFloatsPerThread()};
 }
 
 void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
@@ -67,8 +74,8 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
     max_tokens = std::max(max_tokens, p.num_tokens);
     max_cols = std::max(max_cols, p.w->cols);
   }
-  const int chunk =
-      std::max(kMinTokenChunk, static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)));
+  const int chunk = std::clamp(static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)),
+                               kMinTokenChunk, kMaxTokenChunk);
   ctx.pool->ParallelFor(total, [&](int begin, int end, int thread) {
     for (int t0 = 0; t0 < max_tokens; t0 += chunk) {
       size_t j = 0;

@@ -14,6 +14,7 @@
 #include <span>
 #include <vector>
 
+#include "common/aligned_vector.h"
 #include "worker/backend/cpu/kernel_params.h"
 #include "worker/backend/cpu/kernel_table.h"
 #include "worker/backend/cpu/thread_pool.h"
@@ -23,33 +24,47 @@ namespace pagoda::worker::cpu {
 
 // Weight rows decoded together into a thread's scratch panel before the GEMM tile loop.
 inline constexpr int kPanelRows = 8;
+// Elements of those rows decoded at a time (a multiple of every block size): the panel block
+// (16 KiB of float32) stays in L1 beside the activations the tiles read.
+inline constexpr int kKBlock = 512;
+// Most tokens multiplied per pass over a panel (each keeps kMaxLanes lane sums per row).
+inline constexpr int kMaxTokenChunk = 256;
+
+// Floats of scratch every thread needs: one panel block and the lane sums of one token chunk (a
+// whole number of cache lines, so every thread's part of a cache-line-aligned scratch is too).
+constexpr size_t ScratchFloatsPerThread() {
+  return static_cast<size_t>(kPanelRows) * kKBlock +
+         static_cast<size_t>(kMaxTokenChunk) * kPanelRows * kMaxLanes;
+}
+static_assert(ScratchFloatsPerThread() * sizeof(float) % common::kCacheLineBytes == 0);
 
 // What every parallel kernel runs with: the kernel table, the pool, and per-thread scratch of
-// `scratch_floats` floats each (at least kPanelRows * the widest matrix row).
+// `scratch_floats` floats each (at least ScratchFloatsPerThread()).
 struct ExecContext {
   const KernelTable* kernels;
   ThreadPool* pool;
-  float* scratch;  // [pool->size()][scratch_floats]
+  float* scratch;  // [pool->size()][scratch_floats], cache-line aligned
   size_t scratch_floats;
 };
 
 // An ExecContext with its own pool and scratch, for tests and tools: `threads` threads on the
-// table of `isa`, scratch for rows up to `max_cols` wide.
+// table of `isa`.
 class LocalContext {
  public:
-  explicit LocalContext(CpuIsa isa = CpuIsa::kPortable, int threads = 1, int max_cols = 0);
+  explicit LocalContext(CpuIsa isa = CpuIsa::kPortable, int threads = 1);
   const ExecContext& get() const { return ctx_; }
 
  private:
   std::unique_ptr<ThreadPool> pool_;
-  std::vector<float> scratch_;
+  common::AlignedVector<float> scratch_;
   ExecContext ctx_;
 };
 
 // out[t][o] = sum_i w[o][i] * x[t][i], the weight in its stored type: each panel of kPanelRows
-// rows is decoded once and applied to every token of a chunk (one GEMM per weight). A chunk is
-// as many tokens as fit about 1 MiB of activations (at least 64: 341 for rows of 768), so decode
-// batches stream the weights once per step; longer prefill batches once per chunk.
+// rows is decoded once, kKBlock columns at a time, and applied to every token of a chunk (one
+// GEMM per weight). A chunk is as many tokens as fit about 1 MiB of activations (64 to
+// kMaxTokenChunk: 256 for rows of 768), so decode batches stream the weights once per step;
+// longer prefill batches once per chunk.
 struct MatMulParams {
   const float* x;         // [num_tokens][w->cols]
   const WeightMatrix* w;  // [n_out = rows][n_in = cols]

@@ -28,17 +28,25 @@ absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name);
 CpuIsa BestSupportedIsa();
 bool IsaSupported(CpuIsa isa);
 
-// out[t * ldo + r] = sum_k x[t * ldx + k] * w[r * ldw + k] for t < num_tokens, r < rows.
+// out[t * ldo + r] = sum_k x[t * ldx + k] * w[r * ldw + k] for t < num_tokens, r < rows, over
+// one block of k at a time: each output keeps its table's lane sums (one partial sum per SIMD
+// lane, kLanes of them, lane l summing k = l mod kLanes in order) in `lanes` between the calls
+// for consecutive blocks of one row range, so splitting k into blocks (every block but the last
+// a multiple of 16 long) gives the same bits as one call over the whole row.
+inline constexpr int kMaxLanes = 16;
 struct GemmPanelArgs {
-  const float* x;  // [num_tokens][ldx]
-  const float* w;  // [rows][ldw]
-  float* out;      // [num_tokens][ldo], columns [0, rows) written
+  const float* x;  // [num_tokens][ldx], at the block's first k
+  const float* w;  // [rows][ldw], at the block's first k
+  float* out;      // [num_tokens][ldo], columns [0, rows) written when `finish`
+  float* lanes;    // [num_tokens][rows][kMaxLanes]: lane sums carried between blocks
   int num_tokens;
   int rows;
-  int k;
+  int k;  // the block's length
   int ldx;
   int ldw;
   int ldo;
+  bool resume;  // start from `lanes` (else from zero): not the first block
+  bool finish;  // reduce the lanes into `out` (else store them to `lanes`): the last block
 };
 
 // Causal attention of one query head of one token over its sequence's pages, positions

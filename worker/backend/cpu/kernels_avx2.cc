@@ -59,8 +59,9 @@ inline void EmitI8(__m128i q, float mul, float* out) {
 
 #include "worker/backend/cpu/dequantize_simd.inc"
 
-// A register tile of RB weight rows x TB tokens: one 8-lane accumulator per output, summed
-// over k in 8-element steps (the k tail masked), then reduced across lanes. The operations on
+// A register tile of RB weight rows x TB tokens: one 8-lane accumulator per output (from zero,
+// or from the lane sums of the previous k block), summed over the block in 8-element steps
+// (the k tail masked), then reduced across lanes (or stored for the next block). The operations on
 // one output are the same for every (RB, TB), so the result of a row does not depend on the
 // tile it was computed in.
 inline float ReduceAdd(__m256 v) {
@@ -73,7 +74,9 @@ template <int RB, int TB>
 void Tile(const GemmPanelArgs& a, int r0, int t0) {
   __m256 acc[RB][TB];
   for (int r = 0; r < RB; ++r) {
-    for (int t = 0; t < TB; ++t) acc[r][t] = _mm256_setzero_ps();
+    for (int t = 0; t < TB; ++t) {
+      acc[r][t] = a.resume ? _mm256_loadu_ps(LaneSums(a, r0 + r, t0 + t)) : _mm256_setzero_ps();
+    }
   }
   const float* w = a.w + static_cast<size_t>(r0) * a.ldw;
   const float* x = a.x + static_cast<size_t>(t0) * a.ldx;
@@ -101,7 +104,13 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
   }
   for (int t = 0; t < TB; ++t) {
     float* out = a.out + static_cast<size_t>(t0 + t) * a.ldo + r0;
-    for (int r = 0; r < RB; ++r) out[r] = ReduceAdd(acc[r][t]);
+    for (int r = 0; r < RB; ++r) {
+      if (a.finish) {
+        out[r] = ReduceAdd(acc[r][t]);
+      } else {
+        _mm256_storeu_ps(LaneSums(a, r0 + r, t0 + t), acc[r][t]);
+      }
+    }
   }
 }
 

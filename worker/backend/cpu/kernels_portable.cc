@@ -30,8 +30,17 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
   for (int t = 0; t < a.num_tokens; ++t) {
     const float* x = a.x + static_cast<size_t>(t) * a.ldx;
     float* out = a.out + static_cast<size_t>(t) * a.ldo;
-    for (int r = 0; r < a.rows; ++r)
-      out[r] = DotLanes(x, a.w + static_cast<size_t>(r) * a.ldw, a.k);
+    for (int r = 0; r < a.rows; ++r) {
+      float acc[kLanes] = {};
+      float* lanes = LaneSums(a, r, t);
+      if (a.resume) std::memcpy(acc, lanes, sizeof(acc));
+      AccumulateLanes(x, a.w + static_cast<size_t>(r) * a.ldw, a.k, acc);
+      if (a.finish) {
+        out[r] = ReduceLanes(acc);
+      } else {
+        std::memcpy(lanes, acc, sizeof(acc));
+      }
+    }
   }
 }
 

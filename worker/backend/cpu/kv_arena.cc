@@ -39,8 +39,8 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
 
 void KvArena::CopyPage(int src, int dst) {
   const size_t page = static_cast<size_t>(shape_.page_size) * shape_.n_kv_heads * shape_.head_dim;
-  for (std::vector<std::vector<float>>* kv : {&k_, &v_}) {
-    for (std::vector<float>& layer : *kv) {
+  for (auto* kv : {&k_, &v_}) {
+    for (common::AlignedVector<float>& layer : *kv) {
       std::copy_n(layer.begin() + static_cast<ptrdiff_t>(page * src), page,
                   layer.begin() + static_cast<ptrdiff_t>(page * dst));
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/aligned_vector.h"
 
 namespace pagoda::worker::cpu {
 
@@ -42,8 +43,8 @@ class KvArena {
   KvArena() = default;
 
   KvArenaShape shape_;
-  std::vector<std::vector<float>> k_;
-  std::vector<std::vector<float>> v_;
+  std::vector<common::AlignedVector<float>> k_;
+  std::vector<common::AlignedVector<float>> v_;
 };
 
 }  // namespace pagoda::worker::cpu
