@@ -17,7 +17,9 @@
 #            subdirectory that is another library's module is not listed.
 #   HEADERS  the target's headers, relative to DIR, where DIR holds several libraries (common/,
 #            worker/runner/); without it, every *.h, *.inc and *.cuh of DIR (and of SUBDIRS) not
-#            named in EXCLUDE. New headers appear at the next (automatic) re-configure.
+#            named in EXCLUDE. In such a directory the main library takes the rest with EXCLUDE,
+#            so a new header always has an owner. New headers appear at the next build (the
+#            glob re-runs CMake).
 # The tree is remade at every configure, so a deleted header disappears too. The target's
 # property PAGODA_HEADER_ROOT holds the tree's path (tests/testing/cuda_emulation compiles the
 # CUDA backend's sources against it without linking the backend).
