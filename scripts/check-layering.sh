@@ -3,6 +3,8 @@
 # #include lines of the product code, and checks that the given binaries (the scheduler
 # core's tests) link no gRPC or Protobuf, which proves the core sans-IO. Prints every violation
 # with the rule it breaks; exits 1 when there is any. Run as the ctest test `layering_check`.
+# It also checks that no CMake file exports a source directory as an include directory (each
+# library exports only its own headers, cmake/PagodaModule.cmake).
 #
 #   scripts/check-layering.sh [BINARY_THAT_MUST_NOT_LINK_GRPC...]
 set -euo pipefail
@@ -83,6 +85,22 @@ rule worker "$main_only" 'only the binaries (main.cc, tools/) use the main-only 
   '^worker/main\.cc$'
 rule common "$main_only" 'only the binaries (main.cc, tools/) use the main-only helpers' \
   '^common/(signals|port_file|flags|startup)\.cc$'
+
+# Each library exports only its own headers (cmake/PagodaModule.cmake's pagoda_module_headers):
+# no CMake file makes a source directory, the project root least of all, an include directory,
+# so a target that includes a module's header without linking its library fails to compile.
+while IFS= read -r hit; do
+  report "$hit" 'include directories come from pagoda_module_headers(), never a source directory'
+done < <(find . \( -name 'build*' -o -name node_modules -o -name '.*' ! -name . \) -prune -o \
+           \( -name CMakeLists.txt -o -name '*.cmake' \) -print | sed 's#^\./##' | sort |
+         xargs perl -0777 -ne '
+           while (/\b((?:target_)?include_directories\s*\(([^)]*)\))/g) {
+             my ($call, $args, $at) = ($1, $2, $-[0]);
+             next unless $args =~ /\$\{(?:PROJECT|CMAKE|CMAKE_CURRENT|pagoda)_SOURCE_DIR\}/;
+             my $line = 1 + (substr($_, 0, $at) =~ tr/\n//);
+             $call =~ s/\s+/ /g;
+             print "$ARGV:$line:$call\n";
+           }')
 
 # Binaries that must link no gRPC: the core's tests.
 for bin in "$@"; do
