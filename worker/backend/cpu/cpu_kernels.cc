@@ -16,6 +16,24 @@ int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanel
 constexpr size_t kChunkBytes = size_t{1} << 20;
 constexpr int kMinTokenChunk = 64;
 
+// Asks for the bytes of the block the panel decodes after the one at column k0 (the same rows'
+// next columns, else the next panel's first columns): a block touches each row for only a few
+// hundred bytes, too short a run for the hardware prefetcher to hide the memory latency.
+void PrefetchNextBlock(const WeightMatrix& w, int r0, int k0) {
+  int next_r0 = r0, next_k0 = k0 + kKBlock;
+  if (next_k0 >= w.cols) {
+    next_r0 += kPanelRows;
+    next_k0 = 0;
+  }
+  const int rows = std::min(kPanelRows, w.rows - next_r0);
+  const size_t begin = RowBytes(w.type, next_k0);
+  const size_t end = RowBytes(w.type, std::min(w.cols, next_k0 + kKBlock));
+  for (int r = 0; r < rows; ++r) {
+    const uint8_t* row = w.row(next_r0 + r);
+    for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
+  }
+}
+
 // Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`, one k block at a time: the
 // block of the panel's rows is decoded to float32 in the thread's scratch (F32 is read in
 // place), where it stays in L1 while every token of the chunk passes by; each output's lane
@@ -43,6 +61,7 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thre
       ldw = w.cols;
     } else {
       const size_t offset = RowBytes(w.type, k0);
+      PrefetchNextBlock(w, r0, k0);
       for (int r = 0; r < rows; ++r) {
         ctx.kernels->dequantize_row(w.type, w.row(r0 + r) + offset, kb,
                                     scratch + static_cast<size_t>(r) * kb);
