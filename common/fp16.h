@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 
 namespace pagoda::common {
 
@@ -46,6 +47,18 @@ inline uint16_t FloatToF16(float f) {
   }
   const uint32_t rounded = abs + 0xfffu + ((abs >> 13) & 1u);  // ties to even
   return static_cast<uint16_t>(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+// The F16 value stored at p (two bytes, little-endian, any alignment).
+inline float LoadF16(const uint8_t* p) {
+  uint16_t h;
+  std::memcpy(&h, p, sizeof(h));
+  return F16ToFloat(h);
+}
+
+// out[i] = the i-th of the n F16 values stored from p.
+inline void F16RowToFloat(const uint8_t* p, int n, float* out) {
+  for (int i = 0; i < n; ++i) out[i] = LoadF16(p + 2 * i);
 }
 
 inline float Bf16ToFloat(uint16_t b) {

@@ -1,7 +1,5 @@
 #include "worker/model/weight_matrix.h"
 
-#include <cstring>
-
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/fp16.h"
@@ -11,15 +9,9 @@ namespace {
 
 using common::GgmlType;
 
-float LoadHalf(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return common::F16ToFloat(h);
-}
-
-void HalfRowToFloat(const uint8_t* p, int n, float* out) {
-  for (int i = 0; i < n; ++i) out[i] = LoadHalf(p + 2 * i);
-}
+// The portable F16 loaders the block decoders below expect under these names.
+constexpr auto& LoadHalf = common::LoadF16;
+constexpr auto& HalfRowToFloat = common::F16RowToFloat;
 
 #include "worker/model/dequantize_blocks.inc"
 

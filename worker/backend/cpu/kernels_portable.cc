@@ -10,15 +10,9 @@ namespace {
 
 constexpr int kLanes = 8;
 
-float LoadHalf(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return common::F16ToFloat(h);
-}
-
-void HalfRowToFloat(const uint8_t* p, int n, float* out) {
-  for (int i = 0; i < n; ++i) out[i] = LoadHalf(p + 2 * i);
-}
+// The portable F16 loaders the block decoders below expect under these names.
+constexpr auto& LoadHalf = common::LoadF16;
+constexpr auto& HalfRowToFloat = common::F16RowToFloat;
 
 #include "worker/backend/cpu/kernels_body.inc"
 
