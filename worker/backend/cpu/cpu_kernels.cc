@@ -16,22 +16,22 @@ int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanel
 constexpr size_t kChunkBytes = size_t{1} << 20;
 constexpr int kMinTokenChunk = 64;
 
-// Asks for the bytes of the block the panel decodes after the one at column k0 (the same rows'
-// next columns, else the next panel's first columns): a block touches each row for only a few
-// hundred bytes, too short a run for the hardware prefetcher to hide the memory latency.
-void PrefetchNextBlock(const WeightMatrix& w, int r0, int k0) {
+// Asks for the bytes of row r of the block the panel decodes after the one at column k0 (the
+// same rows' next columns, else the next panel's first columns): a block touches each row for
+// only a few hundred bytes, too short a run for the hardware prefetcher to hide the memory
+// latency. Called once per row, just before that row's decode, so the requests spread over the
+// block instead of queuing up at its start.
+void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r) {
   int next_r0 = r0, next_k0 = k0 + kKBlock;
   if (next_k0 >= w.cols) {
     next_r0 += kPanelRows;
     next_k0 = 0;
   }
-  const int rows = std::min(kPanelRows, w.rows - next_r0);
+  if (next_r0 + r >= w.rows) return;
   const size_t begin = RowBytes(w.type, next_k0);
   const size_t end = RowBytes(w.type, std::min(w.cols, next_k0 + kKBlock));
-  for (int r = 0; r < rows; ++r) {
-    const uint8_t* row = w.row(next_r0 + r);
-    for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
-  }
+  const uint8_t* row = w.row(next_r0 + r);
+  for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
 }
 
 // Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`, one k block at a time: the
@@ -61,8 +61,8 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thre
       ldw = w.cols;
     } else {
       const size_t offset = RowBytes(w.type, k0);
-      PrefetchNextBlock(w, r0, k0);
       for (int r = 0; r < rows; ++r) {
+        PrefetchNextBlockRow(w, r0, k0, r);
         ctx.kernels->dequantize_row(w.type, w.row(r0 + r) + offset, kb,
                                     scratch + static_cast<size_t>(r) * kb);
       }
