@@ -217,6 +217,28 @@ TEST(ThreadPool, CoversEveryIndexOnceEveryTime) {
   }
 }
 
+// A thread held up inside one part (preempted, in production) delays the loop by that part
+// only: the other threads take the rest.
+TEST(ThreadPool, FreeThreadsTakeTheRemainingParts) {
+  ThreadPool pool(2);
+  constexpr int kN = 8;  // 8 parts of 1 index
+  std::atomic<int> by_caller{0};
+  std::atomic<bool> stalled{false};
+  pool.ParallelFor(kN, [&](int begin, int end, int thread) {
+    if (thread != 0) {  // the helper's first part stalls
+      if (!stalled.exchange(true)) std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      return;
+    }
+    // The caller starts once the helper holds its part (or after 5 s, failing below).
+    for (int i = 0; i < 5000 && !stalled.load(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    by_caller += end - begin;
+  });
+  ASSERT_TRUE(stalled.load()) << "the helper never ran a part";
+  EXPECT_EQ(by_caller.load(), kN - 1);  // everything but the helper's stalled part
+}
+
 TEST(ThreadPool, HelpersSleepBetweenCalls) {
   ThreadPool pool(2);
   std::atomic<int> calls{0};

@@ -1,5 +1,6 @@
 #include "worker/backend/cpu/thread_pool.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace pagoda::worker::cpu {
@@ -27,11 +28,13 @@ ThreadPool::~ThreadPool() {
   for (std::thread& t : helpers_) t.join();
 }
 
-void ThreadPool::RunPart(int thread) {
-  const int n = job_n_;
-  const int begin = static_cast<int>(static_cast<int64_t>(n) * thread / size_);
-  const int end = static_cast<int>(static_cast<int64_t>(n) * (thread + 1) / size_);
-  if (begin < end) (*job_)(begin, end, thread);
+void ThreadPool::RunParts(int thread) {
+  const int n = job_n_, grain = job_grain_;
+  for (;;) {
+    const int begin = next_.fetch_add(grain, std::memory_order_relaxed);
+    if (begin >= n) return;
+    (*job_)(begin, std::min(n, begin + grain), thread);
+  }
 }
 
 bool ThreadPool::WaitForWork(uint64_t* seen) {
@@ -56,7 +59,7 @@ bool ThreadPool::WaitForWork(uint64_t* seen) {
 void ThreadPool::HelperLoop(int thread) {
   uint64_t seen = 0;
   while (WaitForWork(&seen)) {
-    RunPart(thread);
+    RunParts(thread);
     remaining_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
@@ -69,13 +72,15 @@ void ThreadPool::ParallelFor(int n, absl::FunctionRef<void(int, int, int)> fn) {
   }
   job_ = &fn;
   job_n_ = n;
+  job_grain_ = std::max(1, n / (size_ * kPartsPerThread));
+  next_.store(0, std::memory_order_relaxed);
   remaining_.store(size_ - 1, std::memory_order_relaxed);
   {
     absl::MutexLock lock(&mu_);
     generation_.fetch_add(1, std::memory_order_release);
     if (sleepers_ > 0) wake_.SignalAll();
   }
-  RunPart(0);
+  RunParts(0);
   for (int spins = 0; remaining_.load(std::memory_order_acquire) != 0; ++spins) {
     if (spins < 4096) {
       CpuRelax();

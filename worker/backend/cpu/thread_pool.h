@@ -1,11 +1,15 @@
 // A persistent pool of worker threads for the CPU backend's parallel loops (replaces OpenMP).
 //
-// Contract: ParallelFor(n, fn) splits [0, n) into size() contiguous parts, runs part i on thread
-// i (thread 0 is the caller) and returns when every part is done; fn(begin, end, thread) is
-// never called with an empty range. The split depends only on n and size(), never on timing.
-// One ParallelFor at a time (the backend's single caller). Between calls, helper threads spin
-// for at most kSpinMicros (a forward pass issues its loops back to back) and then sleep on a
-// condition variable, so idle workers on shared cores cost nothing.
+// Contract: ParallelFor(n, fn) splits [0, n) into about kPartsPerThread * size() contiguous
+// parts, which the threads (thread 0 is the caller) claim one at a time as they come free, and
+// returns when every part is done; fn(begin, end, thread) is never called with an empty range,
+// and no two calls running at once have the same `thread` (per-thread scratch is safe). Which
+// thread runs which part depends on timing, so a thread that the OS preempts (a scheduler or a
+// client on the same cores) delays a loop by one part, not by a whole share; fn must compute
+// each index the same way whichever thread and part run it (the kernels do: results do not
+// depend on the split). One ParallelFor at a time (the backend's single caller). Between calls,
+// helper threads spin for at most kSpinMicros (a forward pass issues its loops back to back) and
+// then sleep on a condition variable, so idle workers on shared cores cost nothing.
 #pragma once
 
 #include <atomic>
@@ -22,6 +26,7 @@ namespace pagoda::worker::cpu {
 class ThreadPool {
  public:
   static constexpr int kSpinMicros = 50;
+  static constexpr int kPartsPerThread = 4;
 
   explicit ThreadPool(int num_threads);  // >= 1; starts num_threads - 1 helpers
   ~ThreadPool();
@@ -33,7 +38,7 @@ class ThreadPool {
 
  private:
   void HelperLoop(int thread);
-  void RunPart(int thread);
+  void RunParts(int thread);         // claims and runs parts of the current job until none is left
   bool WaitForWork(uint64_t* seen);  // false when stopping
 
   const int size_;
@@ -42,6 +47,8 @@ class ThreadPool {
   // helpers after they observe the bump (acquire).
   const absl::FunctionRef<void(int, int, int)>* job_ = nullptr;
   int job_n_ = 0;
+  int job_grain_ = 1;         // indices per part
+  std::atomic<int> next_{0};  // first index of the next unclaimed part
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> remaining_{0};
   absl::Mutex mu_;
