@@ -166,6 +166,26 @@ TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
   }
 }
 
+// MatMul splits rows longer than kKBlock into column blocks, carrying each output's lane sums
+// from block to block: the bits equal one pass of the table's panel kernel over the whole row,
+// on every table, with a tail that is not a multiple of the lane count in the last block.
+TEST(CpuKernels, ColumnBlocksGiveTheBitsOfOnePass) {
+  constexpr int kTokens = 7, kRows = 11, kCols = 2 * kKBlock + 37;
+  const WeightMatrix w = RandomMatrix(GgmlType::F32, kRows, kCols, 14);
+  const std::vector<float> dense = w.ToFloat();
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 15);
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (CpuIsa isa : isas) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    const std::vector<float> blocked = RunMatMul(isa, 2, w, x, kTokens);
+    std::vector<float> one_pass(static_cast<size_t>(kTokens) * kRows, kPoison);
+    Kernels(isa).gemm_panel({x.data(), dense.data(), one_pass.data(), nullptr, kTokens, kRows,
+                             kCols, kCols, kCols, kRows, /*resume=*/false, /*finish=*/true});
+    EXPECT_EQ(std::memcmp(blocked.data(), one_pass.data(), blocked.size() * 4), 0);
+  }
+}
+
 TEST(CpuKernels, AttentionNormsAndActivationsMatchPortable) {
   constexpr int kTokens = 5, kHeads = 4, kKvHeads = 2, kHd = 64, kPs = 4, kPages = 12;
   const size_t kv = static_cast<size_t>(kKvHeads) * kHd;
