@@ -20,7 +20,9 @@ constexpr int kMinTokenChunk = 64;
 // same rows' next columns, else the next panel's first columns): a block touches each row for
 // only a few hundred bytes, too short a run for the hardware prefetcher to hide the memory
 // latency. Called once per row, just before that row's decode, so the requests spread over the
-// block instead of queuing up at its start.
+// block instead of queuing up at its start. The next block's bounds are recomputed per row on
+// purpose: hoisting them out of the row loop (one computation per block) measured 15-25% slower
+// batch-1 GEMV in alternating A/B runs, the prefetches then arriving in tighter bursts.
 void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r) {
   int next_r0 = r0, next_k0 = k0 + kKBlock;
   if (next_k0 >= w.cols) {
