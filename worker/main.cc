@@ -54,8 +54,11 @@ ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
 ABSL_FLAG(std::string, cpu_kernels, "",
-          "cpu: kernel instruction set: auto, portable, avx2 or avx512 (empty = "
+          "cpu: kernel instruction set: auto, portable, avx2, avx512 or avx512vnni (empty = "
           "$PAGODA_CPU_KERNELS, else auto); a set the CPU lacks is refused");
+ABSL_FLAG(bool, cpu_quantize_activations, true,
+          "cpu: multiply quantized weights with activations quantized to 8 bits, as llama.cpp "
+          "does (false: decode the weights to float; slower, float activations)");
 ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default host:pid)");
 // --log-level, --tls-cert, --tls-key, --tls-ca and --link-token-file: common/startup.h.
 ABSL_FLAG(std::string, health_listen, "",
@@ -211,6 +214,7 @@ int main(int argc, char** argv) {
     const char* env = std::getenv("PAGODA_CPU_KERNELS");
     backend_options.cpu_kernels = env != nullptr ? env : "auto";
   }
+  backend_options.cpu_quantize_activations = absl::GetFlag(FLAGS_cpu_quantize_activations);
   backend_options.dtype = absl::GetFlag(FLAGS_dtype);
   backend_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   backend_options.device = absl::GetFlag(FLAGS_device);

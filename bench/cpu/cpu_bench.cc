@@ -3,7 +3,8 @@
 // steps of the issue-16 model shape. Counters are rates (per second); cpu.sh turns them into
 // ratios of one run.
 //
-//   build/bin/cpu_bench [--benchmark_filter=...]   (PAGODA_CPU_KERNELS=avx2 forces a lower set)
+//   build/bin/cpu_bench [--benchmark_filter=...]   (PAGODA_CPU_KERNELS=avx2 forces a lower set;
+//   PAGODA_CPU_QUANTIZE_ACTIVATIONS=0 decodes quantized weights to float instead)
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -39,6 +40,11 @@ int Threads() {
 cpu::CpuIsa Isa() {
   const char* env = std::getenv("PAGODA_CPU_KERNELS");
   return cpu::ResolveCpuIsa(env != nullptr ? env : "auto").value();
+}
+
+bool QuantizeActivations() {
+  const char* env = std::getenv("PAGODA_CPU_QUANTIZE_ACTIVATIONS");
+  return env == nullptr || std::strcmp(env, "0") != 0;
 }
 
 constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
@@ -115,7 +121,7 @@ void BM_Gemv(benchmark::State& state) {
   const size_t count = std::max<size_t>(2, kWorkingSetBytes / one);
   std::vector<WeightMatrix> mats;
   for (size_t i = 0; i < count; ++i) mats.push_back(RandomBytesMatrix(type, i));
-  cpu::LocalContext ctx(Isa(), Threads());
+  cpu::LocalContext ctx(Isa(), Threads(), QuantizeActivations());
   common::AlignedVector<float> x(kCols, 0.5f), out(kRows);
   size_t i = 0;
   double bytes = 0;
@@ -134,7 +140,7 @@ void BM_Gemm64(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   constexpr int kTokens = 64;
   const WeightMatrix m = RandomBytesMatrix(type, 99);
-  cpu::LocalContext ctx(Isa(), Threads());
+  cpu::LocalContext ctx(Isa(), Threads(), QuantizeActivations());
   common::AlignedVector<float> x(static_cast<size_t>(kTokens) * kCols, 0.5f), out(kTokens * kRows);
   double flops = 0;
   for (auto _ : state) {
@@ -176,6 +182,7 @@ void BM_DecodeStep(benchmark::State& state) {
   options.num_pages = batch * 5;
   options.num_threads = Threads();
   options.kernels = cpu::CpuIsaName(Isa());
+  options.quantize_activations = QuantizeActivations();
   auto backend = worker::CpuBackend::Create(model, options).value();
   std::vector<std::vector<int32_t>> pages(batch);
   std::vector<int32_t> prompt(64);

@@ -262,16 +262,22 @@ TEST(CpuBackend, BatchInvariant) {
   EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
 }
 
-// Logits are bitwise the same across batch compositions on every kernel table and weight type,
-// and every SIMD table stays within float rounding of the portable one.
+// Logits are bitwise the same across batch compositions on every kernel table and weight type
+// (quantized ones with 8-bit and with float activations), and every SIMD table stays within
+// float rounding of the portable one.
 TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
   using common::GgmlType;
   std::vector<cpu::CpuIsa> isas;
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
+                          cpu::CpuIsa::kAvx512Vnni}) {
     if (cpu::IsaSupported(isa)) isas.push_back(isa);
   }
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                        GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+                        GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
+  for (bool quantize_activations : {true, false}) {
+    if (!quantize_activations && cpu::ActivationFormatFor(type) == cpu::ActivationFormat::kNone) {
+      continue;
+    }
     common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 1, 21);
     o.ffn_dim = 512;
     o.dtype = type;
@@ -279,13 +285,15 @@ TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
     ASSERT_NE(model, nullptr);
     std::vector<float> portable;
     for (cpu::CpuIsa isa : isas) {
-      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + cpu::CpuIsaName(isa));
+      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + cpu::CpuIsaName(isa) +
+                   (quantize_activations ? "" : " (float activations)"));
       auto make = [&](int threads) {
         CpuBackendOptions options;
         options.page_size = 4;
         options.num_pages = 16;
         options.num_threads = threads;
         options.kernels = cpu::CpuIsaName(isa);
+        options.quantize_activations = quantize_activations;
         return std::move(CpuBackend::Create(model, options).value());
       };
       auto alone = make(1), shared = make(2);

@@ -25,7 +25,7 @@ constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 // The SIMD tables this machine can run (the portable one is the reference).
 std::vector<CpuIsa> SimdIsas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
     if (IsaSupported(isa)) out.push_back(isa);
   }
   if (out.empty()) std::printf("no SIMD kernel table runs on this CPU; portable only\n");
@@ -115,6 +115,51 @@ TEST(CpuKernels, MatMulMatchesPortableForEveryType) {
           const size_t i = static_cast<size_t>(t) * kRows + r;
           ASSERT_FALSE(std::isnan(got[i])) << "output " << i << " not written";
           ASSERT_NEAR(got[i], ref[i], 1e-5 * magnitude + 1e-7) << "token " << t << " row " << r;
+        }
+      }
+    }
+  }
+}
+
+// Quantized weights multiply 8-bit activations: on every table the result is within the
+// activations' rounding of the exact product of the decoded weights and the float activations:
+// |error| <= sum_k |w_k| * d_k / 2 (d_k: the quantization step of x_k's block) plus float
+// rounding. Blocks of 32 with an odd count of them (the SIMD tables pair them), rows and tokens
+// that fill no tile, and one token of large activations beside small ones.
+TEST(CpuKernels, QuantizedProductsStayWithinTheActivationRounding) {
+  constexpr int kTokens = 7, kRows = 13;
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (GgmlType type : kTypes) {
+    const size_t block = common::GgmlTypeSizeOf(type)->block_elems;
+    if (type == GgmlType::F32 || type == GgmlType::F16 || type == GgmlType::BF16) continue;
+    const int cols = block == 256 ? 768 : 32 * 7;
+    const WeightMatrix w = RandomMatrix(type, kRows, cols, 20);
+    const std::vector<float> dense = w.ToFloat();
+    std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * cols, 21);
+    for (int k = 0; k < cols; ++k) x[3 * cols + k] *= 1000.0f;
+    for (CpuIsa isa : isas) {
+      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + CpuIsaName(isa));
+      const std::vector<float> got = RunMatMul(isa, 2, w, x, kTokens);
+      for (int t = 0; t < kTokens; ++t) {
+        for (int r = 0; r < kRows; ++r) {
+          double exact = 0, bound = 0, magnitude = 0;
+          for (size_t b = 0; b < cols / block; ++b) {
+            double amax = 0;
+            for (size_t k = b * block; k < (b + 1) * block; ++k) {
+              amax = std::max(amax, std::fabs(static_cast<double>(x[t * cols + k])));
+            }
+            for (size_t k = b * block; k < (b + 1) * block; ++k) {
+              const double wk = dense[r * cols + k], xk = x[t * cols + k];
+              exact += wk * xk;
+              bound += std::fabs(wk) * amax / 127.0 / 2.0;
+              magnitude += std::fabs(wk * xk);
+            }
+          }
+          const float value = got[static_cast<size_t>(t) * kRows + r];
+          ASSERT_FALSE(std::isnan(value)) << "token " << t << " row " << r << " not written";
+          ASSERT_NEAR(value, exact, bound * 1.001 + 1e-5 * magnitude)
+              << "token " << t << " row " << r;
         }
       }
     }
@@ -275,7 +320,7 @@ TEST(KernelTable, ResolvesNamesAndRefusesUnknownOnes) {
   auto bad = ResolveCpuIsa("sse9");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("auto, portable, avx2, avx512"), std::string::npos);
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
     EXPECT_EQ(ResolveCpuIsa(CpuIsaName(isa)).ok(), IsaSupported(isa));
   }
 }

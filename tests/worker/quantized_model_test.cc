@@ -129,11 +129,12 @@ void Feed(CpuBackend& backend, int32_t token, int32_t* pos, const std::vector<in
 // hidden byte that we did not (one within the tolerance of our choice) and the next step
 // disagrees, the contexts have parted, and the run is compared no further.
 void CompareWithLlamaCpp(const std::shared_ptr<const LlamaModel>& model, cpu::CpuIsa isa,
-                         const nlohmann::json& run, Gaps* gaps) {
+                         bool quantize_activations, const nlohmann::json& run, Gaps* gaps) {
   CpuBackendOptions options;
   options.num_pages = 8;
   options.num_threads = 2;
   options.kernels = cpu::CpuIsaName(isa);
+  options.quantize_activations = quantize_activations;
   auto backend = CpuBackend::Create(model, options);
   ASSERT_TRUE(backend.ok()) << backend.status();
   const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
@@ -190,17 +191,24 @@ TEST(QuantizedModel, LogProbsMatchLlamaCppOnEveryKernelPath) {
     SCOPED_TRACE(file_name);
     auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
     ASSERT_TRUE(model.ok()) << model.status();
-    for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512}) {
+    for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
+                             cpu::CpuIsa::kAvx512Vnni}) {
       if (!cpu::IsaSupported(isa)) continue;
-      SCOPED_TRACE(cpu::CpuIsaName(isa));
-      Gaps gaps;
-      for (const nlohmann::json& run : runs) CompareWithLlamaCpp(*model, isa, run, &gaps);
-      ASSERT_GT(gaps.count, 5 * 4 * 5);  // most steps of the four runs compared
-      const double mean = gaps.sum / gaps.count;
-      EXPECT_LT(gaps.max, kMaxLogProbGap);
-      EXPECT_LT(mean, kMeanLogProbGap);
-      std::printf("%-18s %-8s |log p - llama.cpp|: max %.4f, mean %.4f over %d values\n",
-                  file_name.c_str(), cpu::CpuIsaName(isa).c_str(), gaps.max, mean, gaps.count);
+      for (const bool quantize_activations : {true, false}) {
+        const std::string path =
+            cpu::CpuIsaName(isa) + (quantize_activations ? " 8-bit x" : " float x");
+        SCOPED_TRACE(path);
+        Gaps gaps;
+        for (const nlohmann::json& run : runs) {
+          CompareWithLlamaCpp(*model, isa, quantize_activations, run, &gaps);
+        }
+        ASSERT_GT(gaps.count, 5 * 4 * 5);  // most steps of the four runs compared
+        const double mean = gaps.sum / gaps.count;
+        EXPECT_LT(gaps.max, kMaxLogProbGap);
+        EXPECT_LT(mean, kMeanLogProbGap);
+        std::printf("%-18s %-19s |log p - llama.cpp|: max %.4f, mean %.4f over %d values\n",
+                    file_name.c_str(), path.c_str(), gaps.max, mean, gaps.count);
+      }
     }
   }
 }

@@ -22,6 +22,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(std::shared_ptr<const LlamaMo
   }
   cpu.num_threads = o.threads;
   cpu.kernels = o.cpu_kernels;
+  cpu.quantize_activations = o.cpu_quantize_activations;
   auto backend = CpuBackend::Create(std::move(model), cpu);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(*std::move(backend));

@@ -22,7 +22,8 @@ struct BackendOptions {
   // cpu
   int kv_cache_mib = 256;
   int threads = 0;                   // 0 = all cores
-  std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512
+  std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni
+  bool cpu_quantize_activations = true;
   // cuda
   std::string dtype = "bf16";  // "bf16" or "fp16"
   double gpu_memory_fraction = 0.9;

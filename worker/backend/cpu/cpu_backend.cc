@@ -35,9 +35,12 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
   ASSIGN_OR_RETURN(cpu::CpuIsa isa, cpu::ResolveCpuIsa(options.kernels));
   int threads = options.num_threads;
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  PAGODA_LOG(kInfo, "cpu", "kernels %s (asked: %s; best here: %s), %d threads, weights %.1f MiB",
+  PAGODA_LOG(kInfo, "cpu",
+             "kernels %s (asked: %s; best here: %s), %d threads, weights %.1f MiB, %s activations "
+             "for quantized weights",
              cpu::CpuIsaName(isa), options.kernels, cpu::CpuIsaName(cpu::BestSupportedIsa()),
-             threads, static_cast<double>(model->weight_bytes()) / (1 << 20));
+             threads, static_cast<double>(model->weight_bytes()) / (1 << 20),
+             options.quantize_activations ? "8-bit" : "float");
   return std::unique_ptr<CpuBackend>(
       new CpuBackend(std::move(model), options, threads, isa, std::move(arena)));
 }
@@ -50,7 +53,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
       arena_(std::move(arena)) {
   const size_t per_thread = cpu::ScratchFloatsPerThread();
   scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
-  ctx_ = {&cpu::Kernels(isa), pool_.get(), scratch_.data(), per_thread};
+  ctx_ = {&cpu::Kernels(isa), pool_.get(), scratch_.data(), per_thread, &activations_,
+          options.quantize_activations};
 }
 
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {

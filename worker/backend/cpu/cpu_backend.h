@@ -34,7 +34,10 @@ struct CpuBackendOptions {
   int page_size = 16;
   int num_pages = 0;             // required, > 0
   int num_threads = 0;           // 0 = hardware concurrency
-  std::string kernels = "auto";  // auto, portable, avx2, avx512 (kernel_table.h)
+  std::string kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni (kernel_table.h)
+  // Quantized weights multiply activations quantized to 8 bits (as llama.cpp does); false
+  // decodes them to float instead (slower; float activations).
+  bool quantize_activations = true;
   size_t max_kv_bytes = size_t{64} << 30;
 };
 
@@ -78,6 +81,7 @@ class CpuBackend : public Backend {
   CpuBackendOptions options_;
   std::unique_ptr<cpu::ThreadPool> pool_;
   common::AlignedVector<float> scratch_;  // per-thread weight panels
+  common::AlignedVector<uint8_t> activations_;  // quantized activations (ExecContext)
   cpu::ExecContext ctx_;
   cpu::KvArena arena_;
 

@@ -1,9 +1,12 @@
 #include "worker/backend/cpu/cpu_kernels.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <limits>
 
 namespace pagoda::worker::cpu {
 namespace {
@@ -15,6 +18,8 @@ int NumPanels(const WeightMatrix& w) { return (w.rows + kPanelRows - 1) / kPanel
 // by. Longer batches (prefill chunks) read and decode each panel once per chunk.
 constexpr size_t kChunkBytes = size_t{1} << 20;
 constexpr int kMinTokenChunk = 64;
+// Most products in one MatMul call (Q, K and V, or gate and up, in practice).
+constexpr size_t kMaxProducts = 8;
 
 // Asks for the bytes of row r of the block the panel decodes after the one at column k0 (the
 // same rows' next columns, else the next panel's first columns): a block touches each row for
@@ -40,11 +45,18 @@ void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r) {
 // block of the panel's rows is decoded to float32 in the thread's scratch (F32 is read in
 // place), where it stays in L1 while every token of the chunk passes by; each output's lane
 // sums carry over to the next block in the scratch's lane area.
-void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thread, int t0,
-              int tokens) {
+void RunPanel(const ExecContext& ctx, const MatMulParams& p, const uint8_t* xq, int panel,
+              int thread, int t0, int tokens) {
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
   const int rows = std::min(kPanelRows, w.rows - r0);
+  if (xq != nullptr) {
+    const size_t record = QuantizedActivationBytes(w.type, w.cols);
+    ctx.kernels->quant_gemm_panel({w.type, xq + static_cast<size_t>(t0) * record, w.row(r0),
+                                   p.out + static_cast<size_t>(t0) * w.rows + r0, record,
+                                   w.row_bytes, tokens, rows, w.cols, w.rows});
+    return;
+  }
   // An invariant of the callers (contexts are sized by ScratchFloatsPerThread()).
   if (ctx.scratch_floats < ScratchFloatsPerThread() || tokens > kMaxTokenChunk) {
     std::fprintf(stderr, "cpu::MatMul: scratch of %zu floats < %zu or %d tokens > %d\n",
@@ -78,9 +90,59 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, int panel, int thre
 
 }  // namespace
 
-LocalContext::LocalContext(CpuIsa isa, int threads) : pool_(std::make_unique<ThreadPool>(threads)) {
+void QuantizeActivations(common::GgmlType type, const float* x, int k, uint8_t* out) {
+  // d = max|x| / 127 over the block; q = round(x / d). A block with a NaN or infinity gets
+  // d = NaN and q = 0, so the products it feeds come out NaN, as the float path's would.
+  const auto quantize = [](const float* v, int n, int8_t* q) {
+    float amax = 0.0f;
+    bool finite = true;
+    for (int i = 0; i < n; ++i) {
+      amax = std::fmax(amax, std::fabs(v[i]));
+      finite = finite && std::isfinite(v[i]);
+    }
+    if (!finite) {
+      std::fill_n(q, n, int8_t{0});
+      return std::numeric_limits<float>::quiet_NaN();
+    }
+    const float d = amax / 127.0f;
+    const float id = d > 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; ++i) {
+      q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * id), -127.0f, 127.0f));
+    }
+    return d;
+  };
+  if (ActivationFormatFor(type) == ActivationFormat::kBlock32) {
+    float* scales = reinterpret_cast<float*>(out + Block32ScaleOffset(k));
+    int8_t q[32];
+    for (int b = 0; b < k / 32; ++b) {
+      const float d = quantize(x + 32 * b, 32, q);
+      for (int i = 0; i < 32; ++i) out[32 * b + i] = static_cast<uint8_t>(q[i] + 128);
+      std::fill_n(scales + 8 * b, 8, d);
+    }
+    return;
+  }
+  const bool natural = type == common::GgmlType::Q6_K;
+  int8_t q[256];
+  for (int s = 0; s < k / 256; ++s) {
+    uint8_t* rec = out + static_cast<size_t>(s) * kSuperRecordBytes;
+    const float d = quantize(x + 256 * s, 256, q);
+    int16_t sums32[8] = {}, sums16[16] = {};
+    for (int i = 0; i < 256; ++i) {
+      sums32[i / 32] = static_cast<int16_t>(sums32[i / 32] + q[i]);
+      sums16[i / 16] = static_cast<int16_t>(sums16[i / 16] + q[i]);
+    }
+    for (int j = 0; j < 8; ++j) std::memcpy(rec + 32 * (natural ? j : KQuantSlot(j)), q + 32 * j, 32);
+    std::memcpy(rec + kSuperScaleOffset, &d, sizeof(d));
+    std::memcpy(rec + kSuperSums32Offset, sums32, sizeof(sums32));
+    std::memcpy(rec + kSuperSums16Offset, sums16, sizeof(sums16));
+  }
+}
+
+LocalContext::LocalContext(CpuIsa isa, int threads, bool quantize_activations)
+    : pool_(std::make_unique<ThreadPool>(threads)) {
   scratch_.assign(ScratchFloatsPerThread() * static_cast<size_t>(pool_->size()), 0.0f);
-  ctx_ = {&Kernels(isa), pool_.get(), scratch_.data(), ScratchFloatsPerThread()};
+  ctx_ = {&Kernels(isa), pool_.get(), scratch_.data(), ScratchFloatsPerThread(), &activations_,
+          quantize_activations};
 }
 
 void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
@@ -97,6 +159,48 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
   }
   const int chunk = std::clamp(static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)),
                                kMinTokenChunk, kMaxTokenChunk);
+  // The quantized activations of each product with a quantized weight, one record per token.
+  std::array<const uint8_t*, kMaxProducts> xq{};
+  if (products.size() > kMaxProducts) {
+    std::fprintf(stderr, "cpu::MatMul: %zu products > %zu\n", products.size(), kMaxProducts);
+    std::abort();
+  }
+  size_t bytes = 0;
+  int quant_tokens = 0;
+  const auto record_bytes = [&](const MatMulParams& p) {
+    return ctx.quantize_activations ? QuantizedActivationBytes(p.w->type, p.w->cols) : 0;
+  };
+  for (const MatMulParams& p : products) {
+    const size_t record = record_bytes(p);
+    bytes += record * static_cast<size_t>(p.num_tokens);
+    if (record > 0) quant_tokens += p.num_tokens;
+  }
+  if (bytes > 0) {
+    if (ctx.activations->size() < bytes) ctx.activations->resize(bytes);
+    size_t offset = 0;
+    for (size_t j = 0; j < products.size(); ++j) {
+      const size_t record = record_bytes(products[j]);
+      if (record > 0) xq[j] = ctx.activations->data() + offset;
+      offset += record * static_cast<size_t>(products[j].num_tokens);
+    }
+    ctx.pool->ParallelFor(quant_tokens, [&](int begin, int end, int) {
+      size_t j = 0;
+      int first = 0;  // quantized token index of product j's first token
+      for (int i = begin; i < end; ++i) {
+        for (;;) {
+          const bool quantized = xq[j] != nullptr;
+          if (quantized && i < first + products[j].num_tokens) break;
+          if (quantized) first += products[j].num_tokens;
+          ++j;
+        }
+        const MatMulParams& p = products[j];
+        const int t = i - first;
+        QuantizeActivations(p.w->type, p.x + static_cast<size_t>(t) * p.w->cols, p.w->cols,
+                            const_cast<uint8_t*>(xq[j]) +
+                                static_cast<size_t>(t) * QuantizedActivationBytes(p.w->type, p.w->cols));
+      }
+    });
+  }
   ctx.pool->ParallelFor(total, [&](int begin, int end, int thread) {
     for (int t0 = 0; t0 < max_tokens; t0 += chunk) {
       size_t j = 0;
@@ -104,7 +208,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
       for (int i = begin; i < end; ++i) {
         while (i >= first + NumPanels(*products[j].w)) first += NumPanels(*products[j++].w);
         const int tokens = std::min(chunk, products[j].num_tokens - t0);
-        if (tokens > 0) RunPanel(ctx, products[j], i - first, thread, t0, tokens);
+        if (tokens > 0) RunPanel(ctx, products[j], xq[j], i - first, thread, t0, tokens);
       }
     }
   });

@@ -28,7 +28,7 @@ inline constexpr int kPanelRows = 8;
 // (16 KiB of float32) stays in L1 beside the activations the tiles read.
 inline constexpr int kKBlock = 512;
 // Most tokens multiplied per pass over a panel (each keeps kMaxLanes lane sums per row).
-inline constexpr int kMaxTokenChunk = 256;
+inline constexpr int kMaxTokenChunk = kMaxPanelTokens;
 
 // Floats of scratch every thread needs: one panel block and the lane sums of one token chunk (a
 // whole number of cache lines, so every thread's part of a cache-line-aligned scratch is too).
@@ -40,29 +40,39 @@ static_assert(ScratchFloatsPerThread() * sizeof(float) % common::kCacheLineBytes
 
 // What every parallel kernel runs with: the kernel table, the pool, and per-thread scratch of
 // `scratch_floats` floats each (at least ScratchFloatsPerThread()).
+// `activations` holds the quantized activations of products with quantized weights; MatMul
+// grows it when a batch needs more than any before (like the backend's own per-batch buffers).
+// With `quantize_activations` false, quantized weights are decoded to float like F16 ones (the
+// slower exact path: float activations, no 8-bit rounding of them).
 struct ExecContext {
   const KernelTable* kernels;
   ThreadPool* pool;
   float* scratch;  // [pool->size()][scratch_floats], cache-line aligned
   size_t scratch_floats;
+  common::AlignedVector<uint8_t>* activations;
+  bool quantize_activations = true;
 };
 
 // An ExecContext with its own pool and scratch, for tests and tools: `threads` threads on the
 // table of `isa`.
 class LocalContext {
  public:
-  explicit LocalContext(CpuIsa isa = CpuIsa::kPortable, int threads = 1);
+  explicit LocalContext(CpuIsa isa = CpuIsa::kPortable, int threads = 1,
+                        bool quantize_activations = true);
   const ExecContext& get() const { return ctx_; }
 
  private:
   std::unique_ptr<ThreadPool> pool_;
   common::AlignedVector<float> scratch_;
+  common::AlignedVector<uint8_t> activations_;
   ExecContext ctx_;
 };
 
 // out[t][o] = sum_i w[o][i] * x[t][i], the weight in its stored type: each panel of kPanelRows
 // rows is decoded once, kKBlock columns at a time, and applied to every token of a chunk (one
-// GEMM per weight). A chunk is as many tokens as fit about 1 MiB of activations (64 to
+// GEMM per weight). Quantized weights are not decoded: each token's x is quantized to 8 bits
+// once per product (quantized_activations.h) and the panel kernel sums bytes in int32, on every
+// batch size alike. A chunk is as many tokens as fit about 1 MiB of activations (64 to
 // kMaxTokenChunk: 256 for rows of 768), so decode batches stream the weights once per step;
 // longer prefill batches once per chunk.
 struct MatMulParams {

@@ -8,6 +8,8 @@ namespace pagoda::worker::cpu {
 
 std::string CpuIsaName(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAvx512Vnni:
+      return "avx512vnni";
     case CpuIsa::kAvx512:
       return "avx512";
     case CpuIsa::kAvx2:
@@ -21,6 +23,8 @@ bool IsaSupported(CpuIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   switch (isa) {
+    case CpuIsa::kAvx512Vnni:
+      return __builtin_cpu_supports("avx512vnni") && IsaSupported(CpuIsa::kAvx512);
     case CpuIsa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
@@ -37,6 +41,7 @@ bool IsaSupported(CpuIsa isa) {
 }
 
 CpuIsa BestSupportedIsa() {
+  if (IsaSupported(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
   if (IsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
   if (IsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
   return CpuIsa::kPortable;
@@ -45,7 +50,7 @@ CpuIsa BestSupportedIsa() {
 absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
   const std::string lower = absl::AsciiStrToLower(std::string(name));
   if (lower.empty() || lower == "auto") return BestSupportedIsa();
-  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512}) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
     if (lower != CpuIsaName(isa)) continue;
     if (!IsaSupported(isa)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -55,11 +60,21 @@ absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
     return isa;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("cpu kernels '", std::string(name), "' unknown (auto, portable, avx2, avx512)"));
+      absl::StrCat("cpu kernels '", std::string(name), "' unknown (auto, portable, avx2, avx512, avx512vnni)"));
 }
 
 const KernelTable& Kernels(CpuIsa isa) {
 #if defined(__x86_64__)
+  if (isa == CpuIsa::kAvx512Vnni) {
+    // Built on first use, after every translation unit's tables are initialized.
+    static const KernelTable vnni = [] {
+      KernelTable table = kAvx512Kernels;
+      table.isa = CpuIsa::kAvx512Vnni;
+      table.quant_gemm_panel = QuantGemmPanelAvx512Vnni;
+      return table;
+    }();
+    return vnni;
+  }
   if (isa == CpuIsa::kAvx512) return kAvx512Kernels;
   if (isa == CpuIsa::kAvx2) return kAvx2Kernels;
 #endif

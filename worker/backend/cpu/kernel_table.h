@@ -16,12 +16,15 @@
 
 #include "absl/status/statusor.h"
 #include "common/gguf_reader.h"
+#include "worker/backend/cpu/quantized_activations.h"
 
 namespace pagoda::worker::cpu {
 
-enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2 };
+// kAvx512Vnni: the AVX-512 table with the products of quantized weights done by VNNI byte dot
+// products (vpdpbusd / vpdpwssd); everything else as kAvx512.
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
 
-std::string CpuIsaName(CpuIsa isa);  // "portable", "avx2", "avx512"
+std::string CpuIsaName(CpuIsa isa);  // "portable", "avx2", "avx512", "avx512vnni"
 // "auto" (or empty) = the best the CPU supports; otherwise one of the names above, refused when
 // the CPU lacks it.
 absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name);
@@ -49,6 +52,27 @@ struct GemmPanelArgs {
   bool finish;  // reduce the lanes into `out` (else store them to `lanes`): the last block
 };
 
+// Most tokens one panel call multiplies.
+inline constexpr int kMaxPanelTokens = 256;
+
+// out[t * ldo + r] = sum_k w[r][k] * x[t][k] for a quantized weight type (Q8_0, Q4_0, Q4_K,
+// Q5_K, Q6_K), with the activations as the records of quantized_activations.h: the products of
+// weight and activation integers are summed exactly in int32 per block (or per 4-element group),
+// and only those sums meet the float scales. A row's result does not depend on num_tokens,
+// rows, or where in the panel it is.
+struct QuantGemmArgs {
+  common::GgmlType type;
+  const uint8_t* x;  // [num_tokens][x_stride]: QuantizeActivations(type, ...) records
+  const uint8_t* w;  // [rows][w_stride]: the panel's rows in ggml's block format
+  float* out;        // [num_tokens][ldo], columns [0, rows) written
+  size_t x_stride;
+  size_t w_stride;
+  int num_tokens;  // <= kMaxPanelTokens
+  int rows;
+  int k;  // a multiple of the type's block
+  int ldo;
+};
+
 // Causal attention of one query head of one token over its sequence's pages, positions
 // [0, last_pos], with an online softmax.
 struct AttentionHeadArgs {
@@ -71,6 +95,7 @@ struct KernelTable {
   // Decodes n elements (a whole number of blocks) of a row of a supported type.
   void (*dequantize_row)(common::GgmlType type, const uint8_t* row, int n, float* out);
   void (*gemm_panel)(const GemmPanelArgs& args);
+  void (*quant_gemm_panel)(const QuantGemmArgs& args);
   void (*attention_head)(const AttentionHeadArgs& args);
   // out = x * weight / sqrt(mean(x^2) + eps) over one row; out may equal x.
   void (*rms_norm_row)(const float* x, const float* weight, float* out, int dim, float eps);
@@ -85,5 +110,7 @@ const KernelTable& Kernels(CpuIsa isa);
 extern const KernelTable kPortableKernels;
 extern const KernelTable kAvx2Kernels;
 extern const KernelTable kAvx512Kernels;
+// kAvx512Kernels' quant_gemm_panel with VNNI (kernels_avx512_vnni.cc); Kernels() builds its table.
+void QuantGemmPanelAvx512Vnni(const QuantGemmArgs& args);
 
 }  // namespace pagoda::worker::cpu

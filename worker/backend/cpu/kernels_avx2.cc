@@ -121,7 +121,7 @@ constexpr int kTokenBlock = 5;
 }  // namespace
 
 const KernelTable kAvx2Kernels = {
-    CpuIsa::kAvx2,  DequantizeRowSimd, GemmPanelImpl, AttentionHeadImpl,
+    CpuIsa::kAvx2,  DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, AttentionHeadImpl,
     RmsNormRowImpl, SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

@@ -13,11 +13,7 @@ namespace {
 
 constexpr int kLanes = 16;
 
-float LoadHalf(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
+#include "worker/backend/cpu/avx512_common.inc"
 
 void HalfRowToFloat(const uint8_t* p, int n, float* out) {
   int i = 0;
@@ -53,17 +49,7 @@ inline void EmitI8(__m128i q, float mul, float* out) {
 // or from the lane sums of the previous k block), summed over the block in 16-element steps
 // (the k tail masked), then reduced across lanes (or stored for the next block). The operations on
 // one output are the same for every (RB, TB), so the result of a row does not depend on the
-// tile it was computed in.
-// Sum of the 16 lanes in a fixed tree: halves, then quarters, then pairs. (GCC 12's
-// _mm512_reduce_add_ps trips -Wuninitialized on its own header.)
-inline float ReduceAdd(__m512 v) {
-  const __m256 lo = _mm512_castps512_ps256(v);
-  const __m256 hi = _mm512_castps512_ps256(_mm512_shuffle_f32x4(v, v, 0xEE));
-  const __m256 s8 = _mm256_add_ps(lo, hi);
-  const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-  const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-  return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
-}
+// tile it was computed in (ReduceAdd: avx512_common.inc).
 
 template <int RB, int TB>
 void Tile(const GemmPanelArgs& a, int r0, int t0) {
@@ -114,7 +100,7 @@ constexpr int kTokenBlock = 6;
 }  // namespace
 
 const KernelTable kAvx512Kernels = {
-    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, AttentionHeadImpl,
+    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, AttentionHeadImpl,
     RmsNormRowImpl,  SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

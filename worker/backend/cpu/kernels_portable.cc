@@ -41,7 +41,7 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
 }  // namespace
 
 const KernelTable kPortableKernels = {
-    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, AttentionHeadImpl,
+    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, QuantGemmPanelImpl, AttentionHeadImpl,
     RmsNormRowImpl,    SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu
