@@ -166,6 +166,33 @@ TEST(CpuKernels, QuantizedProductsStayWithinTheActivationRounding) {
   }
 }
 
+// Every table quantizes activations to the same bytes (records of quantized_activations.h),
+// blocks with a NaN or an infinity included.
+TEST(CpuKernels, QuantizedActivationsAreTheSameBytesOnEveryPath) {
+  for (GgmlType type : {GgmlType::Q8_0, GgmlType::Q4_K, GgmlType::Q6_K}) {
+    constexpr int kCols = 1024;
+    std::vector<float> x = RandomFloats(kCols, 30);
+    for (int k = 0; k < 300; ++k) x[k] *= 50.0f;
+    x[400] = std::numeric_limits<float>::quiet_NaN();
+    x[700] = -std::numeric_limits<float>::infinity();
+    std::fill(x.begin() + 800, x.begin() + 832, 0.0f);  // an all-zero block
+    const size_t bytes = QuantizedActivationBytes(type, kCols);
+    std::vector<uint8_t> ref(bytes, 0xAB);
+    Kernels(CpuIsa::kPortable).quantize_activations(type, x.data(), kCols, ref.data());
+    for (CpuIsa isa : SimdIsas()) {
+      std::vector<uint8_t> got(bytes, 0xAB);
+      Kernels(isa).quantize_activations(type, x.data(), kCols, got.data());
+      // Padding bytes of a kBlock32 record are never read; compare the rest.
+      for (size_t i = 0; i < bytes; ++i) {
+        const bool padding = ActivationFormatFor(type) == ActivationFormat::kBlock32 &&
+                             i >= Block32ScaleOffset(kCols) + kCols;
+        if (!padding) ASSERT_EQ(got[i], ref[i]) << common::GgmlTypeName(type) << " on "
+                                                << CpuIsaName(isa) << " byte " << i;
+      }
+    }
+  }
+}
+
 // A token's outputs are the same bits alone, in a batch, at any place in it, on any thread count.
 TEST(CpuKernels, MatMulIsBatchInvariantOnEveryPath) {
   constexpr int kTokens = 23, kRows = 29;

@@ -90,54 +90,6 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const uint8_t* xq, 
 
 }  // namespace
 
-void QuantizeActivations(common::GgmlType type, const float* x, int k, uint8_t* out) {
-  // d = max|x| / 127 over the block; q = round(x / d). A block with a NaN or infinity gets
-  // d = NaN and q = 0, so the products it feeds come out NaN, as the float path's would.
-  const auto quantize = [](const float* v, int n, int8_t* q) {
-    float amax = 0.0f;
-    bool finite = true;
-    for (int i = 0; i < n; ++i) {
-      amax = std::fmax(amax, std::fabs(v[i]));
-      finite = finite && std::isfinite(v[i]);
-    }
-    if (!finite) {
-      std::fill_n(q, n, int8_t{0});
-      return std::numeric_limits<float>::quiet_NaN();
-    }
-    const float d = amax / 127.0f;
-    const float id = d > 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < n; ++i) {
-      q[i] = static_cast<int8_t>(std::clamp(std::nearbyint(v[i] * id), -127.0f, 127.0f));
-    }
-    return d;
-  };
-  if (ActivationFormatFor(type) == ActivationFormat::kBlock32) {
-    float* scales = reinterpret_cast<float*>(out + Block32ScaleOffset(k));
-    int8_t q[32];
-    for (int b = 0; b < k / 32; ++b) {
-      const float d = quantize(x + 32 * b, 32, q);
-      for (int i = 0; i < 32; ++i) out[32 * b + i] = static_cast<uint8_t>(q[i] + 128);
-      std::fill_n(scales + 8 * b, 8, d);
-    }
-    return;
-  }
-  const bool natural = type == common::GgmlType::Q6_K;
-  int8_t q[256];
-  for (int s = 0; s < k / 256; ++s) {
-    uint8_t* rec = out + static_cast<size_t>(s) * kSuperRecordBytes;
-    const float d = quantize(x + 256 * s, 256, q);
-    int16_t sums32[8] = {}, sums16[16] = {};
-    for (int i = 0; i < 256; ++i) {
-      sums32[i / 32] = static_cast<int16_t>(sums32[i / 32] + q[i]);
-      sums16[i / 16] = static_cast<int16_t>(sums16[i / 16] + q[i]);
-    }
-    for (int j = 0; j < 8; ++j) std::memcpy(rec + 32 * (natural ? j : KQuantSlot(j)), q + 32 * j, 32);
-    std::memcpy(rec + kSuperScaleOffset, &d, sizeof(d));
-    std::memcpy(rec + kSuperSums32Offset, sums32, sizeof(sums32));
-    std::memcpy(rec + kSuperSums16Offset, sums16, sizeof(sums16));
-  }
-}
-
 LocalContext::LocalContext(CpuIsa isa, int threads, bool quantize_activations)
     : pool_(std::make_unique<ThreadPool>(threads)) {
   scratch_.assign(ScratchFloatsPerThread() * static_cast<size_t>(pool_->size()), 0.0f);
@@ -195,7 +147,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
         }
         const MatMulParams& p = products[j];
         const int t = i - first;
-        QuantizeActivations(p.w->type, p.x + static_cast<size_t>(t) * p.w->cols, p.w->cols,
+        ctx.kernels->quantize_activations(p.w->type, p.x + static_cast<size_t>(t) * p.w->cols, p.w->cols,
                             const_cast<uint8_t*>(xq[j]) +
                                 static_cast<size_t>(t) * QuantizedActivationBytes(p.w->type, p.w->cols));
       }

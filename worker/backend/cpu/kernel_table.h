@@ -62,7 +62,7 @@ inline constexpr int kMaxPanelTokens = 256;
 // rows, or where in the panel it is.
 struct QuantGemmArgs {
   common::GgmlType type;
-  const uint8_t* x;  // [num_tokens][x_stride]: QuantizeActivations(type, ...) records
+  const uint8_t* x;  // [num_tokens][x_stride]: quantize_activations(type, ...) records
   const uint8_t* w;  // [rows][w_stride]: the panel's rows in ggml's block format
   float* out;        // [num_tokens][ldo], columns [0, rows) written
   size_t x_stride;
@@ -96,6 +96,9 @@ struct KernelTable {
   void (*dequantize_row)(common::GgmlType type, const uint8_t* row, int n, float* out);
   void (*gemm_panel)(const GemmPanelArgs& args);
   void (*quant_gemm_panel)(const QuantGemmArgs& args);
+  // Writes one token's record of quantized_activations.h (x: k elements, k a multiple of the
+  // type's block).
+  void (*quantize_activations)(common::GgmlType type, const float* x, int k, uint8_t* out);
   void (*attention_head)(const AttentionHeadArgs& args);
   // out = x * weight / sqrt(mean(x^2) + eps) over one row; out may equal x.
   void (*rms_norm_row)(const float* x, const float* weight, float* out, int dim, float eps);

@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <array>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "worker/backend/cpu/kernel_table.h"
@@ -121,7 +123,7 @@ constexpr int kTokenBlock = 5;
 }  // namespace
 
 const KernelTable kAvx2Kernels = {
-    CpuIsa::kAvx2,  DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, AttentionHeadImpl,
+    CpuIsa::kAvx2,  DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, QuantizeActivationsImpl, AttentionHeadImpl,
     RmsNormRowImpl, SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

@@ -3,7 +3,9 @@
 #include <immintrin.h>
 
 #include <array>
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "worker/backend/cpu/kernel_table.h"
@@ -93,6 +95,81 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
   }
 }
 
+// QuantizeActivationsImpl (kernels_body.inc) 16 values at a time: the same IEEE operations
+// (max of |x|, d = max / 127, one product x * (1 / d) rounded to nearest even, clamped), so
+// the same bytes.
+inline float AbsMax(const float* x, int n, bool* finite) {
+  __m512 m = _mm512_setzero_ps();
+  __mmask16 bad = 0;
+  for (int i = 0; i < n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    bad |= _mm512_fpclass_ps_mask(v, 0x99);  // NaN (quiet, signalling) or +-infinity
+    m = _mm512_max_ps(m, _mm512_abs_ps(v));
+  }
+  *finite = bad == 0;
+  return _mm512_reduce_max_ps(m);
+}
+
+// 16 values of x * id rounded and clamped to [-127, 127], as 32-bit integers (id = 0: zeros,
+// the values of a block that is not finite).
+inline __m512i Round16(const float* x, __m512 id) {
+  if (_mm512_cmpeq_ps_mask(id, _mm512_setzero_ps()) == 0xFFFF) return _mm512_setzero_si512();
+  const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), id),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)),
+                                 _mm512_set1_ps(127.0f));
+  return _mm512_cvtps_epi32(c);
+}
+
+void QuantizeActivationsAvx512(pagoda::common::GgmlType type, const float* x, int k,
+                               uint8_t* out) {
+  const auto scale = [](float amax, bool finite, float* d) {
+    if (!finite) {
+      *d = std::numeric_limits<float>::quiet_NaN();
+      return _mm512_setzero_ps();
+    }
+    *d = amax / 127.0f;
+    return _mm512_set1_ps(*d > 0.0f ? 1.0f / *d : 0.0f);
+  };
+  if (ActivationFormatFor(type) == ActivationFormat::kBlock32) {
+    float* scales = reinterpret_cast<float*>(out + Block32ScaleOffset(k));
+    for (int b = 0; b < k / 32; ++b) {
+      bool finite;
+      float d;
+      const float amax = AbsMax(x + 32 * b, 32, &finite);
+      const __m512 id = scale(amax, finite, &d);
+      for (int h = 0; h < 2; ++h) {
+        const __m128i q = _mm512_cvtepi32_epi8(Round16(x + 32 * b + 16 * h, id));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(out + 32 * b + 16 * h),
+                         _mm_xor_si128(q, _mm_set1_epi8(static_cast<char>(0x80))));
+      }
+      _mm256_storeu_ps(scales + 8 * b, _mm256_set1_ps(d));
+    }
+    return;
+  }
+  const bool natural = type == pagoda::common::GgmlType::Q6_K;
+  for (int s = 0; s < k / 256; ++s) {
+    uint8_t* rec = out + static_cast<size_t>(s) * kSuperRecordBytes;
+    const float* xs = x + 256 * s;
+    bool finite;
+    float d;
+    const float amax = AbsMax(xs, 256, &finite);
+    const __m512 id = scale(amax, finite, &d);
+    int16_t sums32[8], sums16[16];
+    for (int j = 0; j < 16; ++j) {  // sub-blocks of 16
+      const __m512i q = Round16(xs + 16 * j, id);
+      sums16[j] = static_cast<int16_t>(_mm512_reduce_add_epi32(q));
+      const int slot = natural ? j / 2 : KQuantSlot(j / 2);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(rec + 32 * slot + 16 * (j % 2)),
+                       _mm512_cvtepi32_epi8(q));
+    }
+    for (int j = 0; j < 8; ++j) sums32[j] = static_cast<int16_t>(sums16[2 * j] + sums16[2 * j + 1]);
+    std::memcpy(rec + kSuperScaleOffset, &d, sizeof(d));
+    std::memcpy(rec + kSuperSums32Offset, sums32, sizeof(sums32));
+    std::memcpy(rec + kSuperSums16Offset, sums16, sizeof(sums16));
+  }
+}
+
 constexpr int kRowBlock = 4;
 constexpr int kTokenBlock = 6;
 #include "worker/backend/cpu/gemm_tiles.inc"
@@ -100,7 +177,7 @@ constexpr int kTokenBlock = 6;
 }  // namespace
 
 const KernelTable kAvx512Kernels = {
-    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, AttentionHeadImpl,
+    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, QuantizeActivationsAvx512, AttentionHeadImpl,
     RmsNormRowImpl,  SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

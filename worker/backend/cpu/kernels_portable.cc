@@ -1,6 +1,8 @@
 // Portable kernels: baseline x86-64 (SSE2) or any other target; the reference the SIMD tables
 // are tested against.
+#include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "common/fp16.h"
 #include "worker/backend/cpu/kernel_table.h"
@@ -41,7 +43,7 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
 }  // namespace
 
 const KernelTable kPortableKernels = {
-    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, QuantGemmPanelImpl, AttentionHeadImpl,
+    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, QuantGemmPanelImpl, QuantizeActivationsImpl, AttentionHeadImpl,
     RmsNormRowImpl,    SwiGluImpl,        AddImpl};
 
 }  // namespace pagoda::worker::cpu

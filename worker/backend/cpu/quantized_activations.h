@@ -1,8 +1,9 @@
 // Activations quantized to 8 bits for the integer dot products of quantized weights.
 //
 // A product with a Q8_0, Q4_0, Q4_K, Q5_K or Q6_K weight does not decode the weight to float:
-// each token's activations are quantized once per product (QuantizeActivations, the same code
-// for every kernel table, so every table sees the same bytes), the kernels sum weight x activation
+// each token's activations are quantized once per product (the kernel table's
+// quantize_activations: the same IEEE operations on every table, so every table writes the same
+// bytes, which the tests check), the kernels sum weight x activation
 // bytes exactly in int32, and only the block sums meet the float scales. This is the scheme
 // llama.cpp uses on CPUs (its Q8_0 and Q8_K activation blocks), and what makes a quantized
 // weight cheaper to apply than a float one.
@@ -87,7 +88,5 @@ constexpr size_t QuantizedActivationBytes(common::GgmlType type, int k) {
 // Position, within a Q4_K/Q5_K super-block record, of sub-block j's 32 bytes (its own inverse).
 constexpr int KQuantSlot(int j) { return (j & 4) | ((j & 1) << 1) | ((j >> 1) & 1); }
 
-// Writes the record of one token (x: k elements, k a multiple of the type's block).
-void QuantizeActivations(common::GgmlType type, const float* x, int k, uint8_t* out);
 
 }  // namespace pagoda::worker::cpu
