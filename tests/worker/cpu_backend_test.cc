@@ -273,47 +273,48 @@ TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
     if (cpu::IsaSupported(isa)) isas.push_back(isa);
   }
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                        GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K})
-  for (bool quantize_activations : {true, false}) {
-    if (!quantize_activations && cpu::ActivationFormatFor(type) == cpu::ActivationFormat::kNone) {
-      continue;
-    }
-    common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 1, 21);
-    o.ffn_dim = 512;
-    o.dtype = type;
-    auto model = testing::RandomModel(o);
-    ASSERT_NE(model, nullptr);
-    std::vector<float> portable;
-    for (cpu::CpuIsa isa : isas) {
-      SCOPED_TRACE(common::GgmlTypeName(type) + " on " + cpu::CpuIsaName(isa) +
-                   (quantize_activations ? "" : " (float activations)"));
-      auto make = [&](int threads) {
-        CpuBackendOptions options;
-        options.page_size = 4;
-        options.num_pages = 16;
-        options.num_threads = threads;
-        options.kernels = cpu::CpuIsaName(isa);
-        options.quantize_activations = quantize_activations;
-        return std::move(CpuBackend::Create(model, options).value());
-      };
-      auto alone = make(1), shared = make(2);
-      std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {10, 11, 12}, c = {13};
-      std::vector<int32_t> pa = {3, 1}, pb = {0, 2}, pc = {4};
-      std::vector<float> la, lb, lc;
-      SeqInput in_a{a, 0, pa, true};
-      ASSERT_TRUE(alone->Forward({&in_a, 1}, &la).ok());
-      std::vector<SeqInput> batch = {{b, 0, pb, true}, {a, 0, pa, true}, {c, 0, pc, true}};
-      ASSERT_TRUE(shared->Forward(batch, &lb).ok());
-      std::vector<SeqInput> other = {{c, 0, pc, false}, {a, 0, pa, true}};
-      ASSERT_TRUE(shared->Forward(other, &lc).ok());
-      ASSERT_EQ(lb.size(), 3 * la.size());
-      ASSERT_EQ(lc.size(), la.size());
-      EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
-      EXPECT_TRUE(std::equal(la.begin(), la.end(), lc.begin()));
-      if (isa == cpu::CpuIsa::kPortable) {
-        portable = la;
-      } else {
-        for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], portable[i], 2e-3) << i;
+                        GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    for (bool quantize_activations : {true, false}) {
+      if (!quantize_activations && cpu::ActivationFormatFor(type) == cpu::ActivationFormat::kNone) {
+        continue;
+      }
+      common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 1, 21);
+      o.ffn_dim = 512;
+      o.dtype = type;
+      auto model = testing::RandomModel(o);
+      ASSERT_NE(model, nullptr);
+      std::vector<float> portable;
+      for (cpu::CpuIsa isa : isas) {
+        SCOPED_TRACE(common::GgmlTypeName(type) + " on " + cpu::CpuIsaName(isa) +
+                     (quantize_activations ? "" : " (float activations)"));
+        auto make = [&](int threads) {
+          CpuBackendOptions options;
+          options.page_size = 4;
+          options.num_pages = 16;
+          options.num_threads = threads;
+          options.kernels = cpu::CpuIsaName(isa);
+          options.quantize_activations = quantize_activations;
+          return std::move(CpuBackend::Create(model, options).value());
+        };
+        auto alone = make(1), shared = make(2);
+        std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {10, 11, 12}, c = {13};
+        std::vector<int32_t> pa = {3, 1}, pb = {0, 2}, pc = {4};
+        std::vector<float> la, lb, lc;
+        SeqInput in_a{a, 0, pa, true};
+        ASSERT_TRUE(alone->Forward({&in_a, 1}, &la).ok());
+        std::vector<SeqInput> batch = {{b, 0, pb, true}, {a, 0, pa, true}, {c, 0, pc, true}};
+        ASSERT_TRUE(shared->Forward(batch, &lb).ok());
+        std::vector<SeqInput> other = {{c, 0, pc, false}, {a, 0, pa, true}};
+        ASSERT_TRUE(shared->Forward(other, &lc).ok());
+        ASSERT_EQ(lb.size(), 3 * la.size());
+        ASSERT_EQ(lc.size(), la.size());
+        EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
+        EXPECT_TRUE(std::equal(la.begin(), la.end(), lc.begin()));
+        if (isa == cpu::CpuIsa::kPortable) {
+          portable = la;
+        } else {
+          for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], portable[i], 2e-3) << i;
+        }
       }
     }
   }

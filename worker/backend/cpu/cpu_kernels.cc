@@ -41,10 +41,12 @@ void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r) {
   for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
 }
 
-// Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`, one k block at a time: the
-// block of the panel's rows is decoded to float32 in the thread's scratch (F32 is read in
-// place), where it stays in L1 while every token of the chunk passes by; each output's lane
-// sums carry over to the next block in the scratch's lane area.
+// Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`. With quantized activations
+// (`xq`: one record per token of the product), the panel kernel reads the weight bytes as they
+// are. Otherwise one k block at a time: the block of the panel's rows is decoded to float32 in
+// the thread's scratch (F32 is read in place), where it stays in L1 while every token of the
+// chunk passes by; each output's lane sums carry over to the next block in the scratch's lane
+// area.
 void RunPanel(const ExecContext& ctx, const MatMulParams& p, const uint8_t* xq, int panel,
               int thread, int t0, int tokens) {
   const WeightMatrix& w = *p.w;
@@ -112,7 +114,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
   const int chunk = std::clamp(static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)),
                                kMinTokenChunk, kMaxTokenChunk);
   // The quantized activations of each product with a quantized weight, one record per token.
-  std::array<const uint8_t*, kMaxProducts> xq{};
+  std::array<uint8_t*, kMaxProducts> xq{};
   if (products.size() > kMaxProducts) {
     std::fprintf(stderr, "cpu::MatMul: %zu products > %zu\n", products.size(), kMaxProducts);
     std::abort();
@@ -145,11 +147,10 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
           if (quantized) first += products[j].num_tokens;
           ++j;
         }
-        const MatMulParams& p = products[j];
-        const int t = i - first;
-        ctx.kernels->quantize_activations(p.w->type, p.x + static_cast<size_t>(t) * p.w->cols, p.w->cols,
-                            const_cast<uint8_t*>(xq[j]) +
-                                static_cast<size_t>(t) * QuantizedActivationBytes(p.w->type, p.w->cols));
+        const WeightMatrix& w = *products[j].w;
+        const size_t t = static_cast<size_t>(i - first);
+        ctx.kernels->quantize_activations(w.type, products[j].x + t * w.cols, w.cols,
+                                          xq[j] + t * QuantizedActivationBytes(w.type, w.cols));
       }
     });
   }

@@ -36,7 +36,8 @@ constexpr int kLeadRows = 8;
 template <size_t kBytes>
 inline void PrefetchAhead(const uint8_t* p, size_t row_stride) {
   const uint8_t* ahead = p + kLeadRows * row_stride;
-  for (size_t o = 0; o < kBytes; o += 64) _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+  for (size_t o = 0; o < kBytes; o += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
 }
 
 // ---- kBlock32: Q8_0, Q4_0 ----
@@ -50,9 +51,8 @@ inline void LoadBlockPair(const uint8_t* p, bool two, __m512i* w, __m512* scale)
   *scale = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
   if constexpr (kType == GgmlType::Q8_0) {
     const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m256i b1 =
-        two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2))
-            : _mm256_setzero_si256();
+    const __m256i b1 = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2))
+                           : _mm256_setzero_si256();
     *w = _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1);
   } else {
     const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
@@ -60,7 +60,7 @@ inline void LoadBlockPair(const uint8_t* p, bool two, __m512i* w, __m512* scale)
                            : _mm_setzero_si128();
     const __m256i v = _mm256_set_m128i(q1, q0);
     const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(v, nib);                         // elements 0-15
+    const __m256i lo = _mm256_and_si256(v, nib);                        // elements 0-15
     const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);  // elements 16-31
     // 128-bit lanes [b0 lo, b1 lo, b0 hi, b1 hi] -> [b0 lo, b0 hi, b1 lo, b1 hi].
     const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
@@ -133,9 +133,9 @@ inline void LoadSuperScales(const uint8_t* p, SuperScales* s) {
     const __m512i sc = _mm512_and_si512(_mm512_cvtepi8_epi32(sc8), _mm512_set1_epi32(0xFFFF));
     for (int c = 0; c < 4; ++c) {
       // Lane l of chunk c covers elements 64c + 4l..4l+3: sub-block of 16 number 4c + l/4.
-      const __m512i idx = _mm512_add_epi32(
-          _mm512_set1_epi32(4 * c),
-          _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
+      const __m512i idx =
+          _mm512_add_epi32(_mm512_set1_epi32(4 * c),
+                           _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0));
       s->chunk[c] = _mm512_permutexvar_epi32(idx, sc);
     }
     s->d = _mm512_set1_ps(LoadHalf(p + 208));
@@ -150,14 +150,14 @@ inline void LoadSuperScales(const uint8_t* p, SuperScales* s) {
     const __m512i sc = _mm512_cvtepu8_epi32(
         _mm_cvtsi64_si128(static_cast<long long>(sc_lo | uint64_t{sc_hi} << 32)));
     for (int c = 0; c < 4; ++c) {
-      const __m512i idx = _mm512_inserti64x4(_mm512_set1_epi32(kLowSub[c]),
-                                             _mm256_set1_epi32(kLowSub[c] + 2), 1);
+      const __m512i idx =
+          _mm512_inserti64x4(_mm512_set1_epi32(kLowSub[c]), _mm256_set1_epi32(kLowSub[c] + 2), 1);
       s->chunk[c] = _mm512_permutexvar_epi32(idx, sc);
     }
     s->d = _mm512_set1_ps(LoadHalf(p));
     s->dmin = _mm512_set1_ps(LoadHalf(p + 2));
-    s->words = _mm256_castsi128_si256(_mm_cvtepu8_epi16(
-        _mm_cvtsi64_si128(static_cast<long long>(m_lo | uint64_t{m_hi} << 32))));
+    s->words = _mm256_castsi128_si256(
+        _mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(m_lo | uint64_t{m_hi} << 32))));
   }
 }
 
@@ -183,12 +183,12 @@ inline __m512i LoadSuperChunk(const uint8_t* p, int c) {
   } else {
     constexpr size_t kQs = kType == GgmlType::Q5_K ? 48 : 16;
     const __m512i v = _mm512_loadu_si512(p + kQs + 64 * (c / 2));
-    __m512i q = c % 2 == 0 ? _mm512_and_si512(v, nib)
-                           : _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
+    __m512i q =
+        c % 2 == 0 ? _mm512_and_si512(v, nib) : _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
     if constexpr (kType == GgmlType::Q5_K) {
       // Bit j of qh[l] is the fifth bit of element l of sub-block j.
-      const __m512i qh = _mm512_broadcast_i64x4(
-          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
+      const __m512i qh =
+          _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 16)));
       const int low = kLowSub[c];
       const __m512i select =
           _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << low)),
@@ -223,8 +223,8 @@ void TileSuper(const QuantGemmArgs& a, int r0, int t0) {
       __m512i w[RB];
       for (int r = 0; r < RB; ++r) w[r] = LoadSuperChunk<kType>(p[r], c);
       for (int t = 0; t < TB; ++t) {
-        const __m512i xv = _mm512_loadu_si512(a.x + static_cast<size_t>(t0 + t) * a.x_stride +
-                                              x_offset + 64 * c);
+        const __m512i xv =
+            _mm512_loadu_si512(a.x + static_cast<size_t>(t0 + t) * a.x_stride + x_offset + 64 * c);
         for (int r = 0; r < RB; ++r) {
           const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xv);
           sum[r][t] = _mm512_dpwssd_epi32(sum[r][t], dot, scales[r].chunk[c]);

@@ -88,5 +88,4 @@ constexpr size_t QuantizedActivationBytes(common::GgmlType type, int k) {
 // Position, within a Q4_K/Q5_K super-block record, of sub-block j's 32 bytes (its own inverse).
 constexpr int KQuantSlot(int j) { return (j & 4) | ((j & 1) << 1) | ((j >> 1) & 1); }
 
-
 }  // namespace pagoda::worker::cpu
