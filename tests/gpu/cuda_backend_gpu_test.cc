@@ -49,9 +49,14 @@ std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model, i
   return b.ok() ? *std::move(b) : nullptr;
 }
 
+// The CPU reference with float activations: the CUDA backend converts quantized weights to
+// BF16/FP16 at load and multiplies float activations, so the CPU's 8-bit activation path
+// (its default) is not its twin.
 std::unique_ptr<CpuBackend> MakeCpu(std::shared_ptr<const LlamaModel> model, int page_size,
                                     int num_pages) {
-  auto b = CpuBackend::Create(std::move(model), {page_size, num_pages, 0});
+  CpuBackendOptions options{page_size, num_pages, 0};
+  options.quantize_activations = false;
+  auto b = CpuBackend::Create(std::move(model), options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
 }

@@ -59,8 +59,8 @@ absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
     }
     return isa;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("cpu kernels '", std::string(name), "' unknown (auto, portable, avx2, avx512, avx512vnni)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "cpu kernels '", std::string(name), "' unknown (auto, portable, avx2, avx512, avx512vnni)"));
 }
 
 const KernelTable& Kernels(CpuIsa isa) {

@@ -122,8 +122,14 @@ constexpr int kTokenBlock = 5;
 
 }  // namespace
 
-const KernelTable kAvx2Kernels = {
-    CpuIsa::kAvx2,  DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, QuantizeActivationsImpl, AttentionHeadImpl,
-    RmsNormRowImpl, SwiGluImpl,        AddImpl};
+const KernelTable kAvx2Kernels = {CpuIsa::kAvx2,
+                                  DequantizeRowSimd,
+                                  GemmPanelImpl,
+                                  QuantGemmPanelImpl,
+                                  QuantizeActivationsImpl,
+                                  AttentionHeadImpl,
+                                  RmsNormRowImpl,
+                                  SwiGluImpl,
+                                  AddImpl};
 
 }  // namespace pagoda::worker::cpu

@@ -176,8 +176,14 @@ constexpr int kTokenBlock = 6;
 
 }  // namespace
 
-const KernelTable kAvx512Kernels = {
-    CpuIsa::kAvx512, DequantizeRowSimd, GemmPanelImpl, QuantGemmPanelImpl, QuantizeActivationsAvx512, AttentionHeadImpl,
-    RmsNormRowImpl,  SwiGluImpl,        AddImpl};
+const KernelTable kAvx512Kernels = {CpuIsa::kAvx512,
+                                    DequantizeRowSimd,
+                                    GemmPanelImpl,
+                                    QuantGemmPanelImpl,
+                                    QuantizeActivationsAvx512,
+                                    AttentionHeadImpl,
+                                    RmsNormRowImpl,
+                                    SwiGluImpl,
+                                    AddImpl};
 
 }  // namespace pagoda::worker::cpu

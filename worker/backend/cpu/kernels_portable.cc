@@ -42,8 +42,14 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
 
 }  // namespace
 
-const KernelTable kPortableKernels = {
-    CpuIsa::kPortable, DequantizeRowImpl, GemmPanelImpl, QuantGemmPanelImpl, QuantizeActivationsImpl, AttentionHeadImpl,
-    RmsNormRowImpl,    SwiGluImpl,        AddImpl};
+const KernelTable kPortableKernels = {CpuIsa::kPortable,
+                                      DequantizeRowImpl,
+                                      GemmPanelImpl,
+                                      QuantGemmPanelImpl,
+                                      QuantizeActivationsImpl,
+                                      AttentionHeadImpl,
+                                      RmsNormRowImpl,
+                                      SwiGluImpl,
+                                      AddImpl};
 
 }  // namespace pagoda::worker::cpu
