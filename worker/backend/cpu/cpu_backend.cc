@@ -53,8 +53,8 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
       arena_(std::move(arena)) {
   const size_t per_thread = cpu::ScratchFloatsPerThread();
   scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
-  ctx_ = {&cpu::Kernels(isa), pool_.get(), scratch_.data(), per_thread, &activations_,
-          options.quantize_activations};
+  ctx_ = {&cpu::Kernels(isa), pool_.get(),   scratch_.data(),
+          per_thread,         &activations_, options.quantize_activations};
 }
 
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {

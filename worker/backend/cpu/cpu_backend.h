@@ -80,7 +80,7 @@ class CpuBackend : public Backend {
   std::shared_ptr<const LlamaModel> model_;
   CpuBackendOptions options_;
   std::unique_ptr<cpu::ThreadPool> pool_;
-  common::AlignedVector<float> scratch_;  // per-thread weight panels
+  common::AlignedVector<float> scratch_;        // per-thread weight panels
   common::AlignedVector<uint8_t> activations_;  // quantized activations (ExecContext)
   cpu::ExecContext ctx_;
   cpu::KvArena arena_;

@@ -95,8 +95,8 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const uint8_t* xq, 
 LocalContext::LocalContext(CpuIsa isa, int threads, bool quantize_activations)
     : pool_(std::make_unique<ThreadPool>(threads)) {
   scratch_.assign(ScratchFloatsPerThread() * static_cast<size_t>(pool_->size()), 0.0f);
-  ctx_ = {&Kernels(isa), pool_.get(), scratch_.data(), ScratchFloatsPerThread(), &activations_,
-          quantize_activations};
+  ctx_ = {&Kernels(isa), pool_.get(),         scratch_.data(), ScratchFloatsPerThread(),
+          &activations_, quantize_activations};
 }
 
 void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {

@@ -2,8 +2,8 @@
 // (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc).
 #include <immintrin.h>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <utility>

@@ -2,8 +2,8 @@
 // file only (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc).
 #include <immintrin.h>
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -116,13 +116,11 @@ inline __m512i Round16(const float* x, __m512 id) {
   if (_mm512_cmpeq_ps_mask(id, _mm512_setzero_ps()) == 0xFFFF) return _mm512_setzero_si512();
   const __m512 r = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(x), id),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const __m512 c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)),
-                                 _mm512_set1_ps(127.0f));
+  const __m512 c = _mm512_min_ps(_mm512_max_ps(r, _mm512_set1_ps(-127.0f)), _mm512_set1_ps(127.0f));
   return _mm512_cvtps_epi32(c);
 }
 
-void QuantizeActivationsAvx512(pagoda::common::GgmlType type, const float* x, int k,
-                               uint8_t* out) {
+void QuantizeActivationsAvx512(pagoda::common::GgmlType type, const float* x, int k, uint8_t* out) {
   const auto scale = [](float amax, bool finite, float* d) {
     if (!finite) {
       *d = std::numeric_limits<float>::quiet_NaN();
