@@ -9,7 +9,8 @@
 #   bench/gpu.sh --prebuilt DIR  on a GPU machine without the build dependencies: test and
 #                                time a DIR made by --bundle
 #
-# Results (test logs, benchmark JSON) go to $OUT when set, else to gpu-results/.
+# Results (test logs, benchmark JSON) go to $OUT when set, else to gpu-results/. Each test binary
+# is stopped after GPU_TEST_TIMEOUT seconds (900).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -57,7 +58,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max
 failed=0
 declare -A verdict
 for t in "${TESTS[@]}"; do
-  if "$BIN/$t" --gtest_brief=1 >"$RESULTS/$t.log" 2>&1; then verdict[$t]=passed
+  if timeout "${GPU_TEST_TIMEOUT:-900}" "$BIN/$t" --gtest_brief=1 >"$RESULTS/$t.log" 2>&1; then
+    verdict[$t]=passed
   else verdict[$t]=FAILED; failed=1; tail -40 "$RESULTS/$t.log"; fi
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$RESULTS/$t.log" | sed "s/^/$t: /" || true
 done
