@@ -253,14 +253,16 @@ void RunTwice(const Problem& pr, DeviceProblem& dev, DeviceArray* workspace, Lau
   }
 }
 
-// max_partitions 0: DecodePartitions(longest context). with_workspace false passes none.
+// max_partitions 0: enough partitions of partition_tokens for the longest context.
+// with_workspace false passes none.
 void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = true,
-               bool contiguous = false) {
+               bool contiguous = false, int partition_tokens = kDecodePartitionTokens) {
   int longest = 0;
   for (const SeqSpec& s : pr.seqs) longest = std::max(longest, s.start_pos + 1);
-  if (max_partitions == 0) max_partitions = DecodePartitions(longest);
-  const std::string what =
-      "decode " + pr.what + ", max_partitions " + std::to_string(max_partitions);
+  if (max_partitions == 0) max_partitions = (longest + partition_tokens - 1) / partition_tokens;
+  const std::string what = "decode " + pr.what + ", max_partitions " +
+                           std::to_string(max_partitions) + " of " +
+                           std::to_string(partition_tokens) + " positions";
   DeviceProblem dev(pr);
   ASSERT_NO_FATAL_FAILURE(dev.Upload(pr));
   const size_t ws_bytes = DecodeAttentionWorkspaceBytes(
@@ -275,6 +277,7 @@ void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = 
   p.v_cache = dev.v.get();
   p.out = dev.out.get();
   p.max_partitions = max_partitions;
+  p.partition_tokens = partition_tokens;
   p.workspace = with_workspace ? workspace.get() : nullptr;
   p.contiguous_kv = contiguous;
   RunTwice(
@@ -368,6 +371,23 @@ TEST(AttentionGpuTest, DecodeGridLargerThanContexts) {
   }
 }
 
+TEST(AttentionGpuTest, DecodeShortPartitions) {
+  SKIP_WITHOUT_GPU();
+  // What the backend asks for when the grid is small: partitions of 64..256 positions, on the
+  // fast and the generic path, with a grid larger than the contexts need.
+  const std::vector<int> contexts = {17, 1, 1030, 0, 64, 65, 300, 128};
+  uint32_t seed = 350;
+  for (int tokens : {64, 128, 256}) {
+    for (const Shape& shape : {Shape{16, 128, 32, 8}, Shape{16, 64, 8, 2}, Shape{16, 80, 4, 2}}) {
+      ASSERT_NO_FATAL_FAILURE(RunDecode(
+          Build(DType::kBf16, shape, DecodeSeqs(contexts), false, seed++), 0, true, false, tokens));
+    }
+    ASSERT_NO_FATAL_FAILURE(
+        RunDecode(Build(DType::kFp16, Shape{16, 128, 8, 2}, DecodeSeqs(contexts), false, seed++),
+                  2048 / tokens, true, false, tokens));
+  }
+}
+
 TEST(AttentionGpuTest, DecodeContiguousKv) {
   SKIP_WITHOUT_GPU();
   uint32_t seed = 400;
@@ -427,6 +447,17 @@ TEST(AttentionGpuTest, RejectsUnsupportedShapes) {
   EXPECT_EQ(LaunchDecodeAttention(d, nullptr).message(),
             "LaunchDecodeAttention: batch.token_start is null");
   EXPECT_EQ(LaunchDecodeAttention(d, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  // Valid (never read) pointers, so that only partition_tokens is wrong.
+  alignas(16) static const int32_t kUnread[4] = {};
+  d.batch.token_start = d.batch.num_tokens = d.batch.start_pos = kUnread;
+  d.q = d.k_cache = d.v_cache = kUnread;
+  d.out = const_cast<int32_t*>(kUnread);
+  for (int tokens : {32, 100, 1024}) {
+    d.partition_tokens = tokens;
+    EXPECT_EQ(LaunchDecodeAttention(d, nullptr).message(),
+              "LaunchDecodeAttention: partition_tokens " + std::to_string(tokens) +
+                  " must be a power of two in [64, 512]");
+  }
   static const int32_t kNeverRead = 0;
   PrefillAttentionParams p;
   p.batch.num_seqs = 1;

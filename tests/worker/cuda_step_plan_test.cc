@@ -155,6 +155,19 @@ TEST(StepPlanTest, GraphBuckets) {
   EXPECT_EQ(GraphPartitionBucket(32768), 64);
 }
 
+TEST(StepPlanTest, DecodePartitionSplitFillsSmallGrids) {
+  // One sequence at 1k positions, 8 KV heads, 132 multiprocessors: 16 blocks -> 8 x 16.
+  EXPECT_EQ(DecodePartitionSplit(1, 8, 2, 132, 8192), 8);
+  EXPECT_EQ(DecodePartitionSplit(8, 8, 1, 132, 8192), 8);   // 64 blocks -> 512
+  EXPECT_EQ(DecodePartitionSplit(16, 8, 1, 132, 8192), 4);  // 128 -> 512
+  EXPECT_EQ(DecodePartitionSplit(32, 8, 1, 132, 8192), 2);  // 256 -> 512
+  EXPECT_EQ(DecodePartitionSplit(33, 8, 1, 132, 8192), 1);  // 264: two blocks per SM already
+  EXPECT_EQ(DecodePartitionSplit(64, 8, 2, 132, 8192), 1);
+  EXPECT_EQ(DecodePartitionSplit(4, 8, 64, 132, 8192), 1);  // 4 x 32k
+  EXPECT_EQ(DecodePartitionSplit(1, 8, 2, 132, 4), 2);      // the workspace holds 4 partials
+  EXPECT_EQ(DecodePartitionSplit(1, 8, 2, 0, 8192), 1);     // no multiprocessor count
+}
+
 TEST(StepPlanTest, NoGraphForPrefillsOrLongContexts) {
   Fixture f;
   f.Add(2, 0, 0, true);

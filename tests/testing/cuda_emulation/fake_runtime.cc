@@ -100,6 +100,7 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) 
   prop->totalGlobalMem = size_t{16} << 30;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
+  prop->multiProcessorCount = 132;  // an H100's: the backend sizes decode attention grids by it
   return cudaSuccess;
 }
 

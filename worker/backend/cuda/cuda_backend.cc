@@ -108,6 +108,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::CreateRandom(
 absl::Status CudaBackend::Init(cudaStream_t stream) {
   stream_ = stream;
   const common::ModelConfig& c = config();
+  cudaDeviceProp prop{};
+  RETURN_IF_ERROR(
+      CudaStatus(cudaGetDeviceProperties(&prop, options_.device), "cudaGetDeviceProperties"));
+  multiprocessors_ = prop.multiProcessorCount;
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(stream_, dtype_));
   const int T = options_.max_batch_tokens;
   limits_.max_tokens = T;
@@ -252,7 +256,10 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     d.k_cache = k_cache;
     d.v_cache = v_cache;
     d.out = attn_.get();
-    d.max_partitions = partitions;
+    const int split = DecodePartitionSplit(s.num_decodes, c.n_kv_heads, partitions,
+                                           multiprocessors_, limits_.max_decode_units);
+    d.max_partitions = partitions * split;
+    d.partition_tokens = kDecodePartitionTokens / split;
     d.workspace = decode_ws_.get();
     RETURN_IF_ERROR(LaunchDecodeAttention(d, stream_));
   }

@@ -110,6 +110,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<Gemm> gemm_;
   StepLimits limits_;
+  int multiprocessors_ = 0;  // of the device: sizes the decode attention grid
   KvArenaLayout layout_;
   DeviceBuffer arena_;
 

@@ -9,6 +9,8 @@ namespace pagoda::worker::cuda {
 // Decode attention cuts each sequence's KV into partitions of this many positions, one block per
 // (KV head, sequence, partition), and merges the partitions' results.
 inline constexpr int kDecodePartitionTokens = 512;
+// Shortest partition a decode step may ask for (see DecodePartitionSplit in step_plan.h).
+inline constexpr int kMinDecodePartitionTokens = 64;
 inline constexpr int DecodePartitions(int max_context) {
   return max_context <= 0 ? 1 : (max_context + kDecodePartitionTokens - 1) / kDecodePartitionTokens;
 }

@@ -152,6 +152,18 @@ int GraphBatchBucket(int num_seqs, int max_seqs) {
   return std::min(bucket, max_seqs);
 }
 
+int DecodePartitionSplit(int num_seqs, int n_kv_heads, int partitions, int multiprocessors,
+                         int64_t max_units) {
+  const int64_t units = int64_t{num_seqs} * partitions;
+  const int64_t want_blocks = 2 * int64_t{multiprocessors};
+  int split = 1;
+  while (kDecodePartitionTokens / (2 * split) >= kMinDecodePartitionTokens &&
+         units * n_kv_heads * split < want_blocks && units * split * 2 <= max_units) {
+    split *= 2;
+  }
+  return split;
+}
+
 int GraphPartitionBucket(int max_context) {
   int p = 1;
   while (p < DecodePartitions(max_context)) p *= 2;

@@ -71,7 +71,12 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
   if (b.num_seqs == 0) return absl::OkStatus();
   ArgCheck check("LaunchDecodeAttention");
   attention_internal::CheckAttentionArgs(check, s, b, p.q, p.k_cache, p.v_cache, p.out, 4);
+  const int pt = p.partition_tokens;
   check.RequireRange(p.max_partitions, 1, kMaxGridYZ, "max_partitions")
+      .Require(
+          pt >= kMinDecodePartitionTokens && pt <= kDecodePartitionTokens && (pt & (pt - 1)) == 0,
+          "partition_tokens %d must be a power of two in [%d, %d]", pt, kMinDecodePartitionTokens,
+          kDecodePartitionTokens)
       .Require(p.max_partitions <= 1 || p.workspace != nullptr,
                "workspace is null with max_partitions %d > 1", p.max_partitions)
       .Require(Aligned(p.workspace, 16), "workspace (%p) must be 16-byte aligned", p.workspace)
@@ -99,6 +104,7 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
   args.page_size = s.page_size;
   args.group = s.n_heads / s.n_kv_heads;
   args.max_partitions = p.max_partitions;
+  args.partition_tokens = pt;
   args.scale_log2 = s.scale * attention_internal::kLog2e;
 
   return CudaStatus(DispatchDType(s.dtype,

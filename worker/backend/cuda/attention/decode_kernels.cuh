@@ -1,5 +1,5 @@
 // Decode attention kernels (see paged_attention.h for the contract). One block per (KV head,
-// sequence, partition of kDecodePartitionTokens positions) handles every query head of the KV
+// sequence, partition of partition_tokens positions) handles every query head of the KV
 // head's group:
 //   1. slot table: the partition's page slots go to shared memory (the only page-table reads);
 //   2. K pass: scores of the group's heads for every position of the partition, in shared memory
@@ -53,14 +53,15 @@ struct DecodeArgs {
   int page_size;
   int group;  // n_heads / n_kv_heads
   int max_partitions;
-  float scale_log2;  // scale * log2(e)
+  int partition_tokens;  // positions per partition: a power of two <= kDecodePartitionTokens
+  float scale_log2;      // scale * log2(e)
 };
 
 // The positions one block covers.
 struct Partition {
   int row;        // q/out row of the sequence's token
   int pos0;       // first position of the partition
-  int n;          // positions in the partition, 1..kDecodePartitionTokens
+  int n;          // positions in the partition, 1..partition_tokens
   int num_parts;  // partitions of the sequence (clamped to max_partitions)
 };
 
@@ -69,11 +70,11 @@ struct Partition {
 __device__ __forceinline__ bool GetPartition(const DecodeArgs& a, int seq, int part, Partition* p) {
   if (a.num_tokens[seq] == 0) return false;
   const int context = a.start_pos[seq] + 1;
-  const int num_parts = min(DivUp(context, kDecodePartitionTokens), a.max_partitions);
+  const int num_parts = min(DivUp(context, a.partition_tokens), a.max_partitions);
   if (part >= num_parts) return false;
   p->row = a.token_start[seq];
-  p->pos0 = part * kDecodePartitionTokens;
-  p->n = min(kDecodePartitionTokens, context - p->pos0);
+  p->pos0 = part * a.partition_tokens;
+  p->n = min(a.partition_tokens, context - p->pos0);
   p->num_parts = num_parts;
   return true;
 }

@@ -50,9 +50,10 @@ struct AttentionShape {
 };
 
 // Decode: every non-padding entry has num_tokens == 1, so its context is start_pos + 1 tokens.
-// The KV length is cut into partitions of kDecodePartitionTokens; grid = n_kv_heads x num_seqs x
-// max_partitions, where max_partitions must cover the longest context in the batch
-// (DecodePartitions(max_context)). Partials go to the workspace and a second kernel merges them.
+// The KV length is cut into partitions of partition_tokens (kDecodePartitionTokens unless a
+// small grid asks for shorter ones); grid = n_kv_heads x num_seqs x max_partitions, where
+// max_partitions must cover the longest context in the batch (DivUp(max_context,
+// partition_tokens)). Partials go to the workspace and a second kernel merges them.
 // kDecodePartitionTokens and DecodePartitions() live in kernel_args.h (host planning uses them).
 size_t DecodeAttentionWorkspaceBytes(int num_seqs, int n_heads, int head_dim, int max_partitions);
 
@@ -64,6 +65,8 @@ struct DecodeAttentionParams {
   const void* v_cache = nullptr;  // same shape
   void* out = nullptr;            // [rows][n_heads][head_dim] dtype
   int max_partitions = 1;
+  // A power of two in [kMinDecodePartitionTokens, kDecodePartitionTokens].
+  int partition_tokens = kDecodePartitionTokens;
   void* workspace = nullptr;  // DecodeAttentionWorkspaceBytes(...) bytes
   // Benchmark baseline: ignore page_table and read sequence s's KV from pages
   // s * page_table_stride + p / page_size (one contiguous block per sequence).
