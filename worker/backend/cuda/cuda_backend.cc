@@ -196,7 +196,8 @@ absl::Status CudaBackend::FillKvRandom(uint64_t seed) {
   return CudaStatus(cudaStreamSynchronize(stream_), "FillKvRandom");
 }
 
-absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partitions) {
+absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partitions,
+                                       int partition_tokens) {
   const common::ModelConfig& c = config();
   const DeviceLayer& w = weights_.layer(l);
   const int T = s.num_tokens;
@@ -256,10 +257,8 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     d.k_cache = k_cache;
     d.v_cache = v_cache;
     d.out = attn_.get();
-    const int split = DecodePartitionSplit(s.num_decodes, c.n_kv_heads, partitions,
-                                           multiprocessors_, limits_.max_decode_units);
-    d.max_partitions = partitions * split;
-    d.partition_tokens = kDecodePartitionTokens / split;
+    d.max_partitions = partitions;
+    d.partition_tokens = partition_tokens;
     d.workspace = decode_ws_.get();
     RETURN_IF_ERROR(LaunchDecodeAttention(d, stream_));
   }
@@ -293,7 +292,13 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   RETURN_IF_ERROR(LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim,
                                    c.rope_base, weights_.rope_inv_freq()},
                                   stream_));
-  for (int l = 0; l < c.n_layers; ++l) RETURN_IF_ERROR(EnqueueLayer(l, s, partitions));
+  // Decode attention's grid, the same for every layer: partitions of 512 positions, cut shorter
+  // when they would not fill the GPU.
+  const int split = DecodePartitionSplit(s.num_decodes, c.n_kv_heads, partitions, multiprocessors_,
+                                         limits_.max_decode_units);
+  for (int l = 0; l < c.n_layers; ++l) {
+    RETURN_IF_ERROR(EnqueueLayer(l, s, partitions * split, kDecodePartitionTokens / split));
+  }
   const int R = s.num_logit_rows;
   RETURN_IF_ERROR(LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(),
                                      xn_.get(), R, c.dim, c.rms_eps, dtype_},

@@ -101,7 +101,8 @@ class CudaBackend : public Backend {
   // After the step: appends each row's logprobs from logprobs_host_ (rows that asked).
   void CollectLogprobs(int rows, std::vector<SampledLogprobs>* logprobs);
   absl::Status Enqueue(const StepInputs& s, int partitions, bool sample);  // the forward pass
-  absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions);
+  // partitions: of partition_tokens positions each (decode attention's grid).
+  absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions, int partition_tokens);
   absl::StatusOr<cudaGraphExec_t> GraphFor(const GraphShape& shape, const StepInputs& s);
 
   CudaBackendOptions options_;
