@@ -53,9 +53,10 @@ ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only ite
 ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
-ABSL_FLAG(std::string, cpu_kernels, "",
-          "cpu: kernel instruction set: auto, portable, avx2, avx512 or avx512vnni (empty = "
-          "$PAGODA_CPU_KERNELS, else auto); a set the CPU lacks is refused");
+ABSL_FLAG(
+    std::string, cpu_kernels, "",
+    "cpu: kernel instruction set: auto, portable, avx2, avx512, avx512vnni or avx512amx (empty = "
+    "$PAGODA_CPU_KERNELS, else auto); a set the CPU lacks is refused");
 ABSL_FLAG(bool, cpu_quantize_activations, true,
           "cpu: multiply quantized weights with activations quantized to 8 bits, as llama.cpp "
           "does (false: decode the weights to float; slower, float activations)");

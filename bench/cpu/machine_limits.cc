@@ -13,6 +13,7 @@ using worker::cpu::CpuIsa;
 
 double FmaLoop(int64_t iterations, float* sink) {
   switch (worker::cpu::BestSupportedIsa()) {
+    case CpuIsa::kAvx512Amx:
     case CpuIsa::kAvx512Vnni:
     case CpuIsa::kAvx512:
       return FmaLoopAvx512(iterations, sink);
@@ -31,6 +32,7 @@ double FmaLoop(int64_t iterations, float* sink) {
 
 float ReadSum(const float* data, size_t n) {
   switch (worker::cpu::BestSupportedIsa()) {
+    case CpuIsa::kAvx512Amx:
     case CpuIsa::kAvx512Vnni:
     case CpuIsa::kAvx512:
       return ReadSumAvx512(data, n);

@@ -269,7 +269,7 @@ TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
   using common::GgmlType;
   std::vector<cpu::CpuIsa> isas;
   for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
-                          cpu::CpuIsa::kAvx512Vnni}) {
+                          cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx}) {
     if (cpu::IsaSupported(isa)) isas.push_back(isa);
   }
   for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,

@@ -25,7 +25,7 @@ constexpr float kPoison = std::numeric_limits<float>::quiet_NaN();
 // The SIMD tables this machine can run (the portable one is the reference).
 std::vector<CpuIsa> SimdIsas() {
   std::vector<CpuIsa> out;
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Amx}) {
     if (IsaSupported(isa)) out.push_back(isa);
   }
   if (out.empty()) std::printf("no SIMD kernel table runs on this CPU; portable only\n");
@@ -224,7 +224,7 @@ TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
   constexpr int kTokens = 70, kRows = 9, kCols = 4096;
   std::vector<CpuIsa> isas = SimdIsas();
   isas.push_back(CpuIsa::kPortable);
-  for (GgmlType type : {GgmlType::F32, GgmlType::Q4_K}) {
+  for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K}) {
     const WeightMatrix w = RandomMatrix(type, kRows, kCols, 12);
     const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 13);
     for (CpuIsa isa : isas) {
@@ -348,7 +348,7 @@ TEST(KernelTable, ResolvesNamesAndRefusesUnknownOnes) {
   auto bad = ResolveCpuIsa("sse9");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("auto, portable, avx2, avx512"), std::string::npos);
-  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+  for (CpuIsa isa : {CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni, CpuIsa::kAvx512Amx}) {
     EXPECT_EQ(ResolveCpuIsa(CpuIsaName(isa)).ok(), IsaSupported(isa));
   }
 }

@@ -192,7 +192,7 @@ TEST(QuantizedModel, LogProbsMatchLlamaCppOnEveryKernelPath) {
     auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
     ASSERT_TRUE(model.ok()) << model.status();
     for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
-                            cpu::CpuIsa::kAvx512Vnni}) {
+                            cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx}) {
       if (!cpu::IsaSupported(isa)) continue;
       for (const bool quantize_activations : {true, false}) {
         const std::string path =

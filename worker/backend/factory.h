@@ -22,7 +22,7 @@ struct BackendOptions {
   // cpu
   int kv_cache_mib = 256;
   int threads = 0;                   // 0 = all cores
-  std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni
+  std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni, avx512amx
   bool cpu_quantize_activations = true;
   // cuda
   std::string dtype = "bf16";  // "bf16" or "fp16"

@@ -34,7 +34,7 @@ struct CpuBackendOptions {
   int page_size = 16;
   int num_pages = 0;             // required, > 0
   int num_threads = 0;           // 0 = hardware concurrency
-  std::string kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni (kernel_table.h)
+  std::string kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni, avx512amx
   // Quantized weights multiply activations quantized to 8 bits (as llama.cpp does); false
   // decodes them to float instead (slower; float activations).
   bool quantize_activations = true;

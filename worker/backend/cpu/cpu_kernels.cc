@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace pagoda::worker::cpu {
 namespace {
@@ -41,22 +42,48 @@ void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r) {
   for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
 }
 
+// Walks a flat index over several products' items (count(j) of product j, 0 to skip it), for
+// increasing indices: Find(i) gives product j and i's index within it.
+struct FlatIndex {
+  size_t j = 0;
+  int first = 0;  // flat index of product j's first item
+  template <typename Count>
+  std::pair<size_t, int> Find(int i, const Count& count) {
+    while (i >= first + count(j)) first += count(j++);
+    return {j, i - first};
+  }
+};
+
+// A product's quantized activations: one record per token, and where the table packs them
+// (pack_activations), the groups of kPackTokens tokens.
+struct QuantInput {
+  uint8_t* records = nullptr;
+  uint8_t* packed = nullptr;
+  size_t group_bytes = 0;
+};
+
 // Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`. With quantized activations
-// (`xq`: one record per token of the product), the panel kernel reads the weight bytes as they
-// are. Otherwise one k block at a time: the block of the panel's rows is decoded to float32 in
-// the thread's scratch (F32 is read in place), where it stays in L1 while every token of the
-// chunk passes by; each output's lane sums carry over to the next block in the scratch's lane
-// area.
-void RunPanel(const ExecContext& ctx, const MatMulParams& p, const uint8_t* xq, int panel,
+// (`xq.records` set), the panel kernel reads the weight bytes as they are. Otherwise one k block
+// at a time: the block of the panel's rows is decoded to float32 in the thread's scratch (F32 is
+// read in place), where it stays in L1 while every token of the chunk passes by; each output's
+// lane sums carry over to the next block in the scratch's lane area.
+void RunPanel(const ExecContext& ctx, const MatMulParams& p, const QuantInput& xq, int panel,
               int thread, int t0, int tokens) {
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
   const int rows = std::min(kPanelRows, w.rows - r0);
-  if (xq != nullptr) {
+  if (xq.records != nullptr) {
     const size_t record = QuantizedActivationBytes(w.type, w.cols);
-    ctx.kernels->quant_gemm_panel({w.type, xq + static_cast<size_t>(t0) * record, w.row(r0),
-                                   p.out + static_cast<size_t>(t0) * w.rows + r0, record,
-                                   w.row_bytes, tokens, rows, w.cols, w.rows});
+    QuantGemmArgs args{w.type,    xq.records + static_cast<size_t>(t0) * record,
+                       w.row(r0), p.out + static_cast<size_t>(t0) * w.rows + r0,
+                       record,    w.row_bytes,
+                       tokens,    rows,
+                       w.cols,    w.rows};
+    if (xq.packed != nullptr) {  // t0 is a multiple of the chunk, itself one of kPackTokens
+      args.x_packed = xq.packed + static_cast<size_t>(t0 / kPackTokens) * xq.group_bytes;
+      args.x_packed_stride = xq.group_bytes;
+    }
+    ctx.kernels->quant_gemm_panel(args);
     return;
   }
   // An invariant of the callers (contexts are sized by ScratchFloatsPerThread()).
@@ -111,46 +138,78 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
     max_tokens = std::max(max_tokens, p.num_tokens);
     max_cols = std::max(max_cols, p.w->cols);
   }
+  // A multiple of kPackTokens, so chunks start at a packed group.
   const int chunk = std::clamp(static_cast<int>(kChunkBytes / (sizeof(float) * max_cols)),
-                               kMinTokenChunk, kMaxTokenChunk);
-  // The quantized activations of each product with a quantized weight, one record per token.
-  std::array<uint8_t*, kMaxProducts> xq{};
+                               kMinTokenChunk, kMaxTokenChunk) /
+                    kPackTokens * kPackTokens;
   if (products.size() > kMaxProducts) {
     std::fprintf(stderr, "cpu::MatMul: %zu products > %zu\n", products.size(), kMaxProducts);
     std::abort();
   }
-  size_t bytes = 0;
-  int quant_tokens = 0;
+  // The quantized activations of each product with a quantized weight: one record per token,
+  // then (tables that pack them) the packed groups, in ctx.activations.
+  std::array<QuantInput, kMaxProducts> xq{};
   const auto record_bytes = [&](const MatMulParams& p) {
     return ctx.quantize_activations ? QuantizedActivationBytes(p.w->type, p.w->cols) : 0;
   };
+  const auto group_bytes = [&](const MatMulParams& p) {
+    return record_bytes(p) > 0 && ctx.kernels->pack_activations != nullptr
+               ? ctx.kernels->packed_group_bytes(p.w->type, p.w->cols)
+               : 0;
+  };
+  const auto num_groups = [](const MatMulParams& p) {
+    return (p.num_tokens + kPackTokens - 1) / kPackTokens;
+  };
+  size_t bytes = 0;
+  int quant_tokens = 0, packed_groups = 0;
   for (const MatMulParams& p : products) {
     const size_t record = record_bytes(p);
-    bytes += record * static_cast<size_t>(p.num_tokens);
+    bytes += record * static_cast<size_t>(p.num_tokens) +
+             group_bytes(p) * static_cast<size_t>(num_groups(p));
     if (record > 0) quant_tokens += p.num_tokens;
+    if (group_bytes(p) > 0) packed_groups += num_groups(p);
   }
   if (bytes > 0) {
     if (ctx.activations->size() < bytes) ctx.activations->resize(bytes);
     size_t offset = 0;
     for (size_t j = 0; j < products.size(); ++j) {
       const size_t record = record_bytes(products[j]);
-      if (record > 0) xq[j] = ctx.activations->data() + offset;
+      if (record > 0) xq[j].records = ctx.activations->data() + offset;
       offset += record * static_cast<size_t>(products[j].num_tokens);
+      xq[j].group_bytes = group_bytes(products[j]);
+      if (xq[j].group_bytes > 0) xq[j].packed = ctx.activations->data() + offset;
+      offset += xq[j].group_bytes * static_cast<size_t>(num_groups(products[j]));
     }
+    const auto tokens_of = [&](size_t j) {
+      return xq[j].records != nullptr ? products[j].num_tokens : 0;
+    };
     ctx.pool->ParallelFor(quant_tokens, [&](int begin, int end, int) {
-      size_t j = 0;
-      int first = 0;  // quantized token index of product j's first token
+      FlatIndex at;
       for (int i = begin; i < end; ++i) {
-        for (;;) {
-          const bool quantized = xq[j] != nullptr;
-          if (quantized && i < first + products[j].num_tokens) break;
-          if (quantized) first += products[j].num_tokens;
-          ++j;
-        }
+        const auto [j, local] = at.Find(i, tokens_of);
         const WeightMatrix& w = *products[j].w;
-        const size_t t = static_cast<size_t>(i - first);
-        ctx.kernels->quantize_activations(w.type, products[j].x + t * w.cols, w.cols,
-                                          xq[j] + t * QuantizedActivationBytes(w.type, w.cols));
+        const size_t t = static_cast<size_t>(local);
+        ctx.kernels->quantize_activations(
+            w.type, products[j].x + t * w.cols, w.cols,
+            xq[j].records + t * QuantizedActivationBytes(w.type, w.cols));
+      }
+    });
+  }
+  if (packed_groups > 0) {
+    const auto groups_of = [&](size_t j) {
+      return xq[j].packed != nullptr ? num_groups(products[j]) : 0;
+    };
+    ctx.pool->ParallelFor(packed_groups, [&](int begin, int end, int) {
+      FlatIndex at;
+      for (int i = begin; i < end; ++i) {
+        const auto [j, local] = at.Find(i, groups_of);
+        const MatMulParams& p = products[j];
+        const int t0 = local * kPackTokens;
+        const size_t record = record_bytes(p);
+        ctx.kernels->pack_activations(
+            p.w->type, xq[j].records + static_cast<size_t>(t0) * record, record,
+            std::min(kPackTokens, p.num_tokens - t0), p.w->cols,
+            xq[j].packed + static_cast<size_t>(local) * xq[j].group_bytes);
       }
     });
   }

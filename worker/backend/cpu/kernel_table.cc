@@ -1,5 +1,11 @@
 #include "worker/backend/cpu/kernel_table.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +14,8 @@ namespace pagoda::worker::cpu {
 
 std::string CpuIsaName(CpuIsa isa) {
   switch (isa) {
+    case CpuIsa::kAvx512Amx:
+      return "avx512amx";
     case CpuIsa::kAvx512Vnni:
       return "avx512vnni";
     case CpuIsa::kAvx512:
@@ -19,10 +27,34 @@ std::string CpuIsaName(CpuIsa isa) {
   }
 }
 
+#if defined(__x86_64__)
+namespace {
+
+// AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25: GCC 12's __builtin_cpu_supports
+// does not know AMX-INT8), and the OS's grant of the tile data state to this process
+// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; Linux 5.16 and later), asked once.
+bool AmxUsable() {
+  static const bool usable = [] {
+    unsigned eax, ebx, ecx, edx;
+    if (__get_cpuid_max(0, nullptr) < 7) return false;
+    __cpuid_count(7, 0, eax, ebx, ecx, edx);
+    if (((edx >> 24) & 1) == 0 || ((edx >> 25) & 1) == 0) return false;
+    constexpr long kArchReqXcompPerm = 0x1023;
+    constexpr long kXfeatureXtiledata = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+  }();
+  return usable;
+}
+
+}  // namespace
+#endif
+
 bool IsaSupported(CpuIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
   switch (isa) {
+    case CpuIsa::kAvx512Amx:
+      return AmxUsable() && IsaSupported(CpuIsa::kAvx512Vnni);
     case CpuIsa::kAvx512Vnni:
       return __builtin_cpu_supports("avx512vnni") && IsaSupported(CpuIsa::kAvx512);
     case CpuIsa::kAvx512:
@@ -41,6 +73,7 @@ bool IsaSupported(CpuIsa isa) {
 }
 
 CpuIsa BestSupportedIsa() {
+  if (IsaSupported(CpuIsa::kAvx512Amx)) return CpuIsa::kAvx512Amx;
   if (IsaSupported(CpuIsa::kAvx512Vnni)) return CpuIsa::kAvx512Vnni;
   if (IsaSupported(CpuIsa::kAvx512)) return CpuIsa::kAvx512;
   if (IsaSupported(CpuIsa::kAvx2)) return CpuIsa::kAvx2;
@@ -50,7 +83,8 @@ CpuIsa BestSupportedIsa() {
 absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
   const std::string lower = absl::AsciiStrToLower(std::string(name));
   if (lower.empty() || lower == "auto") return BestSupportedIsa();
-  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni}) {
+  for (CpuIsa isa : {CpuIsa::kPortable, CpuIsa::kAvx2, CpuIsa::kAvx512, CpuIsa::kAvx512Vnni,
+                     CpuIsa::kAvx512Amx}) {
     if (lower != CpuIsaName(isa)) continue;
     if (!IsaSupported(isa)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -59,8 +93,9 @@ absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
     }
     return isa;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "cpu kernels '", std::string(name), "' unknown (auto, portable, avx2, avx512, avx512vnni)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("cpu kernels '", std::string(name),
+                   "' unknown (auto, portable, avx2, avx512, avx512vnni, avx512amx)"));
 }
 
 const KernelTable& Kernels(CpuIsa isa) {
@@ -74,6 +109,17 @@ const KernelTable& Kernels(CpuIsa isa) {
       return table;
     }();
     return vnni;
+  }
+  if (isa == CpuIsa::kAvx512Amx) {
+    static const KernelTable amx = [] {
+      KernelTable table = kAvx512Kernels;
+      table.isa = CpuIsa::kAvx512Amx;
+      table.quant_gemm_panel = QuantGemmPanelAmx;
+      table.packed_group_bytes = PackedGroupBytesAmx;
+      table.pack_activations = PackActivationsAmx;
+      return table;
+    }();
+    return amx;
   }
   if (isa == CpuIsa::kAvx512) return kAvx512Kernels;
   if (isa == CpuIsa::kAvx2) return kAvx2Kernels;

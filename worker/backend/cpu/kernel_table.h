@@ -22,9 +22,13 @@ namespace pagoda::worker::cpu {
 
 // kAvx512Vnni: the AVX-512 table with the products of quantized weights done by VNNI byte dot
 // products (vpdpbusd / vpdpwssd); everything else as kAvx512.
-enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3 };
+// kAvx512Amx: kAvx512Vnni with the products of Q8_0 and Q4_0 weights done by AMX tile dot
+// products (tdpbssd) on activations packed for them (pack_activations); it needs the OS to
+// grant the process the AMX tile state, which IsaSupported asks for.
+enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Amx = 4 };
 
-std::string CpuIsaName(CpuIsa isa);  // "portable", "avx2", "avx512", "avx512vnni"
+// "portable", "avx2", "avx512", "avx512vnni", "avx512amx"
+std::string CpuIsaName(CpuIsa isa);
 // "auto" (or empty) = the best the CPU supports; otherwise one of the names above, refused when
 // the CPU lacks it.
 absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name);
@@ -71,7 +75,14 @@ struct QuantGemmArgs {
   int rows;
   int k;  // a multiple of the type's block
   int ldo;
+  // Tables with pack_activations: the same tokens' activations as packed by it, the groups of
+  // kPackTokens tokens from this call's first token (x_packed_stride bytes each); else null.
+  const uint8_t* x_packed = nullptr;
+  size_t x_packed_stride = 0;
 };
+
+// Tokens per group of packed activations (KernelTable::pack_activations).
+inline constexpr int kPackTokens = 16;
 
 // Causal attention of one query head of one token over its sequence's pages, positions
 // [0, last_pos], with an online softmax.
@@ -104,6 +115,13 @@ struct KernelTable {
   void (*rms_norm_row)(const float* x, const float* weight, float* out, int dim, float eps);
   void (*swiglu)(float* gate, const float* up, size_t n);  // gate = silu(gate) * up
   void (*add)(float* x, const float* y, size_t n);         // x += y
+  // Optional (null in tables that read the records as they are): bytes of one group of
+  // kPackTokens tokens' packed activations for weights of `type` over rows of k elements (0:
+  // this type's products read the records), and the packing of `tokens` (<= kPackTokens)
+  // consecutive records of record_bytes each into one group (missing tokens packed as zeros).
+  size_t (*packed_group_bytes)(common::GgmlType type, int k) = nullptr;
+  void (*pack_activations)(common::GgmlType type, const uint8_t* records, size_t record_bytes,
+                           int tokens, int k, uint8_t* out) = nullptr;
 };
 
 // The table for `isa`; IsaSupported(isa) must hold.
@@ -115,5 +133,11 @@ extern const KernelTable kAvx2Kernels;
 extern const KernelTable kAvx512Kernels;
 // kAvx512Kernels' quant_gemm_panel with VNNI (kernels_avx512_vnni.cc); Kernels() builds its table.
 void QuantGemmPanelAvx512Vnni(const QuantGemmArgs& args);
+// The AMX table's quantized products and packing (kernels_amx.cc): Q8_0 and Q4_0 on AMX tiles,
+// the other types by QuantGemmPanelAvx512Vnni.
+void QuantGemmPanelAmx(const QuantGemmArgs& args);
+size_t PackedGroupBytesAmx(common::GgmlType type, int k);
+void PackActivationsAmx(common::GgmlType type, const uint8_t* records, size_t record_bytes,
+                        int tokens, int k, uint8_t* out);
 
 }  // namespace pagoda::worker::cpu
