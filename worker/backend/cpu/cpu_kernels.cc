@@ -152,8 +152,9 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
   const auto record_bytes = [&](const MatMulParams& p) {
     return ctx.quantize_activations ? QuantizedActivationBytes(p.w->type, p.w->cols) : 0;
   };
+  // Products of one token are not packed: the panels multiply one token from its record.
   const auto group_bytes = [&](const MatMulParams& p) {
-    return record_bytes(p) > 0 && ctx.kernels->pack_activations != nullptr
+    return record_bytes(p) > 0 && p.num_tokens > 1 && ctx.kernels->pack_activations != nullptr
                ? ctx.kernels->packed_group_bytes(p.w->type, p.w->cols)
                : 0;
   };

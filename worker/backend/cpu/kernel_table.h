@@ -75,8 +75,9 @@ struct QuantGemmArgs {
   int rows;
   int k;  // a multiple of the type's block
   int ldo;
-  // Tables with pack_activations: the same tokens' activations as packed by it, the groups of
-  // kPackTokens tokens from this call's first token (x_packed_stride bytes each); else null.
+  // Tables with pack_activations, products of 2 or more tokens: the same tokens' activations
+  // as packed by it, the groups of kPackTokens tokens from this call's first token
+  // (x_packed_stride bytes each); else null.
   const uint8_t* x_packed = nullptr;
   size_t x_packed_stride = 0;
 };

@@ -348,7 +348,8 @@ void QuantGemmPanelAmx(const QuantGemmArgs& a) {
     QuantGemmPanelAvx512Vnni(a);
     return;
   }
-  if (a.x_packed == nullptr) {  // an invariant of MatMul, which packs for this table
+  // An invariant of MatMul, which packs the activations of products of 2 or more tokens.
+  if (a.x_packed == nullptr && a.num_tokens > 1) {
     std::fprintf(stderr, "cpu: %s product on AMX tiles without packed activations\n",
                  common::GgmlTypeName(a.type).c_str());
     std::abort();
