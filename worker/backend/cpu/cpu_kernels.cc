@@ -215,13 +215,13 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
     });
   }
   ctx.pool->ParallelFor(total, [&](int begin, int end, int thread) {
+    const auto panels_of = [&](size_t j) { return NumPanels(*products[j].w); };
     for (int t0 = 0; t0 < max_tokens; t0 += chunk) {
-      size_t j = 0;
-      int first = 0;  // index of product j's first panel
+      FlatIndex at;
       for (int i = begin; i < end; ++i) {
-        while (i >= first + NumPanels(*products[j].w)) first += NumPanels(*products[j++].w);
+        const auto [j, panel] = at.Find(i, panels_of);
         const int tokens = std::min(chunk, products[j].num_tokens - t0);
-        if (tokens > 0) RunPanel(ctx, products[j], xq[j], i - first, thread, t0, tokens);
+        if (tokens > 0) RunPanel(ctx, products[j], xq[j], panel, thread, t0, tokens);
       }
     }
   });

@@ -58,6 +58,17 @@ void ConfigureTiles() {
   configured = true;
 }
 
+// Q4_0's signed weights (q - 8) of two 16-byte groups of packed nibbles (v: [first | second]):
+// [first's low nibbles, its high nibbles, second's low, its high].
+inline __m512i UnpackQ4Pair(__m256i v) {
+  const __m256i nib = _mm256_set1_epi8(0x0F);
+  const __m512i order = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+  const __m512i q = _mm512_permutex2var_epi64(
+      _mm512_castsi256_si512(_mm256_and_si256(v, nib)), order,
+      _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
+  return _mm512_sub_epi8(q, _mm512_set1_epi8(8));
+}
+
 // Rows [r0, r0 + rows) of block b as signed bytes in `buf` ([8][32], rows past `rows` zero),
 // for Q4_0 (q - 8) and for a Q8_0 tile of fewer than 8 rows.
 template <GgmlType kType>
@@ -65,18 +76,11 @@ inline void UnpackWeights(const QuantGemmArgs& a, int r0, int rows, int b, int8_
   constexpr size_t kBytes = QuantBlockBytes(kType);
   const uint8_t* p = a.w + static_cast<size_t>(r0) * a.w_stride + b * kBytes + 2;
   if (kType == GgmlType::Q4_0 && rows == kTileRows) {
-    // Two rows per register: [row r low nibbles, high nibbles, row r+1 low, high].
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m512i order = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-    for (int r = 0; r < kTileRows; r += 2) {
+    for (int r = 0; r < kTileRows; r += 2) {  // two rows per register
       const __m256i v = _mm256_inserti128_si256(
           _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
           _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + a.w_stride)), 1);
-      const __m256i lo = _mm256_and_si256(v, nib);
-      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);
-      const __m512i q =
-          _mm512_permutex2var_epi64(_mm512_castsi256_si512(lo), order, _mm512_castsi256_si512(hi));
-      _mm512_store_si512(buf + 32 * r, _mm512_sub_epi8(q, _mm512_set1_epi8(8)));
+      _mm512_store_si512(buf + 32 * r, UnpackQ4Pair(v));
       p += 2 * a.w_stride;
     }
     return;
@@ -250,13 +254,7 @@ void OneTokenRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
         const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
         const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBytes + 2))
                                : _mm_set1_epi8(static_cast<char>(0x88));
-        const __m256i y = _mm256_set_m128i(q1, q0);
-        const __m256i nib = _mm256_set1_epi8(0x0F);
-        const __m512i order = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-        const __m512i u = _mm512_permutex2var_epi64(
-            _mm512_castsi256_si512(_mm256_and_si256(y, nib)), order,
-            _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(y, 4), nib)));
-        w = _mm512_sub_epi8(u, _mm512_set1_epi8(8));
+        w = UnpackQ4Pair(_mm256_set_m128i(q1, q0));
       }
       // Lanes start at -128 x their weights' sum, undoing the activations' offset.
       const __m512i start = _mm512_sub_epi32(
