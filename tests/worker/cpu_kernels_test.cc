@@ -219,12 +219,14 @@ TEST(CpuKernels, MatMulIsBatchInvariantOnEveryPath) {
   }
 }
 
-// Batches longer than one token chunk (64 tokens for rows of 4096) give the same bits too.
+// Batches longer than one token chunk (64 tokens for rows of 4096) give the same bits too, and
+// (F16, BF16) rows longer than the AMX table converts ahead at once.
 TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
   constexpr int kTokens = 70, kRows = 9, kCols = 4096;
   std::vector<CpuIsa> isas = SimdIsas();
   isas.push_back(CpuIsa::kPortable);
-  for (GgmlType type : {GgmlType::F32, GgmlType::Q8_0, GgmlType::Q4_K}) {
+  for (GgmlType type :
+       {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K}) {
     const WeightMatrix w = RandomMatrix(type, kRows, kCols, 12);
     const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 13);
     for (CpuIsa isa : isas) {

@@ -54,16 +54,20 @@ struct FlatIndex {
   }
 };
 
-// A product's quantized activations: one record per token, and where the table packs them
-// (pack_activations), the groups of kPackTokens tokens.
+// A product's activations as its panel kernel reads them: quantized, one record per token, and
+// where the table packs them (pack_activations), the groups of kPackTokens tokens; or for float
+// weights the table multiplies with float_gemm_panel (AMX: BF16), the float activations packed
+// in groups of `columns` tokens (no records).
 struct QuantInput {
   uint8_t* records = nullptr;
   uint8_t* packed = nullptr;
   size_t group_bytes = 0;
+  int columns = 0;  // float groups only
 };
 
 // Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`. With quantized activations
-// (`xq.records` set), the panel kernel reads the weight bytes as they are. Otherwise one k block
+// (`xq.records` set) or packed float ones (`xq.columns` set), the panel kernel reads the weight
+// bytes as they are. Otherwise one k block
 // at a time: the block of the panel's rows is decoded to float32 in the thread's scratch (F32 is
 // read in place), where it stays in L1 while every token of the chunk passes by; each output's
 // lane sums carry over to the next block in the scratch's lane area.
@@ -72,6 +76,13 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const QuantInput& x
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
   const int rows = std::min(kPanelRows, w.rows - r0);
+  if (xq.columns > 0) {  // t0 is a multiple of the chunk, itself one of kPackTokens
+    ctx.kernels->float_gemm_panel(
+        {w.type, xq.packed + static_cast<size_t>(t0 / xq.columns) * xq.group_bytes, xq.group_bytes,
+         xq.columns, w.row(r0), w.row_bytes, p.out + static_cast<size_t>(t0) * w.rows + r0, w.rows,
+         tokens, rows, w.cols});
+    return;
+  }
   if (xq.records != nullptr) {
     const size_t record = QuantizedActivationBytes(w.type, w.cols);
     QuantGemmArgs args{w.type,    xq.records + static_cast<size_t>(t0) * record,
@@ -147,19 +158,30 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
     std::abort();
   }
   // The quantized activations of each product with a quantized weight: one record per token,
-  // then (tables that pack them) the packed groups, in ctx.activations.
+  // then (tables that pack them) the packed groups; or the packed float activations of the float
+  // weights the table multiplies with float_gemm_panel; in ctx.activations.
   std::array<QuantInput, kMaxProducts> xq{};
+  const auto float_columns = [&](const MatMulParams& p) {
+    return ctx.kernels->float_group_columns != nullptr
+               ? ctx.kernels->float_group_columns(p.w->type, p.num_tokens)
+               : 0;
+  };
   const auto record_bytes = [&](const MatMulParams& p) {
     return ctx.quantize_activations ? QuantizedActivationBytes(p.w->type, p.w->cols) : 0;
   };
-  // Products of one token are not packed: the panels multiply one token from its record.
+  // Products of one token are not packed for quantized weights: the panels multiply one token
+  // from its record.
   const auto group_bytes = [&](const MatMulParams& p) {
+    if (const int columns = float_columns(p); columns > 0) {
+      return ctx.kernels->float_group_bytes(columns, p.w->cols);
+    }
     return record_bytes(p) > 0 && p.num_tokens > 1 && ctx.kernels->pack_activations != nullptr
                ? ctx.kernels->packed_group_bytes(p.w->type, p.w->cols)
                : 0;
   };
-  const auto num_groups = [](const MatMulParams& p) {
-    return (p.num_tokens + kPackTokens - 1) / kPackTokens;
+  const auto num_groups = [&](const MatMulParams& p) {
+    const int columns = float_columns(p) > 0 ? float_columns(p) : kPackTokens;
+    return (p.num_tokens + columns - 1) / columns;
   };
   size_t bytes = 0;
   int quant_tokens = 0, packed_groups = 0;
@@ -178,6 +200,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
       if (record > 0) xq[j].records = ctx.activations->data() + offset;
       offset += record * static_cast<size_t>(products[j].num_tokens);
       xq[j].group_bytes = group_bytes(products[j]);
+      xq[j].columns = float_columns(products[j]);
       if (xq[j].group_bytes > 0) xq[j].packed = ctx.activations->data() + offset;
       offset += xq[j].group_bytes * static_cast<size_t>(num_groups(products[j]));
     }
@@ -205,12 +228,19 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
       for (int i = begin; i < end; ++i) {
         const auto [j, local] = at.Find(i, groups_of);
         const MatMulParams& p = products[j];
+        uint8_t* group = xq[j].packed + static_cast<size_t>(local) * xq[j].group_bytes;
+        if (xq[j].columns > 0) {
+          const int t0 = local * xq[j].columns;
+          ctx.kernels->pack_float_activations(p.x + static_cast<size_t>(t0) * p.w->cols, p.w->cols,
+                                              std::min(xq[j].columns, p.num_tokens - t0),
+                                              xq[j].columns, p.w->cols, group);
+          continue;
+        }
         const int t0 = local * kPackTokens;
         const size_t record = record_bytes(p);
-        ctx.kernels->pack_activations(
-            p.w->type, xq[j].records + static_cast<size_t>(t0) * record, record,
-            std::min(kPackTokens, p.num_tokens - t0), p.w->cols,
-            xq[j].packed + static_cast<size_t>(local) * xq[j].group_bytes);
+        ctx.kernels->pack_activations(p.w->type, xq[j].records + static_cast<size_t>(t0) * record,
+                                      record, std::min(kPackTokens, p.num_tokens - t0), p.w->cols,
+                                      group);
       }
     });
   }

@@ -46,6 +46,17 @@ bool AmxUsable() {
   return usable;
 }
 
+// AMX-BF16 (CPUID leaf 7, EDX bit 22) and AVX512-BF16 (leaf 7 subleaf 1, EAX bit 5): the AMX
+// table's BF16 products.
+bool AmxBf16Usable() {
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, 0, eax, ebx, ecx, edx);
+  if (((edx >> 22) & 1) == 0) return false;
+  __cpuid_count(7, 1, eax, ebx, ecx, edx);
+  return ((eax >> 5) & 1) != 0;
+}
+
 }  // namespace
 #endif
 
@@ -117,6 +128,12 @@ const KernelTable& Kernels(CpuIsa isa) {
       table.quant_gemm_panel = QuantGemmPanelAmx;
       table.packed_group_bytes = PackedGroupBytesAmx;
       table.pack_activations = PackActivationsAmx;
+      if (AmxBf16Usable()) {
+        table.float_group_columns = FloatGroupColumnsAmx;
+        table.float_group_bytes = FloatGroupBytesAmx;
+        table.pack_float_activations = PackFloatActivationsAmx;
+        table.float_gemm_panel = FloatGemmPanelAmx;
+      }
       return table;
     }();
     return amx;

@@ -23,8 +23,9 @@ namespace pagoda::worker::cpu {
 // kAvx512Vnni: the AVX-512 table with the products of quantized weights done by VNNI byte dot
 // products (vpdpbusd / vpdpwssd); everything else as kAvx512.
 // kAvx512Amx: kAvx512Vnni with the products of Q8_0 and Q4_0 weights done by AMX tile dot
-// products (tdpbssd) on activations packed for them (pack_activations); it needs the OS to
-// grant the process the AMX tile state, which IsaSupported asks for.
+// products (tdpbssd) on activations packed for them (pack_activations), and, where the CPU has
+// AMX-BF16, those of BF16 weights by bfloat16 tile dot products (tdpbf16ps, float_gemm_panel); it
+// needs the OS to grant the process the AMX tile state, which IsaSupported asks for.
 enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Amx = 4 };
 
 // "portable", "avx2", "avx512", "avx512vnni", "avx512amx"
@@ -85,6 +86,27 @@ struct QuantGemmArgs {
 // Tokens per group of packed activations (KernelTable::pack_activations).
 inline constexpr int kPackTokens = 16;
 
+// out[t * ldo + r] = sum_k w[r][k] * x[t][k] for float weights of a type the table multiplies
+// on its own (float_group_columns > 0), with the activations as packed by
+// pack_float_activations (the AMX table: BF16 weights, each activation split into two bfloat16
+// terms, hi + lo). A row's result does not depend on num_tokens, rows, or where in the panel it
+// is.
+struct FloatGemmArgs {
+  common::GgmlType type;
+  // The groups of kPackTokens tokens from this call's first token, x_packed_stride bytes each,
+  // packed for `columns` (float_group_bytes) tokens per group.
+  const uint8_t* x_packed;
+  size_t x_packed_stride;
+  int columns;
+  const uint8_t* w;  // [rows][w_stride]: the panel's rows
+  size_t w_stride;
+  float* out;  // [num_tokens][ldo], columns [0, rows) written
+  int ldo;
+  int num_tokens;  // <= kMaxPanelTokens
+  int rows;
+  int k;
+};
+
 // Causal attention of one query head of one token over its sequence's pages, positions
 // [0, last_pos], with an online softmax.
 struct AttentionHeadArgs {
@@ -123,6 +145,16 @@ struct KernelTable {
   size_t (*packed_group_bytes)(common::GgmlType type, int k) = nullptr;
   void (*pack_activations)(common::GgmlType type, const uint8_t* records, size_t record_bytes,
                            int tokens, int k, uint8_t* out) = nullptr;
+  // Optional (null in tables that decode every float weight type to float32 for gemm_panel):
+  // the group layout for a product of `product_tokens` tokens with weights of `type` over rows
+  // of k elements: tokens per group (`columns`, 0: this type's products decode to float) and
+  // the bytes of a group; the packing of `tokens` (<= kPackTokens) rows of x (ldx floats apart)
+  // into one group of that layout (missing tokens packed as zeros); the panel product.
+  int (*float_group_columns)(common::GgmlType type, int product_tokens) = nullptr;
+  size_t (*float_group_bytes)(int columns, int k) = nullptr;
+  void (*pack_float_activations)(const float* x, size_t ldx, int tokens, int columns, int k,
+                                 uint8_t* out) = nullptr;
+  void (*float_gemm_panel)(const FloatGemmArgs& args) = nullptr;
 };
 
 // The table for `isa`; IsaSupported(isa) must hold.
@@ -140,5 +172,12 @@ void QuantGemmPanelAmx(const QuantGemmArgs& args);
 size_t PackedGroupBytesAmx(common::GgmlType type, int k);
 void PackActivationsAmx(common::GgmlType type, const uint8_t* records, size_t record_bytes,
                         int tokens, int k, uint8_t* out);
+// The AMX table's BF16 products (kernels_amx.cc), used where the CPU also has AMX-BF16 and
+// AVX512-BF16 (kernel_table.cc).
+int FloatGroupColumnsAmx(common::GgmlType type, int product_tokens);
+size_t FloatGroupBytesAmx(int columns, int k);
+void PackFloatActivationsAmx(const float* x, size_t ldx, int tokens, int columns, int k,
+                             uint8_t* out);
+void FloatGemmPanelAmx(const FloatGemmArgs& args);
 
 }  // namespace pagoda::worker::cpu

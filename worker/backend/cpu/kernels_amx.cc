@@ -1,7 +1,8 @@
 // Products of Q8_0 and Q4_0 weights with quantized activations on AMX tiles (the avx512amx
-// table: kAvx512Vnni's kernels, with these for the two kBlock32 weight types). Compiled with
-// AMX for this file only (CMakeLists.txt); called only where the CPU has it and the OS granted
-// the tile state (kernel_table.cc).
+// table: kAvx512Vnni's kernels, with these for the two kBlock32 weight types), and of BF16
+// weights with float activations on AMX-BF16 tiles (below). Compiled with AMX for this file
+// only (CMakeLists.txt); called only where the CPU has it and the OS granted the tile state
+// (kernel_table.cc).
 //
 // One tile dot product (tdpbssd) multiplies 8 weight rows by 16 tokens over one block of 32
 // elements: the A tile is the rows' 32 signed weights (Q8_0: read in place from the GGUF rows;
@@ -44,18 +45,34 @@ struct alignas(64) TileConfig {
   uint8_t rows[16];
 };
 
-// The tile configuration is per thread; loaded once by each thread that multiplies.
-void ConfigureTiles() {
-  thread_local bool configured = false;
-  if (configured) return;
+// The tile layouts of this file: the int8 products' (below), and the bfloat16 products' for
+// groups of 16 tokens and of one token (FloatOnTiles).
+enum class TileMode { kNone, kInt8, kBf16Group, kBf16One };
+
+// The tile configuration is per thread; loaded by each thread that multiplies, again when it
+// switches between int8 and bfloat16 products (which also zeroes the tiles).
+void ConfigureTiles(TileMode mode) {
+  thread_local TileMode current = TileMode::kNone;
+  if (current == mode) return;
   TileConfig c{};
   c.palette_id = 1;
-  for (int t = 0; t < 6; ++t) {
-    c.rows[t] = kTileRows;
-    c.colsb[t] = t == 2 || t == 3 ? 32 : 64;
+  if (mode == TileMode::kInt8) {
+    for (int t = 0; t < 6; ++t) {
+      c.rows[t] = kTileRows;
+      c.colsb[t] = t == 2 || t == 3 ? 32 : 64;
+    }
+  } else {
+    // 0-3: C (8 rows x `columns` float32), 4: A (8 rows x 32 bf16), 6-7: B (16 rows x
+    // `columns` pairs of bf16).
+    const int columns = mode == TileMode::kBf16Group ? kPackTokens : 1;
+    for (int t = 0; t < 8; ++t) {
+      if (t == 5) continue;
+      c.rows[t] = t < 5 ? kTileRows : 16;
+      c.colsb[t] = static_cast<uint16_t>(t == 4 ? 64 : 4 * columns);
+    }
   }
   _tile_loadconfig(&c);
-  configured = true;
+  current = mode;
 }
 
 // Q4_0's signed weights (q - 8) of two 16-byte groups of packed nibbles (v: [first | second]):
@@ -290,7 +307,7 @@ void PanelOnTiles(const QuantGemmArgs& a) {
     }
     return;
   }
-  ConfigureTiles();
+  ConfigureTiles(TileMode::kInt8);
   alignas(64) int8_t unpacked_buf[kTileRows * kMaxUnpackedCols];
   for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
     const int rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
@@ -309,6 +326,163 @@ void PanelOnTiles(const QuantGemmArgs& a) {
       const uint8_t* group = a.x_packed + static_cast<size_t>(g) * a.x_packed_stride;
       TileRows<kType>(a, group, unpacked, tokens, r0, rows,
                       a.out + static_cast<size_t>(t0) * a.ldo + r0);
+    }
+  }
+}
+
+// ---- BF16 weights on AMX-BF16 tiles ----
+//
+// Each activation x is split into two bfloat16 terms, hi = bf16(x) and lo = bf16(x - hi), both
+// rounded to nearest even, so |x - hi - lo| <= 2^-18 |x|; the weights are bfloat16 already. One
+// tile dot product (tdpbf16ps) multiplies 8 weight rows by a group's tokens over a block of 32
+// elements, adding the exact products of bfloat16 pairs into float32 sums. Each (row, token) has
+// kPartialSums independent sums, each taking its products block after block from zero, added in
+// a fixed order at the end: the same steps whatever the other rows and tokens of its tiles, so
+// these products are batch-invariant too. The packed activations of a group, per block: the B
+// tile of the his (16 rows; row i holds elements 2i and 2i + 1 of each token as one 32-bit
+// word), then that of the los.
+//
+// (F16 weights stay on the float path: split exactly into two bfloat16 terms, they took four
+// tile products per block and a conversion per weight, which made one-token products slower
+// than the FMA kernels'.)
+
+constexpr int kFloatBlock = 32;  // elements per tile dot product
+constexpr size_t kATileBytes = kTileRows * 64;
+// Independent sums per (row, token) in C tiles 0-3 (one chain of tile products would wait on
+// each one's latency): w * x_hi of even blocks, of odd blocks, w * x_lo of even blocks, of odd
+// blocks; added at the end in that order.
+constexpr int kPartialSums = 4;
+// Blocks of weights per pass of the groups (8 rows x 512 elements, 8 KiB): the A tiles of a
+// panel that cannot be read in place are copied a slab at a time.
+constexpr int kSlabBlocks = 16;
+// Distance, in blocks, of the weight prefetches.
+constexpr int kPrefetchAhead = 16;
+
+int NumFloatBlocks(int k) { return (k + kFloatBlock - 1) / kFloatBlock; }
+
+inline __mmask32 BlockMask(int k, int b) {
+  const int n = k - kFloatBlock * b;
+  return n >= kFloatBlock ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+}
+
+inline __m256i Bf16Bits(__m512 f) { return reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(f)); }
+
+inline __m512 Bf16ToFloat(__m256i h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// 32 floats (f0: elements 0-15, f1: 16-31) as 64 bytes of bfloat16 his and of los. lo is 0
+// where hi is infinite, so an infinite value stays one rather than becoming inf - inf.
+inline void SplitBf16(__m512 f0, __m512 f1, __m512i* hi, __m512i* lo) {
+  __m256i h[2], l[2];
+  const __m512 f[2] = {f0, f1};
+  for (int i = 0; i < 2; ++i) {
+    h[i] = Bf16Bits(f[i]);
+    const __m512 back = Bf16ToFloat(h[i]);
+    const __mmask16 inf = _mm512_fpclass_ps_mask(back, 0x18);  // +-infinity
+    l[i] = Bf16Bits(_mm512_maskz_sub_ps(static_cast<__mmask16>(~inf), f[i], back));
+  }
+  *hi = _mm512_inserti64x4(_mm512_castsi256_si512(h[0]), h[1], 1);
+  *lo = _mm512_inserti64x4(_mm512_castsi256_si512(l[0]), l[1], 1);
+}
+
+// Blocks [b0, b1) of the panel's rows as A tiles, [block][8 rows][32 bf16] in `out` (rows past
+// a.rows and elements past a.k zero): for a panel whose tiles cannot be read in place.
+void CopyWeightTiles(const FloatGemmArgs& a, int b0, int b1, uint8_t* out) {
+  for (int r = 0; r < kTileRows; ++r) {
+    const uint8_t* row = a.w + static_cast<size_t>(r) * a.w_stride;
+    for (int b = b0; b < b1; ++b) {
+      const __m512i v = r < a.rows ? _mm512_maskz_loadu_epi16(BlockMask(a.k, b), row + 64 * b)
+                                   : _mm512_setzero_si512();
+      _mm512_store_si512(out + static_cast<size_t>(b - b0) * kATileBytes + 64 * r, v);
+    }
+  }
+}
+
+// Asks for the line of each of the panel's rows `ahead` blocks after block b (past the row's
+// end: the next panel's rows): a block touches each row for one line, too short a run for the
+// hardware prefetcher. A prefetch past the matrix does not fault.
+inline void PrefetchBlocksAhead(const FloatGemmArgs& a, int b, int ahead) {
+  const int nb = NumFloatBlocks(a.k);
+  int target = b + ahead, first_row = 0;
+  if (target >= nb) {
+    target -= nb;
+    first_row = kTileRows;
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    _mm_prefetch(reinterpret_cast<const char*>(
+                     a.w + static_cast<size_t>(first_row + r) * a.w_stride + 64 * target),
+                 _MM_HINT_T0);
+  }
+}
+
+using PartialSums = float[kPartialSums][kTileRows][kPackTokens];
+constexpr int kSumsStride = 4 * kPackTokens;
+
+void FloatOnTiles(const FloatGemmArgs& a) {
+  // Invariants of MatMul: BF16 weights; one-column groups only for products of one token.
+  if (a.type != GgmlType::BF16 ||
+      (a.columns != kPackTokens && (a.columns != 1 || a.num_tokens != 1))) {
+    std::fprintf(stderr, "cpu: %s product on bfloat16 tiles of %d columns for %d tokens\n",
+                 common::GgmlTypeName(a.type).c_str(), a.columns, a.num_tokens);
+    std::abort();
+  }
+  ConfigureTiles(a.columns == 1 ? TileMode::kBf16One : TileMode::kBf16Group);
+  const bool in_place = a.rows == kTileRows && a.k % kFloatBlock == 0;
+  const size_t b_row = 4 * static_cast<size_t>(a.columns);  // bytes of a B tile row
+  const size_t block_bytes = 2 * 16 * b_row;
+  const int nb = NumFloatBlocks(a.k);
+  const int groups = (a.num_tokens + a.columns - 1) / a.columns;
+  alignas(64) uint8_t copy[kSlabBlocks * kATileBytes];
+  // Each group's partial sums, carried between slabs.
+  alignas(64) PartialSums sums[kMaxPanelTokens / kPackTokens];
+  for (int s0 = 0; s0 < nb; s0 += kSlabBlocks) {
+    const int s1 = nb - s0 < kSlabBlocks ? nb : s0 + kSlabBlocks;
+    if (!in_place) CopyWeightTiles(a, s0, s1, copy);
+    for (int g = 0; g < groups; ++g) {
+      PartialSums& p = sums[g];
+      if (s0 == 0) {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      } else {
+        _tile_loadd(0, p[0], kSumsStride);
+        _tile_loadd(1, p[1], kSumsStride);
+        _tile_loadd(2, p[2], kSumsStride);
+        _tile_loadd(3, p[3], kSumsStride);
+      }
+      const uint8_t* group = a.x_packed + static_cast<size_t>(g) * a.x_packed_stride;
+      for (int b = s0; b < s1; ++b) {
+        if (g == 0) PrefetchBlocksAhead(a, b, kPrefetchAhead);
+        if (in_place) {
+          _tile_loadd(4, a.w + 64 * static_cast<size_t>(b), a.w_stride);
+        } else {
+          _tile_loadd(4, copy + static_cast<size_t>(b - s0) * kATileBytes, 64);
+        }
+        const uint8_t* x = group + static_cast<size_t>(b) * block_bytes;
+        _tile_loadd(6, x, b_row);
+        _tile_loadd(7, x + 16 * b_row, b_row);
+        if (b % 2 == 0) {
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(2, 4, 7);
+        } else {
+          _tile_dpbf16ps(1, 4, 6);
+          _tile_dpbf16ps(3, 4, 7);
+        }
+      }
+      _tile_stored(0, p[0], kSumsStride);
+      _tile_stored(1, p[1], kSumsStride);
+      _tile_stored(2, p[2], kSumsStride);
+      _tile_stored(3, p[3], kSumsStride);
+    }
+  }
+  for (int t = 0; t < a.num_tokens; ++t) {
+    const PartialSums& p = sums[t / a.columns];
+    const int c = t % a.columns;
+    for (int r = 0; r < a.rows; ++r) {
+      a.out[static_cast<size_t>(t) * a.ldo + r] =
+          ((p[0][r][c] + p[1][r][c]) + p[2][r][c]) + p[3][r][c];
     }
   }
 }
@@ -358,5 +532,39 @@ void QuantGemmPanelAmx(const QuantGemmArgs& a) {
     PanelOnTiles<GgmlType::Q4_0>(a);
   }
 }
+
+int FloatGroupColumnsAmx(GgmlType type, int product_tokens) {
+  if (type != GgmlType::BF16) return 0;
+  return product_tokens == 1 ? 1 : kPackTokens;
+}
+
+size_t FloatGroupBytesAmx(int columns, int k) {
+  return static_cast<size_t>(NumFloatBlocks(k)) * 2 * 16 * 4 * columns;
+}
+
+void PackFloatActivationsAmx(const float* x, size_t ldx, int tokens, int columns, int k,
+                             uint8_t* out) {
+  const size_t b_row = 4 * static_cast<size_t>(columns);
+  const size_t block_bytes = 2 * 16 * b_row;
+  if (tokens < columns) std::memset(out, 0, FloatGroupBytesAmx(columns, k));
+  const __m512i rows =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(b_row)));
+  for (int t = 0; t < tokens; ++t) {
+    const float* xt = x + static_cast<size_t>(t) * ldx;
+    for (int b = 0; b < NumFloatBlocks(k); ++b) {
+      const __mmask32 m = BlockMask(k, b);
+      __m512i hi, lo;
+      SplitBf16(_mm512_maskz_loadu_ps(static_cast<__mmask16>(m), xt + kFloatBlock * b),
+                _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), xt + kFloatBlock * b + 16),
+                &hi, &lo);
+      uint8_t* block = out + static_cast<size_t>(b) * block_bytes + 4 * t;
+      _mm512_i32scatter_epi32(block, rows, hi, 1);
+      _mm512_i32scatter_epi32(block + 16 * b_row, rows, lo, 1);
+    }
+  }
+}
+
+void FloatGemmPanelAmx(const FloatGemmArgs& a) { FloatOnTiles(a); }
 
 }  // namespace pagoda::worker::cpu
