@@ -58,7 +58,7 @@ struct FlatIndex {
 // where the table packs them (pack_activations), the groups of kPackTokens tokens; or for float
 // weights the table multiplies with float_gemm_panel (AMX: BF16), the float activations packed
 // in groups of `columns` tokens (no records).
-struct QuantInput {
+struct PanelInput {
   uint8_t* records = nullptr;
   uint8_t* packed = nullptr;
   size_t group_bytes = 0;
@@ -67,11 +67,11 @@ struct QuantInput {
 
 // Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`. With quantized activations
 // (`xq.records` set) or packed float ones (`xq.columns` set), the panel kernel reads the weight
-// bytes as they are. Otherwise one k block
-// at a time: the block of the panel's rows is decoded to float32 in the thread's scratch (F32 is
-// read in place), where it stays in L1 while every token of the chunk passes by; each output's
-// lane sums carry over to the next block in the scratch's lane area.
-void RunPanel(const ExecContext& ctx, const MatMulParams& p, const QuantInput& xq, int panel,
+// bytes as they are. Otherwise one k block at a time: the block of the panel's rows is decoded
+// to float32 in the thread's scratch (F32 is read in place), where it stays in L1 while every
+// token of the chunk passes by; each output's lane sums carry over to the next block in the
+// scratch's lane area.
+void RunPanel(const ExecContext& ctx, const MatMulParams& p, const PanelInput& xq, int panel,
               int thread, int t0, int tokens) {
   const WeightMatrix& w = *p.w;
   const int r0 = panel * kPanelRows;
@@ -160,7 +160,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
   // The quantized activations of each product with a quantized weight: one record per token,
   // then (tables that pack them) the packed groups; or the packed float activations of the float
   // weights the table multiplies with float_gemm_panel; in ctx.activations.
-  std::array<QuantInput, kMaxProducts> xq{};
+  std::array<PanelInput, kMaxProducts> xq{};
   const auto float_columns = [&](const MatMulParams& p) {
     return ctx.kernels->float_group_columns != nullptr
                ? ctx.kernels->float_group_columns(p.w->type, p.num_tokens)

@@ -72,9 +72,10 @@ class LocalContext {
 // rows is decoded once, kKBlock columns at a time, and applied to every token of a chunk (one
 // GEMM per weight). Quantized weights are not decoded: each token's x is quantized to 8 bits
 // once per product (quantized_activations.h) and the panel kernel sums bytes in int32, on every
-// batch size alike. A chunk is as many tokens as fit about 1 MiB of activations (64 to
-// kMaxTokenChunk: 256 for rows of 768), so decode batches stream the weights once per step;
-// longer prefill batches once per chunk.
+// batch size alike. Neither are weights of a type the table multiplies on its own
+// (float_gemm_panel: the AMX table's BF16): their x is packed once per product. A chunk is as many
+// tokens as fit about 1 MiB of activations (64 to kMaxTokenChunk: 256 for rows of 768), so decode
+// batches stream the weights once per step; longer prefill batches once per chunk.
 struct MatMulParams {
   const float* x;         // [num_tokens][w->cols]
   const WeightMatrix* w;  // [n_out = rows][n_in = cols]
