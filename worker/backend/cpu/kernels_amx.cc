@@ -419,6 +419,7 @@ inline void PrefetchBlocksAhead(const FloatGemmArgs& a, int b, int ahead) {
 using PartialSums = float[kPartialSums][kTileRows][kPackTokens];
 constexpr int kSumsStride = 4 * kPackTokens;
 
+// The product of a tile row: a.rows <= kTileRows.
 void FloatOnTiles(const FloatGemmArgs& a) {
   // Invariants of MatMul: BF16 weights; one-column groups only for products of one token.
   if (a.type != GgmlType::BF16 ||
@@ -565,6 +566,14 @@ void PackFloatActivationsAmx(const float* x, size_t ldx, int tokens, int columns
   }
 }
 
-void FloatGemmPanelAmx(const FloatGemmArgs& a) { FloatOnTiles(a); }
+void FloatGemmPanelAmx(const FloatGemmArgs& a) {
+  for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
+    FloatGemmArgs tile = a;
+    tile.w += static_cast<size_t>(r0) * a.w_stride;
+    tile.out += r0;
+    tile.rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
+    FloatOnTiles(tile);
+  }
+}
 
 }  // namespace pagoda::worker::cpu
