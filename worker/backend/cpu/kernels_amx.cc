@@ -234,6 +234,22 @@ inline __m512i ReduceRowPairs(const __m512i* v) {
   return _mm512_shuffle_i32x4(t, t, _MM_SHUFFLE(3, 1, 2, 0));
 }
 
+// Q4_0's nibbles (0-15, unsigned) of two blocks' 16 packed bytes (q1 null: zeros), in the
+// order of UnpackQ4Pair: each group loaded into two 128-bit lanes, the second shifted by 4.
+inline __m512i Q4PairNibbles(const uint8_t* q0, const uint8_t* q1) {
+  const __m256i a =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
+  const __m256i b =
+      q1 != nullptr
+          ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)))
+          : _mm256_setzero_si256();
+  const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
+                                          0x0004000400040004, 0x0004000400040004, 0, 0);
+  return _mm512_and_si512(
+      _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), shifts),
+      _mm512_set1_epi8(0x0F));
+}
+
 template <GgmlType kType>
 void OneTokenRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
   constexpr size_t kBytes = QuantBlockBytes(kType);
@@ -252,6 +268,21 @@ void OneTokenRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
     const bool two = b + 1 < nb;
     const __mmask64 bytes_mask = two ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
     const __m512i xu = _mm512_maskz_loadu_epi8(bytes_mask, rec + 32 * b);
+    // Q4_0: the unsigned nibbles times the signed activations, less 8 x the block's activation
+    // sum below (psadbw: the sums of x + 128 per 8 bytes; a missing second block sums to 0).
+    __m512i xs, correction;
+    if constexpr (kType == GgmlType::Q4_0) {
+      xs = _mm512_maskz_mov_epi8(bytes_mask, _mm512_xor_si512(xu, offset));
+      const __m512i sad = _mm512_sad_epu8(xu, _mm512_setzero_si512());
+      const __m512i q = _mm512_add_epi64(_mm512_unpacklo_epi64(sad, sad),
+                                         _mm512_unpackhi_epi64(sad, sad));  // pairs of qwords
+      const __m256i block_sums = _mm512_cvtepi64_epi32(_mm512_add_epi64(
+          q, _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(2, 3, 0, 1))));  // [b, b, b+1, b+1] x2
+      const int sum_b = _mm256_extract_epi32(block_sums, 0) - 32 * 128;
+      const int sum_b1 = two ? _mm256_extract_epi32(block_sums, 4) - 32 * 128 : 0;
+      correction =
+          _mm512_inserti64x4(_mm512_set1_epi32(8 * sum_b), _mm256_set1_epi32(8 * sum_b1), 1);
+    }
     __m512i v[kTileRows];
     for (int r = 0; r < kTileRows; ++r) {
       v[r] = _mm512_setzero_si512();
@@ -260,25 +291,24 @@ void OneTokenRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
       _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride), _MM_HINT_T0);
       _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride + 2 * kBytes - 1),
                    _MM_HINT_T0);
-      __m512i w;
       if constexpr (kType == GgmlType::Q8_0) {
         const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
         const __m256i q1 =
             two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2))
                 : _mm256_setzero_si256();
-        w = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
+        // Lanes start at -128 x their weights' sum, undoing the activations' offset.
+        const __m512i start = _mm512_sub_epi32(
+            _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, w));
+        v[r] = _mm512_dpbusd_epi32(start, xu, w);
       } else {
-        const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-        const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBytes + 2))
-                               : _mm_set1_epi8(static_cast<char>(0x88));
-        w = UnpackQ4Pair(_mm256_set_m128i(q1, q0));
+        v[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
+                                   Q4PairNibbles(p + 2, two ? p + kBytes + 2 : nullptr), xs);
       }
-      // Lanes start at -128 x their weights' sum, undoing the activations' offset.
-      const __m512i start = _mm512_sub_epi32(
-          _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, w));
-      v[r] = _mm512_dpbusd_epi32(start, xu, w);
     }
-    const __m512 sums = _mm512_cvtepi32_ps(ReduceRowPairs(v));
+    __m512i block_sums = ReduceRowPairs(v);
+    if constexpr (kType == GgmlType::Q4_0) block_sums = _mm512_sub_epi32(block_sums, correction);
+    const __m512 sums = _mm512_cvtepi32_ps(block_sums);
     const __mmask16 gather_mask =
         static_cast<__mmask16>(valid | (two ? static_cast<unsigned>(valid) << 8 : 0u));
     const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gather_mask,
