@@ -93,8 +93,8 @@ inline constexpr int kPackTokens = 16;
 // is.
 struct FloatGemmArgs {
   common::GgmlType type;
-  // The groups of kPackTokens tokens from this call's first token, x_packed_stride bytes each,
-  // packed for `columns` (float_group_bytes) tokens per group.
+  // The groups of `columns` tokens (kPackTokens; 1 for a product of one token) from this
+  // call's first token, x_packed_stride (float_group_bytes) bytes each.
   const uint8_t* x_packed;
   size_t x_packed_stride;
   int columns;
@@ -148,7 +148,7 @@ struct KernelTable {
   // Optional (null in tables that decode every float weight type to float32 for gemm_panel):
   // the group layout for a product of `product_tokens` tokens with weights of `type` over rows
   // of k elements: tokens per group (`columns`, 0: this type's products decode to float) and
-  // the bytes of a group; the packing of `tokens` (<= kPackTokens) rows of x (ldx floats apart)
+  // the bytes of a group; the packing of `tokens` (<= columns) rows of x (ldx floats apart)
   // into one group of that layout (missing tokens packed as zeros); the panel product.
   int (*float_group_columns)(common::GgmlType type, int product_tokens) = nullptr;
   size_t (*float_group_bytes)(int columns, int k) = nullptr;
