@@ -220,7 +220,7 @@ TEST(CpuKernels, MatMulIsBatchInvariantOnEveryPath) {
 }
 
 // Batches longer than one token chunk (64 tokens for rows of 4096) give the same bits too, and
-// (F16, BF16) rows longer than the AMX table converts ahead at once.
+// (BF16 on the AMX table) rows longer than one slab of weight tiles, in several groups.
 TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
   constexpr int kTokens = 70, kRows = 9, kCols = 4096;
   std::vector<CpuIsa> isas = SimdIsas();

@@ -180,7 +180,8 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
                : 0;
   };
   const auto num_groups = [&](const MatMulParams& p) {
-    const int columns = float_columns(p) > 0 ? float_columns(p) : kPackTokens;
+    int columns = float_columns(p);
+    if (columns == 0) columns = kPackTokens;
     return (p.num_tokens + columns - 1) / columns;
   };
   size_t bytes = 0;

@@ -30,15 +30,21 @@ std::string CpuIsaName(CpuIsa isa) {
 #if defined(__x86_64__)
 namespace {
 
-// AMX-TILE and AMX-INT8 (CPUID leaf 7, EDX bits 24 and 25: GCC 12's __builtin_cpu_supports
-// does not know AMX-INT8), and the OS's grant of the tile data state to this process
-// (arch_prctl ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; Linux 5.16 and later), asked once.
+// CPUID leaf 7, sub-leaf `sub`: EAX and EDX (false where the CPU has no leaf 7).
+bool Leaf7(unsigned sub, unsigned* eax, unsigned* edx) {
+  unsigned ebx, ecx;
+  if (__get_cpuid_max(0, nullptr) < 7) return false;
+  __cpuid_count(7, sub, *eax, ebx, ecx, *edx);
+  return true;
+}
+
+// AMX-TILE and AMX-INT8 (leaf 7, EDX bits 24 and 25: GCC 12's __builtin_cpu_supports does not
+// know AMX-INT8), and the OS's grant of the tile data state to this process (arch_prctl
+// ARCH_REQ_XCOMP_PERM for XFEATURE_XTILEDATA; Linux 5.16 and later), asked once.
 bool AmxUsable() {
   static const bool usable = [] {
-    unsigned eax, ebx, ecx, edx;
-    if (__get_cpuid_max(0, nullptr) < 7) return false;
-    __cpuid_count(7, 0, eax, ebx, ecx, edx);
-    if (((edx >> 24) & 1) == 0 || ((edx >> 25) & 1) == 0) return false;
+    unsigned eax, edx;
+    if (!Leaf7(0, &eax, &edx) || ((edx >> 24) & 1) == 0 || ((edx >> 25) & 1) == 0) return false;
     constexpr long kArchReqXcompPerm = 0x1023;
     constexpr long kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
@@ -46,15 +52,12 @@ bool AmxUsable() {
   return usable;
 }
 
-// AMX-BF16 (CPUID leaf 7, EDX bit 22) and AVX512-BF16 (leaf 7 subleaf 1, EAX bit 5): the AMX
-// table's BF16 products.
+// AMX-BF16 (leaf 7, EDX bit 22) and AVX512-BF16 (leaf 7 sub-leaf 1, EAX bit 5): the AMX table's
+// BF16 products.
 bool AmxBf16Usable() {
-  unsigned eax, ebx, ecx, edx;
-  if (__get_cpuid_max(0, nullptr) < 7) return false;
-  __cpuid_count(7, 0, eax, ebx, ecx, edx);
-  if (((edx >> 22) & 1) == 0) return false;
-  __cpuid_count(7, 1, eax, ebx, ecx, edx);
-  return ((eax >> 5) & 1) != 0;
+  unsigned eax, edx;
+  if (!Leaf7(0, &eax, &edx) || ((edx >> 22) & 1) == 0) return false;
+  return Leaf7(1, &eax, &edx) && ((eax >> 5) & 1) != 0;
 }
 
 }  // namespace

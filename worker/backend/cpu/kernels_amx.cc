@@ -75,15 +75,21 @@ void ConfigureTiles(TileMode mode) {
   current = mode;
 }
 
-// Q4_0's signed weights (q - 8) of two 16-byte groups of packed nibbles (v: [first | second]):
-// [first's low nibbles, its high nibbles, second's low, its high].
-inline __m512i UnpackQ4Pair(__m256i v) {
-  const __m256i nib = _mm256_set1_epi8(0x0F);
-  const __m512i order = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
-  const __m512i q = _mm512_permutex2var_epi64(
-      _mm512_castsi256_si512(_mm256_and_si256(v, nib)), order,
-      _mm512_castsi256_si512(_mm256_and_si256(_mm256_srli_epi16(v, 4), nib)));
-  return _mm512_sub_epi8(q, _mm512_set1_epi8(8));
+// Q4_0's nibbles (0-15, unsigned) of two groups of 16 packed bytes (q1 null: zeros): [q0's low
+// nibbles, its high nibbles, q1's low, its high], each group loaded into two 128-bit lanes and
+// the second shifted by 4.
+inline __m512i Q4PairNibbles(const uint8_t* q0, const uint8_t* q1) {
+  const __m256i a =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
+  const __m256i b =
+      q1 != nullptr
+          ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)))
+          : _mm256_setzero_si256();
+  const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
+                                          0x0004000400040004, 0x0004000400040004, 0, 0);
+  return _mm512_and_si512(
+      _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), shifts),
+      _mm512_set1_epi8(0x0F));
 }
 
 // Rows [r0, r0 + rows) of block b as signed bytes in `buf` ([8][32], rows past `rows` zero),
@@ -92,13 +98,10 @@ template <GgmlType kType>
 inline void UnpackWeights(const QuantGemmArgs& a, int r0, int rows, int b, int8_t* buf) {
   constexpr size_t kBytes = QuantBlockBytes(kType);
   const uint8_t* p = a.w + static_cast<size_t>(r0) * a.w_stride + b * kBytes + 2;
+  const __m512i eight = _mm512_set1_epi8(8);
   if (kType == GgmlType::Q4_0 && rows == kTileRows) {
-    for (int r = 0; r < kTileRows; r += 2) {  // two rows per register
-      const __m256i v = _mm256_inserti128_si256(
-          _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + a.w_stride)), 1);
-      _mm512_store_si512(buf + 32 * r, UnpackQ4Pair(v));
-      p += 2 * a.w_stride;
+    for (int r = 0; r < kTileRows; r += 2, p += 2 * a.w_stride) {  // two rows per register
+      _mm512_store_si512(buf + 32 * r, _mm512_sub_epi8(Q4PairNibbles(p, p + a.w_stride), eight));
     }
     return;
   }
@@ -108,11 +111,7 @@ inline void UnpackWeights(const QuantGemmArgs& a, int r0, int rows, int b, int8_
       if constexpr (kType == GgmlType::Q8_0) {
         q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
       } else {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-        const __m128i nib = _mm_set1_epi8(0x0F);
-        const __m256i lh =
-            _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), nib), _mm_and_si128(v, nib));
-        q = _mm256_sub_epi8(lh, _mm256_set1_epi8(8));
+        q = _mm512_castsi512_si256(_mm512_sub_epi8(Q4PairNibbles(p, nullptr), eight));
       }
     }
     _mm256_store_si256(reinterpret_cast<__m256i*>(buf + 32 * r), q);
@@ -232,22 +231,6 @@ inline __m512i ReduceRowPairs(const __m512i* v) {
   const __m512i t = _mm512_add_epi32(_mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)),
                                      _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
   return _mm512_shuffle_i32x4(t, t, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
-// Q4_0's nibbles (0-15, unsigned) of two blocks' 16 packed bytes (q1 null: zeros), in the
-// order of UnpackQ4Pair: each group loaded into two 128-bit lanes, the second shifted by 4.
-inline __m512i Q4PairNibbles(const uint8_t* q0, const uint8_t* q1) {
-  const __m256i a =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
-  const __m256i b =
-      q1 != nullptr
-          ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)))
-          : _mm256_setzero_si256();
-  const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
-                                          0x0004000400040004, 0x0004000400040004, 0, 0);
-  return _mm512_and_si512(
-      _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), shifts),
-      _mm512_set1_epi8(0x0F));
 }
 
 template <GgmlType kType>
