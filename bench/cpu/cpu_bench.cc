@@ -1,7 +1,7 @@
 // CPU backend benchmarks for bench/cpu.sh: the machine's limits (FMA peak, read bandwidth) and,
-// per weight type, batch-1 GEMV bandwidth, batch-64 GEMM throughput and forward-pass decode
-// steps of the issue-16 model shape. Counters are rates (per second); cpu.sh turns them into
-// ratios of one run.
+// per weight type, batch-1 GEMV bandwidth, batch-64 GEMM throughput, paged attention of a
+// decode batch, and forward-pass decode steps of the issue-16 model shape. Counters are rates (per
+// second); cpu.sh turns them into ratios of one run.
 //
 //   build/bin/cpu_bench [--benchmark_filter=...]   (PAGODA_CPU_KERNELS=avx2 forces a lower set;
 //   PAGODA_CPU_QUANTIZE_ACTIVATIONS=0 decodes quantized weights to float instead)
@@ -152,6 +152,39 @@ void BM_Gemm64(benchmark::State& state) {
   state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
 }
 
+// Paged attention of a decode batch of the issue model's shape (16 tokens, 12 heads over 4 KV
+// heads of 64) at a context of state.range(0) positions, each sequence in its own pages of 16:
+// flops per second (a position costs a query-key and a weight-value product per head).
+void BM_Attention(benchmark::State& state) {
+  constexpr int kTokens = 16, kHeads = 12, kKvHeads = 4, kHd = 64, kPageSize = 16;
+  const int context = static_cast<int>(state.range(0));
+  const int pages_per_seq = (context + kPageSize - 1) / kPageSize;
+  const size_t slots = static_cast<size_t>(kTokens) * pages_per_seq * kPageSize;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  const auto random = [&](size_t n) {
+    common::AlignedVector<float> v(n);
+    for (float& f : v) f = normal(rng);
+    return v;
+  };
+  const auto q = random(static_cast<size_t>(kTokens) * kHeads * kHd);
+  const auto k = random(slots * kKvHeads * kHd), v = random(slots * kKvHeads * kHd);
+  common::AlignedVector<float> out(q.size());
+  std::vector<int32_t> page_ids(static_cast<size_t>(kTokens) * pages_per_seq);
+  std::iota(page_ids.begin(), page_ids.end(), 0);
+  std::vector<const int32_t*> tables(kTokens);
+  for (int t = 0; t < kTokens; ++t) tables[t] = page_ids.data() + t * pages_per_seq;
+  const std::vector<int32_t> positions(kTokens, context - 1);
+  cpu::LocalContext ctx(Isa(), Threads(), QuantizeActivations());
+  double flops = 0;
+  for (auto _ : state) {
+    cpu::PagedAttention(ctx.get(), {q.data(), k.data(), v.data(), positions.data(), tables.data(),
+                                    out.data(), kTokens, kHeads, kKvHeads, kHd, kPageSize, 0.125f});
+    flops += 4.0 * kTokens * kHeads * kHd * context;
+  }
+  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+}
+
 // The issue-16 model shape (dim 768, 12 layers, 12 heads, 4 KV heads, ffn 2048), in memory.
 std::shared_ptr<const worker::LlamaModel> IssueModel(GgmlType type, bool k_m_mix) {
   common::RandomModelOptions o;
@@ -207,6 +240,7 @@ BENCHMARK(BM_FmaPeak)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_ReadBandwidth)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Gemv)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Gemm64)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_Attention)->Arg(64)->Arg(512)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_DecodeStep)
     ->ArgsProduct({{0, 1, 2}, {1, 16, 64}})
     ->UseRealTime()

@@ -261,36 +261,52 @@ TEST(CpuKernels, ColumnBlocksGiveTheBitsOfOnePass) {
   }
 }
 
+// Two shapes: small pages (several per 16-position block) and a head_dim of 64; pages of 16,
+// a head_dim with a SIMD tail (72), contexts of several 256-position passes, and larger scores
+// (a peakier softmax, whose running maximum moves).
 TEST(CpuKernels, AttentionNormsAndActivationsMatchPortable) {
-  constexpr int kTokens = 5, kHeads = 4, kKvHeads = 2, kHd = 64, kPs = 4, kPages = 12;
-  const size_t kv = static_cast<size_t>(kKvHeads) * kHd;
-  const std::vector<float> q = RandomFloats(kTokens * kHeads * kHd, 7);
-  const std::vector<float> kc = RandomFloats(kPages * kPs * kv, 8);
-  const std::vector<float> vc = RandomFloats(kPages * kPs * kv, 9);
-  const std::vector<int32_t> positions = {0, 3, 17, 30, 44};
-  std::vector<int32_t> table(kPages);
-  std::iota(table.rbegin(), table.rend(), 0);  // pages in reverse order
-  const std::vector<const int32_t*> tables(kTokens, table.data());
-  const std::vector<float> norm_w = RandomFloats(kHeads * kHd, 10);
-  const std::vector<float> up = RandomFloats(kTokens * kHeads * kHd, 11);
-  auto run = [&](CpuIsa isa) {
-    LocalContext ctx(isa, 2);
-    std::vector<float> att(q.size(), kPoison), norm(q.size(), kPoison), act = q, sum = q;
-    PagedAttention(ctx.get(), {q.data(), kc.data(), vc.data(), positions.data(), tables.data(),
-                               att.data(), kTokens, kHeads, kKvHeads, kHd, kPs, 0.125f});
-    RmsNorm(ctx.get(), {q.data(), norm_w.data(), norm.data(), kTokens, kHeads * kHd, 1e-5f});
-    SwiGlu(ctx.get(), act.data(), up.data(), kTokens, kHeads * kHd);
-    AddInPlace(ctx.get(), sum.data(), up.data(), kTokens, kHeads * kHd);
-    return std::vector<std::vector<float>>{att, norm, act, sum};
+  struct Shape {
+    int hd, page_size;
+    float scale;
+    std::vector<int32_t> positions;
   };
-  const auto ref = run(CpuIsa::kPortable);
-  for (CpuIsa isa : SimdIsas()) {
-    const auto got = run(isa);
-    for (size_t k = 0; k < ref.size(); ++k) {
-      for (size_t i = 0; i < ref[k].size(); ++i) {
-        ASSERT_FALSE(std::isnan(got[k][i])) << CpuIsaName(isa) << " output " << k << "[" << i;
-        ASSERT_NEAR(got[k][i], ref[k][i], 2e-5 * (1 + std::fabs(ref[k][i])))
-            << CpuIsaName(isa) << " output " << k << "[" << i << "]";
+  const Shape shapes[] = {{64, 4, 0.125f, {0, 3, 17, 30, 44}},
+                          {72, 16, 0.5f, {0, 15, 16, 300, 700}}};
+  for (const Shape& shape : shapes) {
+    constexpr int kHeads = 4, kKvHeads = 2;
+    const int kTokens = static_cast<int>(shape.positions.size()), kHd = shape.hd;
+    const int kPages = shape.positions.back() / shape.page_size + 1;
+    const size_t kv = static_cast<size_t>(kKvHeads) * kHd;
+    const std::vector<float> q = RandomFloats(kTokens * kHeads * kHd, 7);
+    const std::vector<float> kc = RandomFloats(kPages * shape.page_size * kv, 8);
+    const std::vector<float> vc = RandomFloats(kPages * shape.page_size * kv, 9);
+    std::vector<int32_t> table(kPages);
+    std::iota(table.rbegin(), table.rend(), 0);  // pages in reverse order
+    const std::vector<const int32_t*> tables(kTokens, table.data());
+    const std::vector<float> norm_w = RandomFloats(kHeads * kHd, 10);
+    // Up to +-30 or so: silu's exp over a wide range.
+    const std::vector<float> up = RandomFloats(kTokens * kHeads * kHd, 11, 10.0f);
+    auto run = [&](CpuIsa isa) {
+      LocalContext ctx(isa, 2);
+      std::vector<float> att(q.size(), kPoison), norm(q.size(), kPoison), act = up, sum = q;
+      PagedAttention(ctx.get(),
+                     {q.data(), kc.data(), vc.data(), shape.positions.data(), tables.data(),
+                      att.data(), kTokens, kHeads, kKvHeads, kHd, shape.page_size, shape.scale});
+      RmsNorm(ctx.get(), {q.data(), norm_w.data(), norm.data(), kTokens, kHeads * kHd, 1e-5f});
+      SwiGlu(ctx.get(), act.data(), q.data(), kTokens, kHeads * kHd);
+      AddInPlace(ctx.get(), sum.data(), up.data(), kTokens, kHeads * kHd);
+      return std::vector<std::vector<float>>{att, norm, act, sum};
+    };
+    const auto ref = run(CpuIsa::kPortable);
+    for (CpuIsa isa : SimdIsas()) {
+      const auto got = run(isa);
+      for (size_t k = 0; k < ref.size(); ++k) {
+        for (size_t i = 0; i < ref[k].size(); ++i) {
+          ASSERT_FALSE(std::isnan(got[k][i]))
+              << CpuIsaName(isa) << " head_dim " << kHd << " output " << k << "[" << i << "]";
+          ASSERT_NEAR(got[k][i], ref[k][i], 2e-5 * (1 + std::fabs(ref[k][i])))
+              << CpuIsaName(isa) << " head_dim " << kHd << " output " << k << "[" << i << "]";
+        }
       }
     }
   }

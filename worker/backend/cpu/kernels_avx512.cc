@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -168,6 +169,174 @@ void QuantizeActivationsAvx512(pagoda::common::GgmlType type, const float* x, in
   }
 }
 
+// exp(x) in 16 lanes: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 as 355/512,
+// whose products with n are exact, less a small correction), e^r by its Taylor polynomial to r^7
+// (truncation under 6e-9 relative), scaled by 2^n. x is first clamped to [-110, 88.72]: e^-110 is
+// below the least denormal (scalef rounds it to 0, so exp(-inf) = 0), e^88.72 just under FLT_MAX.
+// NaN stays NaN (max and min return their second operand when either is NaN).
+inline __m512 Exp16(__m512 x) {
+  x = _mm512_min_ps(_mm512_set1_ps(88.72f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+  for (const float c :
+       {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) {
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
+  }
+  return _mm512_scalef_ps(p, n);
+}
+
+// gate = gate / (1 + exp(-gate)) * up, 16 at a time (SwiGluImpl's operations with Exp16).
+void SwiGluAvx512(float* gate, const float* up, size_t n) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m =
+        n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 e = Exp16(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 silu = _mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e));
+    _mm512_mask_storeu_ps(gate + i, m, _mm512_mul_ps(silu, _mm512_maskz_loadu_ps(m, up + i)));
+  }
+}
+
+// Lane i of the result: the sum of v[i]'s 16 lanes, for 16 vectors at once (pairs, then
+// quadruples within each 128-bit quarter, then the quarters).
+inline __m512 ReduceAdd16(const __m512* v) {
+  __m512 pairs[8], quads[4];
+  for (int i = 0; i < 8; ++i) {
+    pairs[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                             _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {
+    const __m512d a = _mm512_castps_pd(pairs[2 * i]), b = _mm512_castps_pd(pairs[2 * i + 1]);
+    quads[i] = _mm512_add_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(a, b)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(a, b)));
+  }
+  // quads[i]'s quarter j: vectors 4i..4i+3 summed over quarter j of their lanes.
+  const __m512 h0 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(quads[0], quads[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  const __m512 h1 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                    _mm512_shuffle_f32x4(quads[2], quads[3], _MM_SHUFFLE(3, 1, 3, 1)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(h0, h1, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+// Positions per pass of AttentionHeadChunks: the pass's scores and weights (1 KiB) stay in L1.
+constexpr int kAttentionPass = 256;
+
+// AttentionHeadImpl a pass of up to kAttentionPass positions at a time: all of the pass's
+// scores first (dot products in 16 lanes, reduced 16 positions together by ReduceAdd16), their
+// maximum, their weights by Exp16, then the weighted values into the running output (two
+// sums, of even and of odd positions, added at the end) and the denominator (16 lane sums),
+// both rescaled by exp(old max - new max) once per pass (exactly 1 when the max holds). kChunks
+// = head_dim / 16 rounded up, a constant so that q and the sums stay in registers. The steps
+// depend on the head's own inputs only.
+template <int kChunks>
+void AttentionHeadChunks(const AttentionHeadArgs& a) {
+  const __mmask16 tail = a.head_dim % 16 == 0
+                             ? __mmask16{0xFFFF}
+                             : static_cast<__mmask16>((1u << (a.head_dim % 16)) - 1);
+  const auto chunk_mask = [tail](int c) { return c + 1 == kChunks ? tail : __mmask16{0xFFFF}; };
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 q[kChunks], even[kChunks], odd[kChunks];
+#pragma GCC unroll 16
+  for (int c = 0; c < kChunks; ++c) {
+    q[c] = _mm512_maskz_loadu_ps(chunk_mask(c), a.q + 16 * c);
+    even[c] = odd[c] = _mm512_setzero_ps();
+  }
+  __m512 m = neg_inf, l = _mm512_setzero_ps();  // m: the max so far in every lane
+  alignas(64) float weights[kAttentionPass];
+  const float* values[kAttentionPass];
+  int page = 0, offset = 0;  // of the next position
+  for (int32_t p0 = 0; p0 <= a.last_pos; p0 += kAttentionPass) {
+    const int count = a.last_pos + 1 - p0 < kAttentionPass ? a.last_pos + 1 - p0 : kAttentionPass;
+    __m512 pass_max = neg_inf;
+    for (int b = 0; b < count; b += 16) {
+      __m512 dots[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) {
+        dots[i] = _mm512_setzero_ps();
+        if (b + i >= count) continue;
+        const float* k = a.k_cache +
+                         (static_cast<size_t>(a.pages[page]) * a.page_size + offset) * a.kv_stride +
+                         a.head_offset;
+        values[b + i] = k - a.k_cache + a.v_cache;
+        if (++offset == a.page_size) {
+          offset = 0;
+          ++page;
+        }
+#pragma GCC unroll 16
+        for (int c = 0; c < kChunks; ++c) {
+          dots[i] =
+              _mm512_fmadd_ps(q[c], _mm512_maskz_loadu_ps(chunk_mask(c), k + 16 * c), dots[i]);
+        }
+      }
+      const __mmask16 valid =
+          count - b >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (count - b)) - 1);
+      const __m512 s =
+          _mm512_mask_mul_ps(neg_inf, valid, ReduceAdd16(dots), _mm512_set1_ps(a.scale));
+      _mm512_store_ps(weights + b, s);
+      pass_max = _mm512_max_ps(pass_max, s);
+    }
+    const __m512 new_m = _mm512_max_ps(m, _mm512_set1_ps(_mm512_reduce_max_ps(pass_max)));
+    const __m512 correction = Exp16(_mm512_sub_ps(m, new_m));
+    m = new_m;
+    l = _mm512_mul_ps(l, correction);
+#pragma GCC unroll 16
+    for (int c = 0; c < kChunks; ++c) {
+      even[c] = _mm512_mul_ps(even[c], correction);
+      odd[c] = _mm512_mul_ps(odd[c], correction);
+    }
+    for (int b = 0; b < count; b += 16) {
+      const __mmask16 valid =
+          count - b >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (count - b)) - 1);
+      const __m512 w =
+          _mm512_maskz_mov_ps(valid, Exp16(_mm512_sub_ps(_mm512_load_ps(weights + b), m)));
+      _mm512_store_ps(weights + b, w);
+      l = _mm512_add_ps(l, w);
+    }
+    int i = 0;
+    for (; i + 2 <= count; i += 2) {
+      const __m512 w0 = _mm512_set1_ps(weights[i]), w1 = _mm512_set1_ps(weights[i + 1]);
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) {
+        even[c] =
+            _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(chunk_mask(c), values[i] + 16 * c), even[c]);
+        odd[c] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(chunk_mask(c), values[i + 1] + 16 * c),
+                                 odd[c]);
+      }
+    }
+    if (i < count) {
+      const __m512 w0 = _mm512_set1_ps(weights[i]);
+#pragma GCC unroll 16
+      for (int c = 0; c < kChunks; ++c) {
+        even[c] =
+            _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(chunk_mask(c), values[i] + 16 * c), even[c]);
+      }
+    }
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / ReduceAdd(l));
+#pragma GCC unroll 16
+  for (int c = 0; c < kChunks; ++c) {
+    _mm512_mask_storeu_ps(a.out + 16 * c, chunk_mask(c),
+                          _mm512_mul_ps(_mm512_add_ps(even[c], odd[c]), inv));
+  }
+}
+
+template <int... kChunks>
+void AttentionHeadDispatch(const AttentionHeadArgs& a, std::integer_sequence<int, kChunks...>) {
+  using Fn = void (*)(const AttentionHeadArgs&);
+  static constexpr Fn kByChunks[] = {&AttentionHeadChunks<kChunks + 1>...};
+  kByChunks[(a.head_dim + 15) / 16 - 1](a);
+}
+
+void AttentionHeadAvx512(const AttentionHeadArgs& a) {
+  AttentionHeadDispatch(a, std::make_integer_sequence<int, kMaxHeadDim / 16>());
+}
+
 constexpr int kRowBlock = 4;
 constexpr int kTokenBlock = 6;
 #include "worker/backend/cpu/gemm_tiles.inc"
@@ -179,9 +348,9 @@ const KernelTable kAvx512Kernels = {CpuIsa::kAvx512,
                                     GemmPanelImpl,
                                     QuantGemmPanelImpl,
                                     QuantizeActivationsAvx512,
-                                    AttentionHeadImpl,
+                                    AttentionHeadAvx512,
                                     RmsNormRowImpl,
-                                    SwiGluImpl,
+                                    SwiGluAvx512,
                                     AddImpl};
 
 }  // namespace pagoda::worker::cpu
