@@ -22,10 +22,11 @@ namespace pagoda::worker::cpu {
 
 // kAvx512Vnni: the AVX-512 table with the products of quantized weights done by VNNI byte dot
 // products (vpdpbusd / vpdpwssd); everything else as kAvx512.
-// kAvx512Amx: kAvx512Vnni with the products of Q8_0 and Q4_0 weights done by AMX tile dot
-// products (tdpbssd) on activations packed for them (pack_activations), and, where the CPU has
-// AMX-BF16, those of BF16 weights by bfloat16 tile dot products (tdpbf16ps, float_gemm_panel); it
-// needs the OS to grant the process the AMX tile state, which IsaSupported asks for.
+// kAvx512Amx: kAvx512Vnni with the products of quantized weights (Q8_0, Q4_0, Q4_K, Q5_K,
+// Q6_K) done by AMX tile dot products (tdpbssd / tdpbusd) on activations packed for them
+// (pack_activations), and, where the CPU has AMX-BF16, those of BF16 weights by bfloat16 tile
+// dot products (tdpbf16ps, float_gemm_panel); it needs the OS to grant the process the AMX tile
+// state, which IsaSupported asks for.
 enum class CpuIsa { kPortable = 0, kAvx2 = 1, kAvx512 = 2, kAvx512Vnni = 3, kAvx512Amx = 4 };
 
 // "portable", "avx2", "avx512", "avx512vnni", "avx512amx"
@@ -166,8 +167,8 @@ extern const KernelTable kAvx2Kernels;
 extern const KernelTable kAvx512Kernels;
 // kAvx512Kernels' quant_gemm_panel with VNNI (kernels_avx512_vnni.cc); Kernels() builds its table.
 void QuantGemmPanelAvx512Vnni(const QuantGemmArgs& args);
-// The AMX table's quantized products and packing (kernels_amx.cc): Q8_0 and Q4_0 on AMX tiles,
-// the other types by QuantGemmPanelAvx512Vnni.
+// The AMX table's quantized products and packing (kernels_amx.cc): every quantized type on AMX
+// tiles (one token by VNNI dot products with the same integer sums and float steps).
 void QuantGemmPanelAmx(const QuantGemmArgs& args);
 size_t PackedGroupBytesAmx(common::GgmlType type, int k);
 void PackActivationsAmx(common::GgmlType type, const uint8_t* records, size_t record_bytes,

@@ -1,8 +1,8 @@
-// Products of Q8_0 and Q4_0 weights with quantized activations on AMX tiles (the avx512amx
-// table: kAvx512Vnni's kernels, with these for the two kBlock32 weight types), and of BF16
-// weights with float activations on AMX-BF16 tiles (below). Compiled with AMX for this file
-// only (CMakeLists.txt); called only where the CPU has it and the OS granted the tile state
-// (kernel_table.cc).
+// Products of quantized weights with quantized activations on AMX tiles (the avx512amx table:
+// kAvx512Vnni's kernels, with these for the quantized types: Q8_0 and Q4_0 here, Q4_K, Q5_K and
+// Q6_K below), and of BF16 weights with float activations on AMX-BF16 tiles (below). Compiled
+// with AMX for this file only (CMakeLists.txt); called only where the CPU has it and the OS
+// granted the tile state (kernel_table.cc).
 //
 // One tile dot product (tdpbssd) multiplies 8 weight rows by 16 tokens over one block of 32
 // elements: the A tile is the rows' 32 signed weights (Q8_0: read in place from the GGUF rows;
@@ -26,6 +26,7 @@ namespace {
 using common::GgmlType;
 
 #include "worker/backend/cpu/avx512_common.inc"
+#include "worker/backend/cpu/super_blocks_avx512.inc"
 
 // A packed group, per block of 32 elements: the B tile (8 rows of 64 bytes; row i holds
 // elements 4i..4i+3 of each of the 16 tokens, as signed bytes), then the tokens' 16 scales d.
@@ -47,7 +48,7 @@ struct alignas(64) TileConfig {
 
 // The tile layouts of this file: the int8 products' (below), and the bfloat16 products' for
 // groups of 16 tokens and of one token (FloatOnTiles).
-enum class TileMode { kNone, kInt8, kBf16Group, kBf16One };
+enum class TileMode { kNone, kInt8, kSuper, kBf16Group, kBf16One };
 
 // The tile configuration is per thread; loaded by each thread that multiplies, again when it
 // switches between int8 and bfloat16 products (which also zeroes the tiles).
@@ -60,6 +61,12 @@ void ConfigureTiles(TileMode mode) {
     for (int t = 0; t < 6; ++t) {
       c.rows[t] = kTileRows;
       c.colsb[t] = t == 2 || t == 3 ? 32 : 64;
+    }
+  } else if (mode == TileMode::kSuper) {
+    // 0-3: C (8 rows x 16 int32), 4-5: A (8 rows x 64 bytes), 6-7: B (16 rows x 64 bytes).
+    for (int t = 0; t < 8; ++t) {
+      c.rows[t] = t < 6 ? kTileRows : 16;
+      c.colsb[t] = 64;
     }
   } else {
     // 0-3: C (8 rows x `columns` float32), 4: A (8 rows x 32 bf16), 6-7: B (16 rows x
@@ -343,6 +350,262 @@ void PanelOnTiles(const QuantGemmArgs& a) {
   }
 }
 
+// ---- Q4_K, Q5_K and Q6_K weights on AMX tiles ----
+//
+// A super-block's integer sums, exactly as the VNNI kernels' lanes hold them but in one int32
+// per (row, token): S = sum_i sc_i * q_i * x_i over its 256 elements (sc_i the scale of
+// element i's sub-block; Q6_K's q_i less its offset of 32) and, for Q4_K / Q5_K, M = sum_j m_j *
+// xsum_j (sub-block mins times the activations' sub-block sums). One float step per super-block
+// folds them, in super-block order from zero:
+//   acc = fma(float(S), d_w * d_x, acc);  acc = fnmadd(float(M), dmin_w * d_x, acc)   (no M: Q6_K)
+// for one token (OneTokenSuperRows, VNNI) and for groups of 16 (tiles) alike, so these products
+// are batch-invariant too.
+//
+// On tiles, each weight times its scale, v = sc * q (|v| <= 4096), is split into bytes,
+// v = lo + 256 hi (lo unsigned; hi unsigned for Q4_K / Q5_K, signed for Q6_K), unpacked a slab
+// of super-blocks ahead per tile row; then S = sum lo * x + 256 sum hi * x, two tile products
+// per 64 elements (tdpbusd, and tdpbssd for Q6_K's signed hi), and M by vpdpwssd on the
+// packed activations' sub-block sums.
+
+bool OnSuperTiles(GgmlType type) {
+  return type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
+}
+
+// A packed group, per super-block: 4 B tiles (one per 64 elements: 16 rows of 64 bytes, row i
+// holding elements 4i..4i+3 of each of the 16 tokens, in the record's order), the tokens' 16
+// scales d, and 4 rows of 16 int32: sub-block sums 2p and 2p + 1 of each token as two int16.
+constexpr size_t kSuperBTileBytes = 16 * 64;
+constexpr size_t kSuperScalesOffset = 4 * kSuperBTileBytes;
+constexpr size_t kSuperSumsOffset = kSuperScalesOffset + kPackTokens * sizeof(float);
+constexpr size_t kSuperPackedBytes = kSuperSumsOffset + 4 * kPackTokens * sizeof(int32_t);
+
+// Super-blocks per unpacked slab of a tile row (2,048 elements: 32 KiB of A tiles).
+constexpr int kSuperSlab = 8;
+
+// A slab of a tile row's weights as A tiles, [super-block][64 elements][lo, hi][8 rows][64
+// bytes], with each row's d, dmin and mins (pairs of int16 as the vpdpwssd multipliers).
+struct SuperSlab {
+  alignas(64) int8_t tiles[kSuperSlab][4][2][kTileRows][64];
+  float d[kSuperSlab][kTileRows];
+  float dmin[kSuperSlab][kTileRows];
+  int32_t min_pairs[kSuperSlab][4][kTileRows];
+};
+
+// Unpacks row r's super-block sb (at p) into slot j of the slab.
+template <GgmlType kType>
+inline void UnpackSuperRow(const uint8_t* p, int r, int j, SuperSlab* slab) {
+  SuperScales s;
+  LoadSuperScales<kType>(p, &s);
+  // Word w of the elements 0-31 / 32-63 of a chunk takes lane w / 4 / 8 + w / 4 of the chunk's
+  // multipliers (each lane's scale in its low 16 bits: word 2 x lane).
+  const __m512i first = _mm512_set_epi16(14, 14, 14, 14, 12, 12, 12, 12, 10, 10, 10, 10, 8, 8, 8, 8,
+                                         6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
+  const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
+  for (int c = 0; c < 4; ++c) {
+    const __m512i q = LoadSuperChunk<kType>(p, c);
+    for (int h = 0; h < 2; ++h) {
+      __m512i q16 = _mm512_cvtepu8_epi16(h == 0 ? _mm512_castsi512_si256(q)
+                                                : _mm512_extracti64x4_epi64(q, 1));
+      if constexpr (kType == GgmlType::Q6_K) q16 = _mm512_sub_epi16(q16, _mm512_set1_epi16(32));
+      const __m512i v =
+          _mm512_mullo_epi16(q16, _mm512_permutexvar_epi16(h == 0 ? first : second, s.chunk[c]));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(&slab->tiles[j][c][0][r][32 * h]),
+                         _mm512_cvtepi16_epi8(v));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(&slab->tiles[j][c][1][r][32 * h]),
+                         _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
+    }
+  }
+  slab->d[j][r] = _mm512_cvtss_f32(s.d);
+  slab->dmin[j][r] = _mm512_cvtss_f32(s.dmin);
+  alignas(16) int32_t pairs[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(pairs), _mm256_castsi256_si128(s.words));
+  for (int i = 0; i < 4; ++i) slab->min_pairs[j][i][r] = kType == GgmlType::Q6_K ? 0 : pairs[i];
+}
+
+// Super-blocks [sb0, sb0 + count) of rows [r0, r0 + rows) into the slab (missing rows zero).
+template <GgmlType kType>
+void UnpackSuperSlab(const QuantGemmArgs& a, int r0, int rows, int sb0, int count,
+                     SuperSlab* slab) {
+  constexpr size_t kBytes = QuantBlockBytes(kType);
+  for (int r = 0; r < kTileRows; ++r) {
+    if (r >= rows) {
+      for (int j = 0; j < count; ++j) {
+        for (int c = 0; c < 4; ++c) {
+          std::memset(slab->tiles[j][c][0][r], 0, 64);
+          std::memset(slab->tiles[j][c][1][r], 0, 64);
+        }
+        slab->d[j][r] = slab->dmin[j][r] = 0.0f;
+        for (int i = 0; i < 4; ++i) slab->min_pairs[j][i][r] = 0;
+      }
+      continue;
+    }
+    const uint8_t* row = a.w + static_cast<size_t>(r0 + r) * a.w_stride;
+    for (int j = 0; j < count; ++j) {
+      const uint8_t* p = row + static_cast<size_t>(sb0 + j) * kBytes;
+      for (size_t o = 0; o < kBytes; o += 64) {  // the next tile row's same bytes
+        _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride + o), _MM_HINT_T0);
+      }
+      UnpackSuperRow<kType>(p, r, j, slab);
+    }
+  }
+}
+
+// One super-block (slab slot j) of a group of 16 tokens into acc (lanes: the tokens).
+template <GgmlType kType>
+inline void SuperBlockOnTiles(const SuperSlab& slab, int j, const uint8_t* packed, __m512* acc) {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (int step = 0; step < 4; step += 2) {
+    _tile_loadd(4, slab.tiles[j][step][0], 64);
+    _tile_loadd(5, slab.tiles[j][step][1], 64);
+    _tile_loadd(6, packed + step * kSuperBTileBytes, 64);
+    _tile_dpbusd(0, 4, 6);
+    if constexpr (kType == GgmlType::Q6_K) {
+      _tile_dpbssd(2, 5, 6);
+    } else {
+      _tile_dpbusd(2, 5, 6);
+    }
+    _tile_loadd(4, slab.tiles[j][step + 1][0], 64);
+    _tile_loadd(5, slab.tiles[j][step + 1][1], 64);
+    _tile_loadd(7, packed + (step + 1) * kSuperBTileBytes, 64);
+    _tile_dpbusd(1, 4, 7);
+    if constexpr (kType == GgmlType::Q6_K) {
+      _tile_dpbssd(3, 5, 7);
+    } else {
+      _tile_dpbusd(3, 5, 7);
+    }
+  }
+  alignas(64) int32_t sums[4][kTileRows][16];
+  _tile_stored(0, sums[0], 64);
+  _tile_stored(1, sums[1], 64);
+  _tile_stored(2, sums[2], 64);
+  _tile_stored(3, sums[3], 64);
+  const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(packed + kSuperScalesOffset));
+  __m512i xsums[4];
+  for (int i = 0; i < 4; ++i) {
+    xsums[i] = _mm512_load_si512(packed + kSuperSumsOffset + 64 * i);
+  }
+  for (int r = 0; r < kTileRows; ++r) {
+    const __m512i lo =
+        _mm512_add_epi32(_mm512_load_si512(sums[0][r]), _mm512_load_si512(sums[1][r]));
+    const __m512i hi =
+        _mm512_add_epi32(_mm512_load_si512(sums[2][r]), _mm512_load_si512(sums[3][r]));
+    const __m512i total = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
+                             _mm512_mul_ps(_mm512_set1_ps(slab.d[j][r]), dx), acc[r]);
+    if constexpr (kType != GgmlType::Q6_K) {
+      __m512i mins = _mm512_setzero_si512();
+      for (int i = 0; i < 4; ++i) {
+        mins = _mm512_dpwssd_epi32(mins, _mm512_set1_epi32(slab.min_pairs[j][i][r]), xsums[i]);
+      }
+      acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins),
+                                _mm512_mul_ps(_mm512_set1_ps(slab.dmin[j][r]), dx), acc[r]);
+    }
+  }
+}
+
+// The products of one token with rows [r0, r0 + rows) by VNNI byte dot products (as the VNNI
+// table's lanes), each row's 16 lanes then summed exactly into S and M (ReduceRowPairs, 8 rows
+// at once) and folded as the tiles fold them.
+template <GgmlType kType>
+void OneTokenSuperRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
+  constexpr size_t kBytes = QuantBlockBytes(kType);
+  const __mmask8 valid = static_cast<__mmask8>((1u << rows) - 1);
+  __m256 acc = _mm256_setzero_ps();
+  for (int sb = 0; sb < a.k / 256; ++sb) {
+    const uint8_t* rec = a.x + static_cast<size_t>(sb) * kSuperRecordBytes;
+    float dx;
+    std::memcpy(&dx, rec + kSuperScaleOffset, sizeof(dx));
+    __m512i x[4];
+    for (int c = 0; c < 4; ++c) x[c] = _mm512_loadu_si512(rec + 64 * c);
+    const __m128i sums32 =
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kSuperSums32Offset));
+    const __m256i sums16 =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kSuperSums16Offset));
+    __m512i v[kTileRows], m[kTileRows];
+    alignas(32) float d[kTileRows] = {}, dmin[kTileRows] = {};
+    for (int r = 0; r < kTileRows; ++r) {
+      v[r] = m[r] = _mm512_setzero_si512();
+      if (r >= rows) continue;
+      const uint8_t* p = a.w + static_cast<size_t>(r0 + r) * a.w_stride + sb * kBytes;
+      for (size_t o = 0; o < kBytes; o += 64) {  // the next 8 rows' same bytes
+        _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride + o), _MM_HINT_T0);
+      }
+      SuperScales s;
+      LoadSuperScales<kType>(p, &s);
+      for (int c = 0; c < 4; ++c) {
+        const __m512i dot =
+            _mm512_dpbusd_epi32(_mm512_setzero_si512(), LoadSuperChunk<kType>(p, c), x[c]);
+        v[r] = _mm512_dpwssd_epi32(v[r], dot, s.chunk[c]);
+      }
+      if constexpr (kType == GgmlType::Q6_K) {
+        // The weights were stored as q + 32: take 32 x scale x the activations' sums.
+        v[r] = _mm512_sub_epi32(v[r], _mm512_zextsi256_si512(_mm256_dpwssd_epi32(
+                                          _mm256_setzero_si256(), s.words, sums16)));
+      } else {
+        m[r] = _mm512_zextsi128_si512(
+            _mm_dpwssd_epi32(_mm_setzero_si128(), _mm256_castsi256_si128(s.words), sums32));
+      }
+      d[r] = _mm512_cvtss_f32(s.d);
+      dmin[r] = _mm512_cvtss_f32(s.dmin);
+    }
+    const __m512i halves = ReduceRowPairs(v);  // lanes 0-7: rows' lanes 0-7; 8-15: lanes 8-15
+    const __m256i total =
+        _mm256_add_epi32(_mm512_castsi512_si256(halves), _mm512_extracti64x4_epi64(halves, 1));
+    const __m256 vdx = _mm256_set1_ps(dx);
+    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(_mm256_load_ps(d), vdx), acc);
+    if constexpr (kType != GgmlType::Q6_K) {
+      const __m256i mins = _mm512_castsi512_si256(ReduceRowPairs(m));
+      acc =
+          _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(_mm256_load_ps(dmin), vdx), acc);
+    }
+  }
+  _mm256_mask_storeu_ps(out, valid, acc);
+}
+
+template <GgmlType kType>
+void PanelOnSuperTiles(const QuantGemmArgs& a) {
+  if (a.num_tokens == 1) {
+    for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
+      OneTokenSuperRows<kType>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows,
+                               a.out + r0);
+    }
+    return;
+  }
+  ConfigureTiles(TileMode::kSuper);
+  const int nsb = a.k / 256;
+  const int groups = (a.num_tokens + kPackTokens - 1) / kPackTokens;
+  SuperSlab slab;
+  alignas(64) float carried[kMaxPanelTokens / kPackTokens][kTileRows][kPackTokens];
+  for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
+    const int rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
+    for (int s0 = 0; s0 < nsb; s0 += kSuperSlab) {
+      const int count = nsb - s0 < kSuperSlab ? nsb - s0 : kSuperSlab;
+      UnpackSuperSlab<kType>(a, r0, rows, s0, count, &slab);
+      for (int g = 0; g < groups; ++g) {
+        __m512 acc[kTileRows];
+        for (int r = 0; r < kTileRows; ++r) {
+          acc[r] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(carried[g][r]);
+        }
+        const uint8_t* group = a.x_packed + static_cast<size_t>(g) * a.x_packed_stride;
+        for (int j = 0; j < count; ++j) {
+          SuperBlockOnTiles<kType>(slab, j, group + static_cast<size_t>(s0 + j) * kSuperPackedBytes,
+                                   acc);
+        }
+        for (int r = 0; r < kTileRows; ++r) _mm512_store_ps(carried[g][r], acc[r]);
+      }
+    }
+    for (int t = 0; t < a.num_tokens; ++t) {
+      for (int r = 0; r < rows; ++r) {
+        a.out[static_cast<size_t>(t) * a.ldo + r0 + r] =
+            carried[t / kPackTokens][r][t % kPackTokens];
+      }
+    }
+  }
+}
+
 // ---- BF16 weights on AMX-BF16 tiles ----
 //
 // Each activation x is split into two bfloat16 terms, hi = bf16(x) and lo = bf16(x - hi), both
@@ -504,11 +767,31 @@ void FloatOnTiles(const FloatGemmArgs& a) {
 }  // namespace
 
 size_t PackedGroupBytesAmx(GgmlType type, int k) {
+  if (OnSuperTiles(type)) return static_cast<size_t>(k / 256) * kSuperPackedBytes;
   return OnTiles(type) ? static_cast<size_t>(k / 32) * kPackedBlockBytes : 0;
 }
 
 void PackActivationsAmx(GgmlType type, const uint8_t* records, size_t record_bytes, int tokens,
                         int k, uint8_t* out) {
+  if (OnSuperTiles(type)) {
+    std::memset(out, 0, PackedGroupBytesAmx(type, k));
+    for (int t = 0; t < tokens; ++t) {
+      for (int sb = 0; sb < k / 256; ++sb) {
+        const uint8_t* rec = records + static_cast<size_t>(t) * record_bytes +
+                             static_cast<size_t>(sb) * kSuperRecordBytes;
+        uint8_t* block = out + static_cast<size_t>(sb) * kSuperPackedBytes;
+        for (int i = 0; i < 64; ++i) {  // 4-byte groups: B tile i / 16, row i % 16
+          std::memcpy(block + (i / 16) * kSuperBTileBytes + 64 * (i % 16) + 4 * t, rec + 4 * i, 4);
+        }
+        std::memcpy(block + kSuperScalesOffset + 4 * t, rec + kSuperScaleOffset, sizeof(float));
+        for (int i = 0; i < 4; ++i) {
+          std::memcpy(block + kSuperSumsOffset + 64 * i + 4 * t, rec + kSuperSums32Offset + 4 * i,
+                      4);
+        }
+      }
+    }
+    return;
+  }
   const int nb = k / 32;
   const size_t scale_offset = Block32ScaleOffset(k);
   std::memset(out, 0, PackedGroupBytesAmx(type, k));
@@ -530,7 +813,7 @@ void PackActivationsAmx(GgmlType type, const uint8_t* records, size_t record_byt
 }
 
 void QuantGemmPanelAmx(const QuantGemmArgs& a) {
-  if (!OnTiles(a.type)) {
+  if (!OnTiles(a.type) && !OnSuperTiles(a.type)) {
     QuantGemmPanelAvx512Vnni(a);
     return;
   }
@@ -540,10 +823,22 @@ void QuantGemmPanelAmx(const QuantGemmArgs& a) {
                  common::GgmlTypeName(a.type).c_str());
     std::abort();
   }
-  if (a.type == GgmlType::Q8_0) {
-    PanelOnTiles<GgmlType::Q8_0>(a);
-  } else {
-    PanelOnTiles<GgmlType::Q4_0>(a);
+  switch (a.type) {
+    case GgmlType::Q8_0:
+      PanelOnTiles<GgmlType::Q8_0>(a);
+      return;
+    case GgmlType::Q4_0:
+      PanelOnTiles<GgmlType::Q4_0>(a);
+      return;
+    case GgmlType::Q4_K:
+      PanelOnSuperTiles<GgmlType::Q4_K>(a);
+      return;
+    case GgmlType::Q5_K:
+      PanelOnSuperTiles<GgmlType::Q5_K>(a);
+      return;
+    default:
+      PanelOnSuperTiles<GgmlType::Q6_K>(a);
+      return;
   }
 }
 
