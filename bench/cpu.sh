@@ -10,7 +10,8 @@
 #
 # 1. build/bin/cpu_bench (Google Benchmark): FMA peak and read bandwidth of this machine (1 and
 #    all threads), batch-1 GEMV bytes/s and batch-64 GEMM FLOP/s per weight type through the
-#    backend's MatMul, and forward-pass decode steps (batch 1, 16, 64) of the issue model.
+#    backend's MatMul, paged attention of a decode batch (FLOP/s at contexts 64 and 512), and
+#    forward-pass decode steps (batch 1, 16, 64) of the issue model.
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
 #    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
 #    at 1, 16 and 64 streams, 32-token prompts, 64 output tokens, greedy, ignore EOS; then TTFT
@@ -54,6 +55,11 @@ gemv = {b["label"]: b["bytes"] for b in runs if b["name"].startswith("BM_Gemv")}
 gemm = {b["label"]: b["flops"] for b in runs if b["name"].startswith("BM_Gemm64")}
 for t in gemv:
     print(f"{t:6} {gemv[t]/1e9:10.1f} {gemv[t]/bw:12.2f} {gemm[t]/1e9:15.1f} {gemm[t]/fma:11.2f}")
+for b in runs:
+    if b["name"].startswith("BM_Attention"):
+        ctx = int(b["name"].split("/")[1])
+        print(f"attention, 16 tokens x 12 heads (4 KV heads) of 64 at context {ctx}: "
+              f"{b['flops']/1e9:.1f} GFLOP/s, {b['flops']/fma:.2f} of FMA peak")
 print(f"{'model':8} {'batch':>5} {'step ms':>8} {'tokens/s':>9} {'weights GB/s':>13} {'/ bandwidth':>12}")
 for b in runs:
     if not b["name"].startswith("BM_DecodeStep"):
