@@ -163,16 +163,52 @@ PAGODA_BLOCK_SUMS(0, 2, 4)
 PAGODA_BLOCK_SUMS(1, 3, 5)
 #undef PAGODA_BLOCK_SUMS
 
-// acc[r] (lanes: the group's tokens) += float(sums[r]) * d_w[r] * d_x, for block b.
+// Most blocks per row whose weight scales a tile row converts to float ahead (rows of 32,768
+// elements; 32 KiB on the stack); longer rows convert each scale as its block is folded.
+constexpr int kMaxScaleBlocks = 1024;
+
+// The d of blocks [0, nb) of rows [r0, r0 + rows) as floats, dws[r * nb + b] (rows past `rows`
+// zero): 16 blocks of a row per gather.
 template <GgmlType kType>
-inline void Fold(const QuantGemmArgs& a, const uint8_t* group, int r0, int rows, int b,
-                 const int32_t* sums, __m512* acc) {
+void ConvertRowScales(const QuantGemmArgs& a, int r0, int rows, float* dws) {
+  constexpr int kBytes = static_cast<int>(QuantBlockBytes(kType));
+  const int nb = a.k / 32;
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(kBytes));
+  for (int r = 0; r < kTileRows; ++r) {
+    const uint8_t* row = a.w + static_cast<size_t>(r0 + r) * a.w_stride;
+    for (int b = 0; b < nb; b += 16) {
+      const __mmask16 m =
+          nb - b >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (nb - b)) - 1);
+      __m512 d = _mm512_setzero_ps();
+      if (r < rows) {
+        // 4 bytes at each block's start (its d, then 2 bytes of q): the low 16 bits are d.
+        const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets,
+                                                          row + static_cast<size_t>(b) * kBytes, 1);
+        d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+      }
+      _mm512_mask_storeu_ps(dws + static_cast<size_t>(r) * nb + b, m, d);
+    }
+  }
+}
+
+// acc[r] (lanes: the group's tokens) += float(sums[r]) * d_w[r] * d_x, for block b; d_w from
+// `dws` (ConvertRowScales) when set.
+template <GgmlType kType>
+inline void Fold(const QuantGemmArgs& a, const uint8_t* group, const float* dws, int r0, int rows,
+                 int b, const int32_t* sums, __m512* acc) {
   constexpr size_t kBytes = QuantBlockBytes(kType);
+  const int nb = a.k / 32;
   const __m512 dx =
       _mm512_load_ps(reinterpret_cast<const float*>(group + b * kPackedBlockBytes + kBTileBytes));
   for (int r = 0; r < kTileRows; ++r) {
-    const float dw =
-        r < rows ? LoadHalf(a.w + static_cast<size_t>(r0 + r) * a.w_stride + b * kBytes) : 0.0f;
+    float dw;
+    if (dws != nullptr) {
+      dw = dws[static_cast<size_t>(r) * nb + b];
+    } else {
+      dw = r < rows ? LoadHalf(a.w + static_cast<size_t>(r0 + r) * a.w_stride + b * kBytes) : 0.0f;
+    }
     const __m512 s = _mm512_cvtepi32_ps(_mm512_load_si512(sums + 16 * r));
     acc[r] = _mm512_fmadd_ps(s, _mm512_mul_ps(_mm512_set1_ps(dw), dx), acc[r]);
   }
@@ -192,8 +228,8 @@ inline void PrefetchNextRows(const QuantGemmArgs& a, int r0, int b) {
 }
 
 template <GgmlType kType>
-void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpacked, int tokens,
-              int r0, int rows, float* out) {
+void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpacked,
+              const float* dws, int tokens, int r0, int rows, float* out) {
   alignas(64) int32_t sums[2][kTileRows * 16];
   alignas(64) int8_t wbuf[2][kTileRows * 32];
   __m512 acc[kTileRows];
@@ -204,12 +240,12 @@ void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpack
     PrefetchNextRows<kType>(a, r0, b);
     BlockSums0<kType>(a, group, unpacked, r0, rows, b, wbuf[0], sums[0]);
     BlockSums1<kType>(a, group, unpacked, r0, rows, b + 1, wbuf[1], sums[1]);
-    Fold<kType>(a, group, r0, rows, b, sums[0], acc);
-    Fold<kType>(a, group, r0, rows, b + 1, sums[1], acc);
+    Fold<kType>(a, group, dws, r0, rows, b, sums[0], acc);
+    Fold<kType>(a, group, dws, r0, rows, b + 1, sums[1], acc);
   }
   if (b < nb) {
     BlockSums0<kType>(a, group, unpacked, r0, rows, b, wbuf[0], sums[0]);
-    Fold<kType>(a, group, r0, rows, b, sums[0], acc);
+    Fold<kType>(a, group, dws, r0, rows, b, sums[0], acc);
   }
   alignas(64) float result[kTileRows][16];
   for (int r = 0; r < kTileRows; ++r) _mm512_store_ps(result[r], acc[r]);
@@ -329,8 +365,16 @@ void PanelOnTiles(const QuantGemmArgs& a) {
   }
   ConfigureTiles(TileMode::kInt8);
   alignas(64) int8_t unpacked_buf[kTileRows * kMaxUnpackedCols];
+  alignas(64) float scales_buf[kTileRows * kMaxScaleBlocks];
   for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
     const int rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
+    // Scales converted ahead serve every group of the call; a call of one group reads each as
+    // its block folds (converting ahead measured 8% slower decode steps at batch 16).
+    const float* dws = nullptr;
+    if (a.num_tokens > kPackTokens && a.k / 32 <= kMaxScaleBlocks) {
+      ConvertRowScales<kType>(a, r0, rows, scales_buf);
+      dws = scales_buf;
+    }
     // Unpacking ahead lets the tile loads find the bytes in L1 rather than wait on the stores.
     const int8_t* unpacked = nullptr;
     if ((kType == GgmlType::Q4_0 || rows < kTileRows) && a.k <= kMaxUnpackedCols) {
@@ -344,7 +388,7 @@ void PanelOnTiles(const QuantGemmArgs& a) {
     for (int t0 = 0, g = 0; t0 < a.num_tokens; t0 += kPackTokens, ++g) {
       const int tokens = a.num_tokens - t0 < kPackTokens ? a.num_tokens - t0 : kPackTokens;
       const uint8_t* group = a.x_packed + static_cast<size_t>(g) * a.x_packed_stride;
-      TileRows<kType>(a, group, unpacked, tokens, r0, rows,
+      TileRows<kType>(a, group, unpacked, dws, tokens, r0, rows,
                       a.out + static_cast<size_t>(t0) * a.ldo + r0);
     }
   }
