@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -116,6 +117,150 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
   }
 }
 
+// Lanes of `mask` bits for the first n of 8 (n <= 8), for maskload / maskstore.
+inline __m256i FirstLanes(int n) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// exp(x) in 8 lanes: kernels_avx512.cc's Exp16 (the same clamp, range reduction and polynomial),
+// with 2^n applied as two factors 2^(n/2) built in the exponent bits, each a normal float for
+// every clamped x (AVX2 has no vscalefps). NaN stays NaN.
+inline __m256 Exp8(__m256 x) {
+  x = _mm256_min_ps(_mm256_set1_ps(88.72f), _mm256_max_ps(_mm256_set1_ps(-110.0f), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+  for (const float c :
+       {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) {
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+  }
+  const __m256i ni = _mm256_cvtps_epi32(n);  // in [-159, 128]
+  const __m256i half = _mm256_srai_epi32(ni, 1);
+  const auto pow2 = [](__m256i e) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(e, _mm256_set1_epi32(127)), 23));
+  };
+  return _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(ni, half)));
+}
+
+// gate = gate / (1 + exp(-gate)) * up, 8 at a time (SwiGluImpl's operations with Exp8).
+void SwiGluAvx2(float* gate, const float* up, size_t n) {
+  for (size_t i = 0; i < n; i += 8) {
+    const __m256i m = FirstLanes(n - i >= 8 ? 8 : static_cast<int>(n - i));
+    const __m256 g = _mm256_maskload_ps(gate + i, m);
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    const __m256 silu = _mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e));
+    _mm256_maskstore_ps(gate + i, m, _mm256_mul_ps(silu, _mm256_maskload_ps(up + i, m)));
+  }
+}
+
+// Lane i of the result: the sum of v[i]'s 8 lanes, for 8 vectors at once.
+inline __m256 ReduceAdd8(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(v[0], v[1]), _mm256_hadd_ps(v[2], v[3]));
+  const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(v[4], v[5]), _mm256_hadd_ps(v[6], v[7]));
+  return _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31));
+}
+
+inline float ReduceMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
+}
+
+// Positions per pass of AttentionHeadAvx2Chunks (scores and weights: 1 KiB, in L1).
+constexpr int kAttentionPass = 256;
+
+// kernels_avx512.cc's AttentionHeadChunks in 8 lanes: passes of up to kAttentionPass positions,
+// all scores first (8 positions' dot products reduced together by ReduceAdd8), the pass's
+// maximum, its weights by Exp8, then the weighted values into one register sum per 8 elements
+// (q is read from memory in the scores: 16 registers hold only the sums), with the output and
+// the denominator rescaled once per pass. kChunks = head_dim / 8 rounded up. The steps depend
+// on the head's own inputs only.
+template <int kChunks>
+void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
+  const int tail = a.head_dim - 8 * (kChunks - 1);  // 1..8 elements in the last chunk
+  const __m256i tail_mask = FirstLanes(tail);
+  const auto load = [&](const float* p, int c) {
+    return c + 1 == kChunks && tail < 8 ? _mm256_maskload_ps(p + 8 * c, tail_mask)
+                                        : _mm256_loadu_ps(p + 8 * c);
+  };
+  const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
+  __m256 acc[kChunks];
+  for (int c = 0; c < kChunks; ++c) acc[c] = _mm256_setzero_ps();
+  __m256 m = neg_inf, l = _mm256_setzero_ps();
+  alignas(32) float weights[kAttentionPass];
+  const float* values[kAttentionPass];
+  int page = 0, offset = 0;  // of the next position
+  for (int32_t p0 = 0; p0 <= a.last_pos; p0 += kAttentionPass) {
+    const int count = a.last_pos + 1 - p0 < kAttentionPass ? a.last_pos + 1 - p0 : kAttentionPass;
+    __m256 pass_max = neg_inf;
+    for (int b = 0; b < count; b += 8) {
+      __m256 dots[8];
+#pragma GCC unroll 8
+      for (int i = 0; i < 8; ++i) {
+        dots[i] = _mm256_setzero_ps();
+        if (b + i >= count) continue;
+        const float* k = a.k_cache +
+                         (static_cast<size_t>(a.pages[page]) * a.page_size + offset) * a.kv_stride +
+                         a.head_offset;
+        values[b + i] = k - a.k_cache + a.v_cache;
+        if (++offset == a.page_size) {
+          offset = 0;
+          ++page;
+        }
+#pragma GCC unroll 32
+        for (int c = 0; c < kChunks; ++c) {
+          dots[i] = _mm256_fmadd_ps(load(a.q, c), load(k, c), dots[i]);
+        }
+      }
+      const __m256 valid = _mm256_castsi256_ps(FirstLanes(count - b));
+      const __m256 s = _mm256_blendv_ps(
+          neg_inf, _mm256_mul_ps(ReduceAdd8(dots), _mm256_set1_ps(a.scale)), valid);
+      _mm256_store_ps(weights + b, s);
+      pass_max = _mm256_max_ps(pass_max, s);
+    }
+    const __m256 new_m = _mm256_max_ps(m, _mm256_set1_ps(ReduceMax(pass_max)));
+    const __m256 correction = Exp8(_mm256_sub_ps(m, new_m));
+    m = new_m;
+    l = _mm256_mul_ps(l, correction);
+#pragma GCC unroll 32
+    for (int c = 0; c < kChunks; ++c) acc[c] = _mm256_mul_ps(acc[c], correction);
+    for (int b = 0; b < count; b += 8) {
+      const __m256 valid = _mm256_castsi256_ps(FirstLanes(count - b));
+      const __m256 w = _mm256_and_ps(valid, Exp8(_mm256_sub_ps(_mm256_load_ps(weights + b), m)));
+      _mm256_store_ps(weights + b, w);
+      l = _mm256_add_ps(l, w);
+    }
+    for (int i = 0; i < count; ++i) {
+      const __m256 wi = _mm256_broadcast_ss(weights + i);
+#pragma GCC unroll 32
+      for (int c = 0; c < kChunks; ++c) acc[c] = _mm256_fmadd_ps(wi, load(values[i], c), acc[c]);
+    }
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / ReduceAdd(l));
+#pragma GCC unroll 32
+  for (int c = 0; c < kChunks; ++c) {
+    const __m256 out = _mm256_mul_ps(acc[c], inv);
+    if (c + 1 == kChunks && tail < 8) {
+      _mm256_maskstore_ps(a.out + 8 * c, tail_mask, out);
+    } else {
+      _mm256_storeu_ps(a.out + 8 * c, out);
+    }
+  }
+}
+
+template <int... kChunks>
+void AttentionHeadAvx2Dispatch(const AttentionHeadArgs& a, std::integer_sequence<int, kChunks...>) {
+  using Fn = void (*)(const AttentionHeadArgs&);
+  static constexpr Fn kByChunks[] = {&AttentionHeadAvx2Chunks<kChunks + 1>...};
+  kByChunks[(a.head_dim + 7) / 8 - 1](a);
+}
+
+void AttentionHeadAvx2(const AttentionHeadArgs& a) {
+  AttentionHeadAvx2Dispatch(a, std::make_integer_sequence<int, kMaxHeadDim / 8>());
+}
+
 constexpr int kRowBlock = 2;
 constexpr int kTokenBlock = 5;
 #include "worker/backend/cpu/gemm_tiles.inc"
@@ -127,9 +272,9 @@ const KernelTable kAvx2Kernels = {CpuIsa::kAvx2,
                                   GemmPanelImpl,
                                   QuantGemmPanelImpl,
                                   QuantizeActivationsImpl,
-                                  AttentionHeadImpl,
+                                  AttentionHeadAvx2,
                                   RmsNormRowImpl,
-                                  SwiGluImpl,
+                                  SwiGluAvx2,
                                   AddImpl};
 
 }  // namespace pagoda::worker::cpu
