@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -57,9 +58,11 @@ ABSL_FLAG(
     std::string, cpu_kernels, "",
     "cpu: kernel instruction set: auto, portable, avx2, avx512, avx512vnni or avx512amx (empty = "
     "$PAGODA_CPU_KERNELS, else auto); a set the CPU lacks is refused");
-ABSL_FLAG(bool, cpu_quantize_activations, true,
-          "cpu: multiply quantized weights with activations quantized to 8 bits, as llama.cpp "
-          "does (false: decode the weights to float; slower, float activations)");
+ABSL_FLAG(std::optional<bool>, cpu_quantize_activations, std::nullopt,
+          "cpu: true: multiply quantized weights with activations quantized to 8 bits, as "
+          "llama.cpp does; false: decode the weights to float32 (float activations); unset: 8-bit "
+          "on the kernel sets with integer dot products (avx512vnni, avx512amx), float on the "
+          "others, where it is faster");
 ABSL_FLAG(std::string, name, "", "worker name in the scheduler's logs (default host:pid)");
 // --log-level, --tls-cert, --tls-key, --tls-ca and --link-token-file: common/startup.h.
 ABSL_FLAG(std::string, health_listen, "",

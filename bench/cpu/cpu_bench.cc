@@ -4,7 +4,8 @@
 // second); cpu.sh turns them into ratios of one run.
 //
 //   build/bin/cpu_bench [--benchmark_filter=...]   (PAGODA_CPU_KERNELS=avx2 forces a lower set;
-//   PAGODA_CPU_QUANTIZE_ACTIVATIONS=0 decodes quantized weights to float instead)
+//   PAGODA_CPU_QUANTIZE_ACTIVATIONS=0 / 1 decodes quantized weights to float / multiplies 8-bit
+//   activations, whatever the table's default)
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -42,9 +43,11 @@ cpu::CpuIsa Isa() {
   return cpu::ResolveCpuIsa(env != nullptr ? env : "auto").value();
 }
 
+// The worker's default (CpuBackendOptions) unless PAGODA_CPU_QUANTIZE_ACTIVATIONS says.
 bool QuantizeActivations() {
   const char* env = std::getenv("PAGODA_CPU_QUANTIZE_ACTIVATIONS");
-  return env == nullptr || std::strcmp(env, "0") != 0;
+  if (env == nullptr) return cpu::HasIntegerProducts(Isa());
+  return std::strcmp(env, "0") != 0;
 }
 
 constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <random>
 
 #include "gtest/gtest.h"
@@ -316,6 +317,33 @@ TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
           for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], portable[i], 2e-3) << i;
         }
       }
+    }
+  }
+}
+
+// Unset, the activations of quantized weights are 8-bit on the tables with integer dot products
+// and float on the others; set, they are what was asked.
+TEST(CpuBackend, ActivationsFollowTheKernelTableUnlessAsked) {
+  common::RandomModelOptions o = testing::SmallRandomOptions(64, 2, 2, 1, 3);
+  o.ffn_dim = 128;
+  o.dtype = common::GgmlType::Q8_0;
+  auto model = testing::RandomModel(o);
+  ASSERT_NE(model, nullptr);
+  for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
+                          cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx}) {
+    if (!cpu::IsaSupported(isa)) continue;
+    for (std::optional<bool> asked :
+         {std::optional<bool>(), std::optional<bool>(true), std::optional<bool>(false)}) {
+      CpuBackendOptions options;
+      options.num_pages = 8;
+      options.num_threads = 1;
+      options.kernels = cpu::CpuIsaName(isa);
+      options.quantize_activations = asked;
+      auto backend = CpuBackend::Create(model, options);
+      ASSERT_TRUE(backend.ok()) << backend.status();
+      const bool integer = isa == cpu::CpuIsa::kAvx512Vnni || isa == cpu::CpuIsa::kAvx512Amx;
+      EXPECT_EQ((*backend)->quantizes_activations(), asked.value_or(integer))
+          << cpu::CpuIsaName(isa) << (asked ? (*asked ? " asked 8-bit" : " asked float") : "");
     }
   }
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -23,7 +24,7 @@ struct BackendOptions {
   int kv_cache_mib = 256;
   int threads = 0;                   // 0 = all cores
   std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni, avx512amx
-  bool cpu_quantize_activations = true;
+  std::optional<bool> cpu_quantize_activations;  // unset: per kernel set (CpuBackendOptions)
   // cuda
   std::string dtype = "bf16";  // "bf16" or "fp16"
   double gpu_memory_fraction = 0.9;

@@ -33,6 +33,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
                                                       c.head_dim, cpu::kMaxHeadDim));
   }
   ASSIGN_OR_RETURN(cpu::CpuIsa isa, cpu::ResolveCpuIsa(options.kernels));
+  CpuBackendOptions resolved = options;
+  resolved.quantize_activations =
+      options.quantize_activations.value_or(cpu::HasIntegerProducts(isa));
   int threads = options.num_threads;
   if (threads == 0) threads = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   PAGODA_LOG(kInfo, "cpu",
@@ -40,9 +43,9 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(
              "for quantized weights",
              cpu::CpuIsaName(isa), options.kernels, cpu::CpuIsaName(cpu::BestSupportedIsa()),
              threads, static_cast<double>(model->weight_bytes()) / (1 << 20),
-             options.quantize_activations ? "8-bit" : "float");
+             *resolved.quantize_activations ? "8-bit" : "float");
   return std::unique_ptr<CpuBackend>(
-      new CpuBackend(std::move(model), options, threads, isa, std::move(arena)));
+      new CpuBackend(std::move(model), resolved, threads, isa, std::move(arena)));
 }
 
 CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackendOptions& options,
@@ -54,7 +57,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
   const size_t per_thread = cpu::ScratchFloatsPerThread();
   scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
   ctx_ = {&cpu::Kernels(isa), pool_.get(),   scratch_.data(),
-          per_thread,         &activations_, options.quantize_activations};
+          per_thread,         &activations_, options.quantize_activations.value_or(true)};
 }
 
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -35,9 +36,11 @@ struct CpuBackendOptions {
   int num_pages = 0;             // required, > 0
   int num_threads = 0;           // 0 = hardware concurrency
   std::string kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni, avx512amx
-  // Quantized weights multiply activations quantized to 8 bits (as llama.cpp does); false
-  // decodes them to float instead (slower; float activations).
-  bool quantize_activations = true;
+  // true: quantized weights multiply activations quantized to 8 bits (as llama.cpp does);
+  // false: they are decoded to float (float activations). Unset: 8-bit where the kernel table
+  // has integer dot products (cpu::HasIntegerProducts), float elsewhere (its 8-bit products are
+  // scalar code there, about 4x slower than decoding).
+  std::optional<bool> quantize_activations;
   size_t max_kv_bytes = size_t{64} << 30;
 };
 
@@ -53,6 +56,8 @@ class CpuBackend : public Backend {
     return absl::OkStatus();
   }
   int page_size() const override { return options_.page_size; }
+  // Whether quantized weights multiply 8-bit activations (CpuBackendOptions, resolved).
+  bool quantizes_activations() const { return ctx_.quantize_activations; }
   int num_pages() const override { return options_.num_pages; }
   const common::ModelConfig& config() const override { return model_->config(); }
   std::string name() const override { return "cpu"; }

@@ -63,6 +63,10 @@ bool AmxBf16Usable() {
 }  // namespace
 #endif
 
+bool HasIntegerProducts(CpuIsa isa) {
+  return isa == CpuIsa::kAvx512Vnni || isa == CpuIsa::kAvx512Amx;
+}
+
 bool IsaSupported(CpuIsa isa) {
 #if defined(__x86_64__)
   __builtin_cpu_init();

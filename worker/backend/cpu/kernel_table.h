@@ -36,6 +36,9 @@ std::string CpuIsaName(CpuIsa isa);
 absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name);
 CpuIsa BestSupportedIsa();
 bool IsaSupported(CpuIsa isa);
+// Whether the table multiplies quantized weights by 8-bit activations with SIMD integer dot
+// products (avx512vnni, avx512amx); the others' quant_gemm_panel is the portable code.
+bool HasIntegerProducts(CpuIsa isa);
 
 // out[t * ldo + r] = sum_k x[t * ldx + k] * w[r * ldw + k] for t < num_tokens, r < rows, over
 // one block of k at a time: each output keeps its table's lane sums (one partial sum per SIMD
