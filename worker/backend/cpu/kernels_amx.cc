@@ -440,8 +440,8 @@ template <GgmlType kType>
 inline void UnpackSuperRow(const uint8_t* p, int r, int j, SuperSlab* slab) {
   SuperScales s;
   LoadSuperScales<kType>(p, &s);
-  // Word w of the elements 0-31 / 32-63 of a chunk takes lane w / 4 / 8 + w / 4 of the chunk's
-  // multipliers (each lane's scale in its low 16 bits: word 2 x lane).
+  // Word w of a chunk's elements 0-31 (32-63) takes the scale of multiplier lane w / 4
+  // (8 + w / 4), which sits in that lane's low 16 bits: word 2 (w / 4) (16 + 2 (w / 4)).
   const __m512i first = _mm512_set_epi16(14, 14, 14, 14, 12, 12, 12, 12, 10, 10, 10, 10, 8, 8, 8, 8,
                                          6, 6, 6, 6, 4, 4, 4, 4, 2, 2, 2, 2, 0, 0, 0, 0);
   const __m512i second = _mm512_add_epi16(first, _mm512_set1_epi16(16));
