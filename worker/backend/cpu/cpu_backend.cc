@@ -57,7 +57,7 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
   const size_t per_thread = cpu::ScratchFloatsPerThread();
   scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
   ctx_ = {&cpu::Kernels(isa), pool_.get(),   scratch_.data(),
-          per_thread,         &activations_, options.quantize_activations.value_or(true)};
+          per_thread,         &activations_, *options.quantize_activations};
 }
 
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {

@@ -66,6 +66,7 @@ class CpuBackend : public Backend {
   size_t kv_bytes() const override { return arena_.bytes(); }
 
  private:
+  // `options` as Create resolved them (quantize_activations set).
   CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackendOptions& options,
              int num_threads, cpu::CpuIsa isa, cpu::KvArena arena);
 

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -126,14 +125,13 @@ inline __m256i FirstLanes(int n) {
 // with 2^n applied as two factors 2^(n/2) built in the exponent bits, each a normal float for
 // every clamped x (AVX2 has no vscalefps). NaN stays NaN.
 inline __m256 Exp8(__m256 x) {
-  x = _mm256_min_ps(_mm256_set1_ps(88.72f), _mm256_max_ps(_mm256_set1_ps(-110.0f), x));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+  x = _mm256_min_ps(_mm256_set1_ps(kExpMax), _mm256_max_ps(_mm256_set1_ps(kExpMin), x));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(kLog2E)),
                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fmadd_ps(n, _mm256_set1_ps(2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-  for (const float c :
-       {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) {
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  r = _mm256_fmadd_ps(n, _mm256_set1_ps(kLn2Lo), r);
+  __m256 p = _mm256_set1_ps(kExpTaylor7);
+  for (const float c : kExpTaylor) {
     p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
   }
   const __m256i ni = _mm256_cvtps_epi32(n);  // in [-159, 128]
@@ -191,7 +189,7 @@ void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
   __m256 m = neg_inf, l = _mm256_setzero_ps();
   alignas(32) float weights[kAttentionPass];
   const float* values[kAttentionPass];
-  int page = 0, offset = 0;  // of the next position
+  KvWalk kv{a};
   for (int32_t p0 = 0; p0 <= a.last_pos; p0 += kAttentionPass) {
     const int count = a.last_pos + 1 - p0 < kAttentionPass ? a.last_pos + 1 - p0 : kAttentionPass;
     __m256 pass_max = neg_inf;
@@ -201,14 +199,7 @@ void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
       for (int i = 0; i < 8; ++i) {
         dots[i] = _mm256_setzero_ps();
         if (b + i >= count) continue;
-        const float* k = a.k_cache +
-                         (static_cast<size_t>(a.pages[page]) * a.page_size + offset) * a.kv_stride +
-                         a.head_offset;
-        values[b + i] = k - a.k_cache + a.v_cache;
-        if (++offset == a.page_size) {
-          offset = 0;
-          ++page;
-        }
+        const float* k = kv.Next(&values[b + i]);
 #pragma GCC unroll 32
         for (int c = 0; c < kChunks; ++c) {
           dots[i] = _mm256_fmadd_ps(load(a.q, c), load(k, c), dots[i]);

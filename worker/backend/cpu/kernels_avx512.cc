@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
-#include <initializer_list>
 #include <limits>
 #include <utility>
 
@@ -169,20 +168,18 @@ void QuantizeActivationsAvx512(pagoda::common::GgmlType type, const float* x, in
   }
 }
 
-// exp(x) in 16 lanes: x = n ln2 + r with n = round(x / ln2), |r| <= ln2 / 2 (ln2 as 355/512,
-// whose products with n are exact, less a small correction), e^r by its Taylor polynomial to r^7
-// (truncation under 6e-9 relative), scaled by 2^n. x is first clamped to [-110, 88.72]: e^-110 is
-// below the least denormal (scalef rounds it to 0, so exp(-inf) = 0), e^88.72 just under FLT_MAX.
-// NaN stays NaN (max and min return their second operand when either is NaN).
+// exp(x) in 16 lanes by the clamp, range reduction and polynomial of kernels_body.inc (|r| <=
+// ln2 / 2, truncation under 6e-9 relative), scaled by 2^n with vscalefps, which rounds e^-110 to
+// 0 (so exp(-inf) = 0). NaN stays NaN (max and min return their second operand when either is
+// NaN).
 inline __m512 Exp16(__m512 x) {
-  x = _mm512_min_ps(_mm512_set1_ps(88.72f), _mm512_max_ps(_mm512_set1_ps(-110.0f), x));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+  x = _mm512_min_ps(_mm512_set1_ps(kExpMax), _mm512_max_ps(_mm512_set1_ps(kExpMin), x));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kLog2E)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-  for (const float c :
-       {1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f}) {
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  r = _mm512_fmadd_ps(n, _mm512_set1_ps(kLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpTaylor7);
+  for (const float c : kExpTaylor) {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(c));
   }
   return _mm512_scalef_ps(p, n);
@@ -250,7 +247,7 @@ void AttentionHeadChunks(const AttentionHeadArgs& a) {
   __m512 m = neg_inf, l = _mm512_setzero_ps();  // m: the max so far in every lane
   alignas(64) float weights[kAttentionPass];
   const float* values[kAttentionPass];
-  int page = 0, offset = 0;  // of the next position
+  KvWalk kv{a};
   for (int32_t p0 = 0; p0 <= a.last_pos; p0 += kAttentionPass) {
     const int count = a.last_pos + 1 - p0 < kAttentionPass ? a.last_pos + 1 - p0 : kAttentionPass;
     __m512 pass_max = neg_inf;
@@ -260,14 +257,7 @@ void AttentionHeadChunks(const AttentionHeadArgs& a) {
       for (int i = 0; i < 16; ++i) {
         dots[i] = _mm512_setzero_ps();
         if (b + i >= count) continue;
-        const float* k = a.k_cache +
-                         (static_cast<size_t>(a.pages[page]) * a.page_size + offset) * a.kv_stride +
-                         a.head_offset;
-        values[b + i] = k - a.k_cache + a.v_cache;
-        if (++offset == a.page_size) {
-          offset = 0;
-          ++page;
-        }
+        const float* k = kv.Next(&values[b + i]);
 #pragma GCC unroll 16
         for (int c = 0; c < kChunks; ++c) {
           dots[i] =
