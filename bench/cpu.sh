@@ -17,7 +17,8 @@
 #    at 1, 16 and 64 streams, 32-token prompts, 64 output tokens, greedy, ignore EOS; then TTFT
 #    of a 512-token prompt. With LLAMA_SERVER, the same GGUF and load against llama-server
 #    (CPU, -cb -fa, same thread count), driven by a small python3 client over /completion.
-# 3. bench/serving.sh at 64 streams: continuous vs static batching.
+# 3. bench/serving.sh at 64 streams: continuous vs static batching (padded and shrinking
+#    waves; long-tailed output lengths, see that script).
 #
 # Results: tables on stdout, JSON under $OUT_DIR (default build/bench/cpu).
 set -euo pipefail
@@ -175,5 +176,5 @@ fi
 if [[ "$parts" == *static* ]]; then
   echo "continuous vs static batching at 64 streams (bench/serving.sh):"
   LEVELS=64 WORKER_THREADS="$threads" OUT_DIR="$out_dir" "$root/bench/serving.sh" 2>/dev/null |
-    tail -n 8
+    tail -n 12
 fi

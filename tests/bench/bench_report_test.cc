@@ -53,12 +53,15 @@ TEST(ReportTest, RunTableNamesEveryNumber) {
 }
 
 TEST(ReportTest, BaselineTablePrintsRatios) {
-  const std::string table = FormatBaselineTable({{16, 300, 100, 150}});
+  const std::string table = FormatBaselineTable({{16, 300, 100, 150, 240}});
   EXPECT_NE(table.find("3.00x"), std::string::npos) << table;
   EXPECT_NE(table.find("2.00x"), std::string::npos) << table;
-  const BaselineRow row{4, 300, 100, 0};
+  EXPECT_NE(table.find("1.25x"), std::string::npos) << table;
+  EXPECT_NE(table.find("cont/shrink"), std::string::npos) << table;
+  const BaselineRow row{4, 300, 100, 0, 0};
   EXPECT_DOUBLE_EQ(row.VsSequential(), 3);
   EXPECT_DOUBLE_EQ(row.VsStatic(), 0);  // no static run: no ratio rather than infinity
+  EXPECT_DOUBLE_EQ(row.VsShrinking(), 0);
 }
 
 TEST(ReportTest, JsonCarriesMetricsRequestsAndBaselines) {
@@ -66,7 +69,7 @@ TEST(ReportTest, JsonCarriesMetricsRequestsAndBaselines) {
   report.server = "127.0.0.1:1";
   report.slo = {};
   report.runs.push_back(Level("continuous", LoadShape::kClosed, 2, report.slo));
-  report.baselines.push_back({2, 30, 10, 15});
+  report.baselines.push_back({2, 30, 10, 15, 20});
   const nlohmann::json j = nlohmann::json::parse(RenderJson(report));
   const auto& run = j["runs"][0];
   EXPECT_EQ(run["role"], "continuous");
@@ -85,6 +88,7 @@ TEST(ReportTest, JsonCarriesMetricsRequestsAndBaselines) {
   EXPECT_EQ(run["requests"][2]["error"], "DEADLINE_EXCEEDED: late");
   EXPECT_DOUBLE_EQ(j["baselines"][0]["continuous_over_sequential"].get<double>(), 3);
   EXPECT_DOUBLE_EQ(j["baselines"][0]["continuous_over_static"].get<double>(), 2);
+  EXPECT_DOUBLE_EQ(j["baselines"][0]["continuous_over_static_shrinking"].get<double>(), 1.5);
 }
 
 TEST(ReportTest, SweepTableHasALinePerRun) {

@@ -123,22 +123,46 @@ TEST_F(BenchE2eTest, SweepWithBaselinesPrintsRatios) {
   const json doc = RunBench(
       "sweep", {"--sweep-concurrency", "1,2", "--baselines", "--num-requests", "4", "--input-len",
                 "16", "--output-len", "8", "--output-dist", "uniform", "--progress=false"});
-  // continuous at 1 and 2 (1 doubles as the sequential baseline) + static batches of 2.
-  ASSERT_EQ(doc["runs"].size(), 3u) << log_;
+  // continuous at 1 and 2 (1 doubles as the sequential baseline) + static batches of 2, padded
+  // and shrinking.
+  ASSERT_EQ(doc["runs"].size(), 4u) << log_;
   EXPECT_EQ(doc["runs"][2]["role"], "static-batch");
+  EXPECT_EQ(doc["runs"][2]["load"]["padded"], true);
   EXPECT_EQ(doc["runs"][2]["waves"], 2);
+  EXPECT_EQ(doc["runs"][3]["role"], "static-shrink");
+  EXPECT_EQ(doc["runs"][3]["load"]["padded"], false);
+  EXPECT_EQ(doc["runs"][3]["waves"], 2);
   ASSERT_EQ(doc["baselines"].size(), 2u);
   const json& level2 = doc["baselines"][1];
   EXPECT_EQ(level2["concurrency"], 2);
   EXPECT_GT(level2["continuous_over_sequential"].get<double>(), 0);
   EXPECT_GT(level2["continuous_over_static"].get<double>(), 0);
+  EXPECT_GT(level2["continuous_over_static_shrinking"].get<double>(), 0);
+  int padding = 0;
   for (const json& run : doc["runs"]) {
     EXPECT_EQ(run["metrics"]["completed"], 4);
     for (const json& r : run["requests"]) {
       EXPECT_EQ(r["output_tokens"], r["expected_output_tokens"]);
     }
   }
+  // Padded waves: every request of a wave streamed the wave's longest output (ignore_eos), and
+  // only its own length counts.
+  const json& padded = doc["runs"][2]["requests"];
+  ASSERT_EQ(padded.size(), 4u);
+  for (int wave = 0; wave < 2; ++wave) {
+    const int longest = std::max(padded[2 * wave]["expected_output_tokens"].get<int>(),
+                                 padded[2 * wave + 1]["expected_output_tokens"].get<int>());
+    for (const json& r : {padded[2 * wave], padded[2 * wave + 1]}) {
+      SCOPED_TRACE(r.dump());
+      EXPECT_EQ(r["output_tokens"].get<int>() + r.value("padding_tokens", 0), longest);
+      padding += r.value("padding_tokens", 0);
+    }
+  }
+  // Uniform lengths of 4..12 over 4 requests: some wave is uneven (the lengths are seeded).
+  EXPECT_GT(padding, 0);
+  for (const json& r : doc["runs"][3]["requests"]) EXPECT_FALSE(r.contains("padding_tokens"));
   EXPECT_NE(log_.find("cont/static"), std::string::npos) << log_;
+  EXPECT_NE(log_.find("cont/shrink"), std::string::npos) << log_;
 }
 
 TEST_F(BenchE2eTest, PoissonArrivalsWithSampledSharedPrefixPrompts) {

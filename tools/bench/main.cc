@@ -52,11 +52,16 @@ ABSL_FLAG(int32_t, max_concurrency, 0, "open loop: at most this many requests in
 ABSL_FLAG(bool, static_batch, false,
           "static batching: waves of --concurrency requests, the next wave starting only when "
           "every request of the current one has finished");
+ABSL_FLAG(bool, static_batch_padding, true,
+          "static batching as a fixed-shape batch computes it: every request of a wave generates "
+          "the wave's longest output, and only its own length counts (false: a finished request "
+          "leaves the batch, and the wave shrinks)");
 ABSL_FLAG(std::string, sweep_concurrency, "",
           "comma-separated closed-loop concurrency levels, run one after another (e.g. 1,4,16,64)");
 ABSL_FLAG(bool, baselines, false,
-          "also run every level one at a time (sequential) and as static batches, and print "
-          "continuous/sequential and continuous/static output-throughput ratios");
+          "also run every level one at a time (sequential) and as static batches (padded, and "
+          "shrinking as requests finish), and print continuous/sequential and "
+          "continuous/static output-throughput ratios");
 ABSL_FLAG(int32_t, input_len, 128, "mean prompt length in tokens (BOS included)");
 ABSL_FLAG(std::string, input_dist, "fixed", "prompt lengths: fixed, uniform or sharegpt");
 ABSL_FLAG(int32_t, output_len, 128, "mean output length in tokens (max_tokens of each request)");
@@ -179,6 +184,7 @@ absl::StatusOr<bench::PacerOptions> LoadFromFlags() {
   p.num_requests = absl::GetFlag(FLAGS_num_requests);
   p.duration_s = absl::GetFlag(FLAGS_duration_s);
   p.seed = absl::GetFlag(FLAGS_seed);
+  p.pad_waves = absl::GetFlag(FLAGS_static_batch_padding);
   if (p.duration_s <= 0 && p.num_requests < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--num-requests must be >= 1 (or give --duration-s), got ", p.num_requests));
@@ -297,10 +303,13 @@ class BenchSession {
         absl::StrCat("every warmup request failed; the first: ", result.records.front().error));
   }
 
-  bench::LevelResult Run(const std::string& role, bench::LoadShape shape, int concurrency) {
+  // `pad_waves` applies to static batches (none: the flag's choice).
+  bench::LevelResult Run(const std::string& role, bench::LoadShape shape, int concurrency,
+                         std::optional<bool> pad_waves = std::nullopt) {
     bench::RunOptions run = BaseRunOptions(ProgressLabel(role, shape, concurrency));
     run.pacer.shape = shape;
     run.pacer.concurrency = concurrency;
+    if (pad_waves) run.pacer.pad_waves = *pad_waves;
     bench::RunResult result = bench::RunLoad(stub_, workload_, run);
     bench::LevelResult level;
     level.role = role;
@@ -335,12 +344,14 @@ class BenchSession {
   uint64_t next_salt_ = 0;
 };
 
+// Static batches that shrink as their requests finish are "static-shrink".
 std::string RoleOf(const bench::PacerOptions& load) {
-  return load.shape == bench::LoadShape::kStaticBatch ? "static-batch" : "continuous";
+  if (load.shape != bench::LoadShape::kStaticBatch) return "continuous";
+  return load.pad_waves ? "static-batch" : "static-shrink";
 }
 
-// Runs every level, and with --baselines the sequential run (once) and a static-batch run per
-// level; fills report.runs and report.baselines.
+// Runs every level, and with --baselines the sequential run (once) and two static-batch runs
+// per level (padded, shrinking); fills report.runs and report.baselines.
 void RunAll(const Options& o, BenchSession& session, bench::BenchReport& report) {
   std::optional<double> sequential;  // output tokens/s one at a time
   std::map<int, double> continuous;
@@ -356,10 +367,14 @@ void RunAll(const Options& o, BenchSession& session, bench::BenchReport& report)
     sequential = report.runs.back().metrics.output_throughput;
   }
   for (int level : o.levels) {
-    bench::BaselineRow row{level, continuous[level], *sequential, *sequential};
+    bench::BaselineRow row{level, continuous[level], *sequential, *sequential, *sequential};
     if (level > 1) {
-      report.runs.push_back(session.Run("static-batch", bench::LoadShape::kStaticBatch, level));
+      report.runs.push_back(
+          session.Run("static-batch", bench::LoadShape::kStaticBatch, level, /*pad_waves=*/true));
       row.static_batch = report.runs.back().metrics.output_throughput;
+      report.runs.push_back(session.Run("static-shrink", bench::LoadShape::kStaticBatch, level,
+                                        /*pad_waves=*/false));
+      row.static_shrinking = report.runs.back().metrics.output_throughput;
     }
     report.baselines.push_back(row);
   }

@@ -6,7 +6,9 @@
 //    one finishes, so exactly `concurrency` requests are in flight until the tail.
 //  * static batch: waves of `concurrency` requests; the next wave starts only when every request
 //    of the current wave has finished (everyone waits for the slowest), the way a server without
-//    continuous batching would run a fixed batch.
+//    continuous batching would run a fixed batch. With `pad_waves` (the runner's part) every
+//    request of a wave also generates the wave's longest output: a fixed-shape batch computes its
+//    finished rows until the whole batch ends, and those padding tokens are not counted.
 //  * Poisson: open loop; arrivals at exponential gaps of mean 1 / request_rate from t = 0,
 //    independent of how fast the server answers (max_in_flight > 0 caps requests in flight; a
 //    late arrival then starts when a slot frees).
@@ -35,6 +37,7 @@ struct PacerOptions {
   int num_requests = 100;   // starts in the run (when duration_s == 0)
   double duration_s = 0;    // > 0: start requests until this many seconds have passed
   uint64_t seed = 0;        // kPoisson: the arrival gaps
+  bool pad_waves = true;    // kStaticBatch: finished rows keep computing until the wave ends
 };
 
 struct PacerDecision {

@@ -116,12 +116,13 @@ std::string SweepData(const std::vector<LevelResult>& runs) {
   return out;
 }
 
-// Columns: 1 concurrency, 2 continuous, 3 sequential, 4 static batching (output tokens/s).
+// Columns: 1 concurrency, 2 continuous, 3 sequential, 4 static batching (padded), 5 static
+// batching (shrinking) (output tokens/s).
 std::string BaselineData(const std::vector<BaselineRow>& rows) {
-  std::string out = "# conc continuous sequential static\n";
+  std::string out = "# conc continuous sequential static shrink\n";
   for (const BaselineRow& r : rows) {
     out += absl::StrCat(r.concurrency, " ", Num(r.continuous), " ", Num(r.sequential), " ",
-                        Num(r.static_batch), "\n");
+                        Num(r.static_batch), " ", Num(r.static_shrinking), "\n");
   }
   return out;
 }
@@ -166,7 +167,8 @@ std::string SweepScript(const std::vector<LevelResult>& runs, bool with_baseline
   if (with_baselines) {
     const std::string base = Quote(dir + "/baselines.dat");
     absl::StrAppend(&plot, ", ", base, " using 1:3 title 'sequential (one at a time)' pt 5, ", base,
-                    " using 1:4 title 'static batching' pt 9");
+                    " using 1:4 title 'static batching (padded)' pt 9, ", base,
+                    " using 1:5 title 'static batching (shrinking)' pt 11");
   }
   if (with_slo) {
     absl::StrAppend(&settings, "set y2label 'goodput (req/s)'\nset y2tics\n");

@@ -70,6 +70,7 @@ json RequestJson(const RequestRecord& r) {
          {"ttft_ms", OptionalMs(m.ttft_s)},
          {"tpot_ms", OptionalMs(m.tpot_s)},
          {"e2e_ms", m.e2e_s * 1e3}};
+  if (r.padding_tokens > 0) j["padding_tokens"] = r.padding_tokens;
   if (!r.ok) j["error"] = r.error;
   return j;
 }
@@ -78,6 +79,7 @@ json LoadJson(const PacerOptions& p) {
   json j{{"shape", LoadShapeName(p.shape)}};
   if (p.shape == LoadShape::kClosed || p.shape == LoadShape::kStaticBatch) {
     j["concurrency"] = p.concurrency;
+    if (p.shape == LoadShape::kStaticBatch) j["padded"] = p.pad_waves;
   } else {
     j["max_in_flight"] = p.max_in_flight;
     // JSON has no infinity: a burst says so by its shape.
@@ -150,7 +152,8 @@ std::string DescribeLoad(const PacerOptions& p) {
           absl::StrCat("closed loop, ", p.concurrency, p.concurrency == 1 ? " stream" : " streams");
       break;
     case LoadShape::kStaticBatch:
-      load = absl::StrCat("static batches of ", p.concurrency);
+      load = absl::StrCat("static batches of ", p.concurrency,
+                          p.pad_waves ? ", padded to the longest" : ", shrinking");
       break;
     case LoadShape::kPoisson:
       load = absl::StrFormat("poisson %.3g req/s", p.request_rate);
@@ -174,6 +177,9 @@ std::string FormatRunTable(const LevelResult& run, const Slo& slo) {
   out += Row("Failed requests:", absl::StrCat(m.failed));
   for (const std::string& e : run.errors) out += Row("  error:", e);
   if (run.waves > 0) out += Row("Waves (static batching):", absl::StrCat(run.waves));
+  int64_t padding = 0;
+  for (const RequestRecord& r : run.records) padding += r.padding_tokens;
+  if (padding > 0) out += Row("Padding tokens (not counted):", absl::StrCat(padding));
   out += Row("Benchmark duration (s):", absl::StrFormat("%.2f", m.duration_s));
   out += Row("Total input tokens:", absl::StrCat(m.input_tokens));
   out += Row("Total output tokens:", absl::StrCat(m.output_tokens));
@@ -213,13 +219,15 @@ std::string FormatSweepTable(const std::vector<LevelResult>& runs, const Slo& sl
 
 std::string FormatBaselineTable(const std::vector<BaselineRow>& rows) {
   std::string out =
-      "Output tokens/s: continuous batching vs. one at a time (sequential) and static batching\n";
-  out += absl::StrFormat("%11s %12s %12s %12s %16s %14s\n", "concurrency", "continuous",
-                         "sequential", "static", "cont/sequential", "cont/static");
+      "Output tokens/s: continuous batching vs. one at a time (sequential) and static batching\n"
+      "(static: padded to each wave's longest output; shrink: finished requests leave the wave)\n";
+  out += absl::StrFormat("%11s %11s %11s %11s %11s %16s %12s %12s\n", "concurrency", "continuous",
+                         "sequential", "static", "shrink", "cont/sequential", "cont/static",
+                         "cont/shrink");
   for (const BaselineRow& r : rows) {
-    out +=
-        absl::StrFormat("%11d %12.1f %12.1f %12.1f %15.2fx %13.2fx\n", r.concurrency, r.continuous,
-                        r.sequential, r.static_batch, r.VsSequential(), r.VsStatic());
+    out += absl::StrFormat("%11d %11.1f %11.1f %11.1f %11.1f %15.2fx %11.2fx %11.2fx\n",
+                           r.concurrency, r.continuous, r.sequential, r.static_batch,
+                           r.static_shrinking, r.VsSequential(), r.VsStatic(), r.VsShrinking());
   }
   return out;
 }
@@ -243,6 +251,8 @@ std::string RenderJson(const BenchReport& report) {
                          {"continuous_output_throughput", b.continuous},
                          {"sequential_output_throughput", b.sequential},
                          {"static_batch_output_throughput", b.static_batch},
+                         {"static_shrinking_output_throughput", b.static_shrinking},
+                         {"continuous_over_static_shrinking", b.VsShrinking()},
                          {"continuous_over_sequential", b.VsSequential()},
                          {"continuous_over_static", b.VsStatic()}});
   }

@@ -16,7 +16,7 @@ namespace pagoda::bench {
 
 // One measured run.
 struct LevelResult {
-  std::string role;  // "continuous", "static-batch" or "sequential" (baselines)
+  std::string role;  // "continuous", "static-batch", "static-shrink" or "sequential" (baselines)
   PacerOptions pacer;
   RunMetrics metrics;
   int waves = 0;                       // static batching
@@ -27,12 +27,17 @@ struct LevelResult {
 // Output tokens/s of continuous batching against the baselines at one concurrency level.
 struct BaselineRow {
   int concurrency = 0;
-  double continuous = 0;    // output tokens/s
-  double sequential = 0;    // the same requests one at a time
-  double static_batch = 0;  // waves of `concurrency`, each waiting for its slowest request
+  double continuous = 0;  // output tokens/s
+  double sequential = 0;  // the same requests one at a time
+  // Waves of `concurrency`, each waiting for its slowest request: padded (every request of a
+  // wave runs as long as its longest, as in a fixed-shape batch), and shrinking (a finished
+  // request leaves the batch).
+  double static_batch = 0;
+  double static_shrinking = 0;
 
   double VsSequential() const { return sequential > 0 ? continuous / sequential : 0; }
   double VsStatic() const { return static_batch > 0 ? continuous / static_batch : 0; }
+  double VsShrinking() const { return static_shrinking > 0 ? continuous / static_shrinking : 0; }
 };
 
 struct BenchReport {

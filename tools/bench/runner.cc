@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <limits>
 #include <memory>
 
 #include "absl/base/thread_annotations.h"
@@ -109,11 +110,15 @@ class Tracker {
 // reactions (one read outstanding, OnDone last), so `record_` needs no lock.
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> {
  public:
-  GenerateCall(const RequestSpec& spec, const RunOptions& options, const RunClock& clock,
-               std::shared_ptr<Tracker> tracker)
+  // `max_tokens` > spec.output_len pads the request (static batching): the stream runs to
+  // max_tokens, and only its first spec.output_len tokens count.
+  GenerateCall(const RequestSpec& spec, int max_tokens, const RunOptions& options,
+               const RunClock& clock, std::shared_ptr<Tracker> tracker)
       : request_(BuildRequest(spec, options.sampling)),
         clock_(clock),
-        tracker_(std::move(tracker)) {
+        tracker_(std::move(tracker)),
+        counted_(max_tokens > spec.output_len ? spec.output_len : std::numeric_limits<int>::max()) {
+    if (max_tokens > spec.output_len) request_.set_max_tokens(static_cast<uint32_t>(max_tokens));
     if (options.unique_cache_salts) {
       request_.set_cache_salt(absl::StrCat("bench-", options.prompt_salt, "-", spec.index));
     }
@@ -135,8 +140,11 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
     if (!ok) return;  // the stream ended; OnDone follows
     const double now = clock_.Now();
     saw_message_ = true;
-    record_.end_s = now;
-    if (const int n = response_.token_ids_size(); n > 0) {
+    record_.end_s = now;  // padding included: a padded request's answer ends with its wave
+    const int received = response_.token_ids_size();
+    const int n = std::min(received, counted_ - record_.output_tokens);
+    record_.padding_tokens += received - std::max(n, 0);
+    if (n > 0) {
       record_.chunks.push_back({now, n});
       record_.output_tokens += n;
       tracker_->AddTokens(n, now);
@@ -182,6 +190,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
   const RunClock& clock_;
   std::shared_ptr<Tracker> tracker_;
   RequestRecord record_;
+  const int counted_;  // tokens that count (the rest is padding); all when not padded
   bool saw_message_ = false;
   bool saw_finished_ = false;
 };
@@ -214,6 +223,14 @@ v1::GenerateRequest BuildRequest(const RequestSpec& spec, const SamplingOptions&
   return r;
 }
 
+int LongestOutput(const Workload& workload, int first_index, int count, uint64_t salt) {
+  int longest = 0;
+  for (int i = first_index; i < first_index + count; ++i) {
+    longest = std::max(longest, workload.Make(i, salt).output_len);
+  }
+  return longest;
+}
+
 RunResult RunLoad(v1::Generation::Stub& stub, const Workload& workload, const RunOptions& options) {
   // Calls read `clock` only before they report Finished, and this function returns only when
   // none is in flight, so the stack clock outlives every read.
@@ -222,16 +239,32 @@ RunResult RunLoad(v1::Generation::Stub& stub, const Workload& workload, const Ru
   Pacer pacer(options.pacer);
   Progress progress(options.label, options.pacer.duration_s > 0 ? 0 : options.pacer.num_requests,
                     options.pacer.duration_s, options.progress);
+  const bool pad = options.pacer.shape == LoadShape::kStaticBatch && options.pacer.pad_waves;
   int next_index = options.first_index;
+  int wave = 0;          // the wave of the last start (static batching)
+  int wave_longest = 0;  // its longest output (pad)
   for (;;) {
     const int in_flight = tracker->InFlight();
     const PacerDecision d = pacer.Next(clock.Now(), in_flight);
     if (d.kind == PacerDecision::kDone) break;
     if (d.kind == PacerDecision::kStart) {
+      if (pad && pacer.waves() != wave) {
+        wave = pacer.waves();
+        // A run of num_requests knows its last wave's size; a timed run's last wave may be cut
+        // short, and then pads to a request it never sends.
+        const int size =
+            options.pacer.duration_s > 0
+                ? options.pacer.concurrency
+                : std::min(options.pacer.concurrency, options.pacer.num_requests - pacer.started());
+        wave_longest = LongestOutput(workload, next_index, size, options.prompt_salt);
+      }
+      const RequestSpec spec = workload.Make(next_index++, options.prompt_salt);
+      // Padding never pushes a request past the model's context.
+      const int room = workload.model().context_length - static_cast<int>(spec.prompt.size());
+      const int max_tokens = pad ? std::max(spec.output_len, std::min(wave_longest, room)) : 0;
       pacer.OnStarted();
       tracker->Started(clock.Now());
-      (new GenerateCall(workload.Make(next_index++, options.prompt_salt), options, clock, tracker))
-          ->Start(stub);
+      (new GenerateCall(spec, max_tokens, options, clock, tracker))->Start(stub);
       continue;
     }
     // Drawn after the starts, so a closed loop shows its full complement in flight.

@@ -7,6 +7,11 @@
 //
 // RunLoad returns when every started request has finished (or failed); a request's failure
 // (deadline, RESOURCE_EXHAUSTED, a dropped connection) is recorded, never fatal.
+//
+// Padded static batching (PacerOptions::pad_waves): every request of a wave asks for the wave's
+// longest output (ignore_eos makes it run that long), and its record counts only its own
+// output_len tokens; its end (E2E) is the end of its stream, the padding included, as when a
+// fixed batch answers when it ends.
 #pragma once
 
 #include <string>
@@ -39,6 +44,10 @@ struct RunResult {
 
 // The GenerateRequest for a workload request.
 pagoda::v1::GenerateRequest BuildRequest(const RequestSpec& spec, const SamplingOptions& sampling);
+
+// The longest output length of workload requests first_index .. first_index + count - 1: what
+// every request of a padded static-batch wave generates.
+int LongestOutput(const Workload& workload, int first_index, int count, uint64_t salt);
 
 RunResult RunLoad(pagoda::v1::Generation::Stub& stub, const Workload& workload,
                   const RunOptions& options);

@@ -34,7 +34,8 @@ struct RequestRecord {
   std::string error;               // the gRPC status when !ok
   int prompt_tokens = 0;           // sent
   int expected_output_tokens = 0;  // max_tokens asked for
-  int output_tokens = 0;           // received
+  int output_tokens = 0;           // received (padded static batching: those that count)
+  int padding_tokens = 0;          // padded static batching: received after the counted ones
   double start_s = 0;
   double end_s = 0;
   std::vector<TokenChunk> chunks;  // messages that carried tokens, in order

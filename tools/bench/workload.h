@@ -139,6 +139,7 @@ class Workload {
   RequestSpec Make(int index, uint64_t salt = 0) const;
 
   const WorkloadOptions& options() const { return options_; }
+  const ModelLimits& model() const { return model_; }
 
  private:
   Workload(WorkloadOptions options, ModelLimits model, LengthSampler input, LengthSampler output);
