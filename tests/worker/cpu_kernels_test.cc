@@ -241,6 +241,51 @@ TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {
   }
 }
 
+// One MatMul call of several products (a layer's Q, K and V; gate and up): those that read the
+// same activations with the same weight type share one quantization and packing of them. Every
+// product's outputs are the bits of a call of that product alone, whether it shares (Q8_0 after
+// Q8_0, Q4_K after Q4_K) or not (another type, other activations, another token count).
+TEST(CpuKernels, ProductsOfOneCallGiveTheBitsOfSeparateCalls) {
+  constexpr int kTokens = 21, kCols = 512;
+  const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 16);
+  const std::vector<float> other = RandomFloats(static_cast<size_t>(kTokens) * kCols, 17);
+  struct Product {
+    GgmlType type;
+    int rows;
+    const std::vector<float>* x;
+    int tokens;
+  };
+  const Product shapes[] = {{GgmlType::Q8_0, 24, &x, kTokens}, {GgmlType::Q8_0, 9, &x, kTokens},
+                            {GgmlType::Q4_K, 16, &x, kTokens}, {GgmlType::Q6_K, 8, &x, kTokens},
+                            {GgmlType::Q4_K, 11, &x, kTokens}, {GgmlType::Q8_0, 8, &other, kTokens},
+                            {GgmlType::Q8_0, 7, &x, 5},        {GgmlType::F16, 10, &x, kTokens}};
+  std::vector<WeightMatrix> weights;
+  for (size_t j = 0; j < std::size(shapes); ++j) {
+    weights.push_back(RandomMatrix(shapes[j].type, shapes[j].rows, kCols, 20 + j));
+  }
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (CpuIsa isa : isas) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    std::vector<std::vector<float>> outs;
+    std::vector<MatMulParams> params;
+    for (size_t j = 0; j < std::size(shapes); ++j) {
+      outs.emplace_back(static_cast<size_t>(shapes[j].tokens) * shapes[j].rows, kPoison);
+    }
+    for (size_t j = 0; j < std::size(shapes); ++j) {
+      params.push_back({shapes[j].x->data(), &weights[j], outs[j].data(), shapes[j].tokens});
+    }
+    LocalContext ctx(isa, 2);
+    MatMul(ctx.get(), params);
+    for (size_t j = 0; j < std::size(shapes); ++j) {
+      const std::vector<float> alone =
+          RunMatMul(isa, 2, weights[j], *shapes[j].x, shapes[j].tokens);
+      EXPECT_EQ(std::memcmp(alone.data(), outs[j].data(), alone.size() * 4), 0)
+          << "product " << j << " (" << common::GgmlTypeName(shapes[j].type) << ")";
+    }
+  }
+}
+
 // MatMul splits rows longer than kKBlock into column blocks, carrying each output's lane sums
 // from block to block: the bits equal one pass of the table's panel kernel over the whole row,
 // on every table, with a tail that is not a multiple of the lane count in the last block.

@@ -184,19 +184,43 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
     if (columns == 0) columns = kPackTokens;
     return (p.num_tokens + columns - 1) / columns;
   };
+  // Products that read the same activations with the same weight type and width (Q, K and V
+  // of a layer; gate and up) need the same records and groups: the first prepares them, the
+  // others read its (owner[j] < j).
+  std::array<size_t, kMaxProducts> owner{};
+  for (size_t j = 0; j < products.size(); ++j) {
+    const MatMulParams& p = products[j];
+    owner[j] = j;
+    for (size_t i = 0; i < j; ++i) {
+      const MatMulParams& o = products[i];
+      if (o.x == p.x && o.num_tokens == p.num_tokens && o.w->type == p.w->type &&
+          o.w->cols == p.w->cols) {
+        owner[j] = i;
+        break;
+      }
+    }
+  }
   size_t bytes = 0;
   int quant_tokens = 0, packed_groups = 0;
-  for (const MatMulParams& p : products) {
+  for (size_t j = 0; j < products.size(); ++j) {
+    if (owner[j] != j) continue;
+    const MatMulParams& p = products[j];
     const size_t record = record_bytes(p);
     bytes += record * static_cast<size_t>(p.num_tokens) +
              group_bytes(p) * static_cast<size_t>(num_groups(p));
     if (record > 0) quant_tokens += p.num_tokens;
     if (group_bytes(p) > 0) packed_groups += num_groups(p);
   }
+  // Whether product j prepares activations (it owns them and has some to prepare).
+  const auto owns = [&](size_t j, const uint8_t* data) { return owner[j] == j && data != nullptr; };
   if (bytes > 0) {
     if (ctx.activations->size() < bytes) ctx.activations->resize(bytes);
     size_t offset = 0;
     for (size_t j = 0; j < products.size(); ++j) {
+      if (owner[j] != j) {
+        xq[j] = xq[owner[j]];
+        continue;
+      }
       const size_t record = record_bytes(products[j]);
       if (record > 0) xq[j].records = ctx.activations->data() + offset;
       offset += record * static_cast<size_t>(products[j].num_tokens);
@@ -206,7 +230,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
       offset += xq[j].group_bytes * static_cast<size_t>(num_groups(products[j]));
     }
     const auto tokens_of = [&](size_t j) {
-      return xq[j].records != nullptr ? products[j].num_tokens : 0;
+      return owns(j, xq[j].records) ? products[j].num_tokens : 0;
     };
     ctx.pool->ParallelFor(quant_tokens, [&](int begin, int end, int) {
       FlatIndex at;
@@ -222,7 +246,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products) {
   }
   if (packed_groups > 0) {
     const auto groups_of = [&](size_t j) {
-      return xq[j].packed != nullptr ? num_groups(products[j]) : 0;
+      return owns(j, xq[j].packed) ? num_groups(products[j]) : 0;
     };
     ctx.pool->ParallelFor(packed_groups, [&](int begin, int end, int) {
       FlatIndex at;

@@ -1,7 +1,8 @@
 // Activations quantized to 8 bits for the integer dot products of quantized weights.
 //
 // A product with a Q8_0, Q4_0, Q4_K, Q5_K or Q6_K weight does not decode the weight to float:
-// each token's activations are quantized once per product (the kernel table's
+// each token's activations are quantized once per MatMul call (shared by the call's products
+// of one weight type that read them, such as Q, K and V; the kernel table's
 // quantize_activations: the same IEEE operations on every table, so every table writes the same
 // bytes, which the tests check), the kernels sum weight x activation
 // bytes exactly in int32, and only the block sums meet the float scales. This is the scheme
