@@ -406,7 +406,9 @@ TEST(CudaBackendGpuTest, AdjustmentsAndLogprobsMatchTheCpuSampler) {
     SCOPED_TRACE(absl::StrCat("row ", r));
     std::vector<float> row(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab);
     ApplyAdjustments(row, adjust[r]);
-    if (r == 0) EXPECT_EQ(tokens[r], Sample(row, samples[r].params, 0));
+    if (r == 0) {
+      EXPECT_EQ(tokens[r], Sample(row, samples[r].params, 0));
+    }
     SampledLogprobs want;
     ComputeLogprobs(row, samples[r].params.temperature, tokens[r], samples[r].params.top_logprobs,
                     &want);

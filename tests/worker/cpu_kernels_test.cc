@@ -186,9 +186,10 @@ TEST(CpuKernels, QuantizedActivationsAreTheSameBytesOnEveryPath) {
       for (size_t i = 0; i < bytes; ++i) {
         const bool padding = ActivationFormatFor(type) == ActivationFormat::kBlock32 &&
                              i >= Block32ScaleOffset(kCols) + kCols;
-        if (!padding)
+        if (!padding) {
           ASSERT_EQ(got[i], ref[i])
               << common::GgmlTypeName(type) << " on " << CpuIsaName(isa) << " byte " << i;
+        }
       }
     }
   }

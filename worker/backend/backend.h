@@ -48,7 +48,7 @@ struct PageCopy {  // copy KV page src into page dst: K and V, every layer, ever
 struct SampleInput {  // how to pick the token of one want_logits sequence
   SamplingParams params;
   uint64_t index = 0;  // tokens generated so far for the sequence (the generator's counter)
-  std::span<const LogitAdjustment> adjustments;  // each token at most once, ids in range
+  std::span<const LogitAdjustment> adjustments = {};  // each token at most once, ids in range
 };
 
 class Backend {

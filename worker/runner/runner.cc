@@ -65,7 +65,8 @@ absl::Status Runner::FirstSight(const wv1::SequenceStep& step) {
                           step.seq_id(), step.start_pos(), step.history_size()));
     }
     state.history = TokenHistory(static_cast<int32_t>(step.prompt_tokens()), /*tracked=*/true);
-    RETURN_IF_ERROR(state.history.Record(0, {step.history().data(), step.history().size()}));
+    RETURN_IF_ERROR(state.history.Record(
+        0, {step.history().data(), static_cast<size_t>(step.history().size())}));
   }
   seqs_[step.seq_id()] = std::move(state);
   return absl::OkStatus();

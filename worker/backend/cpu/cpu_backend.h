@@ -40,7 +40,7 @@ struct CpuBackendOptions {
   // false: they are decoded to float (float activations). Unset: 8-bit where the kernel table
   // has integer dot products (cpu::HasIntegerProducts), float elsewhere (its 8-bit products are
   // scalar code there, about 4x slower than decoding).
-  std::optional<bool> quantize_activations;
+  std::optional<bool> quantize_activations = std::nullopt;
   size_t max_kv_bytes = size_t{64} << 30;
 };
 
