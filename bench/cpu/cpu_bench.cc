@@ -17,6 +17,7 @@
 
 #include "bench/cpu/machine_limits.h"
 #include "common/aligned_vector.h"
+#include "common/fp16.h"
 #include "common/gguf_reader.h"
 #include "testing/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -171,7 +172,13 @@ void BM_Attention(benchmark::State& state) {
     return v;
   };
   const auto q = random(static_cast<size_t>(kTokens) * kHeads * kHd);
-  const auto k = random(slots * kKvHeads * kHd), v = random(slots * kKvHeads * kHd);
+  // The cache's F16 values (kv_arena.h).
+  const auto halves = [&](size_t n) {
+    common::AlignedVector<uint16_t> h(n);
+    for (uint16_t& x : h) x = common::FloatToF16(normal(rng));
+    return h;
+  };
+  const auto k = halves(slots * kKvHeads * kHd), v = halves(slots * kKvHeads * kHd);
   common::AlignedVector<float> out(q.size());
   std::vector<int32_t> page_ids(static_cast<size_t>(kTokens) * pages_per_seq);
   std::iota(page_ids.begin(), page_ids.end(), 0);

@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/fp16.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
@@ -103,10 +104,13 @@ Problem Build(DType dtype, const Shape& shape, const std::vector<SeqSpec>& seqs,
     pr.page_table = cpu_table;
   }
 
-  // Caches: NaN wherever no position is written.
+  // Caches (the CPU reference's are F16, kv_arena.h; the values, rounded to the dtype, fit in F16
+  // exactly): NaN wherever no position is written.
   const size_t cache_size = static_cast<size_t>(pr.num_pages) * ps * kv_dim;
-  std::vector<float> k_cache(cache_size, std::numeric_limits<float>::quiet_NaN());
-  std::vector<float> v_cache(cache_size, std::numeric_limits<float>::quiet_NaN());
+  const uint16_t nan = common::FloatToF16(std::numeric_limits<float>::quiet_NaN());
+  std::vector<uint16_t> k_cache(cache_size, nan), v_cache(cache_size, nan);
+  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
+  const cpu::LocalContext cpu_ctx(cpu::CpuIsa::kPortable, threads);
   std::vector<float> k_rows, v_rows;
   std::vector<int32_t> kv_pos;
   std::vector<const int32_t*> kv_tables;
@@ -118,7 +122,8 @@ Problem Build(DType dtype, const Shape& shape, const std::vector<SeqSpec>& seqs,
       kv_tables.push_back(cpu_table.data() + static_cast<size_t>(s) * pr.stride);
     }
   }
-  cpu::WriteKv({k_rows.data(), v_rows.data(), kv_pos.data(), kv_tables.data(), k_cache.data(),
+  cpu::WriteKv(cpu_ctx.get(),
+               {k_rows.data(), v_rows.data(), kv_pos.data(), kv_tables.data(), k_cache.data(),
                 v_cache.data(), static_cast<int>(kv_pos.size()), kv_dim, ps});
 
   // Rows: the real tokens in entry order, then the spare row every padding entry points at.
@@ -142,15 +147,13 @@ Problem Build(DType dtype, const Shape& shape, const std::vector<SeqSpec>& seqs,
   std::vector<float> q(pr.rows * row_elems);
   for (float& v : q) v = rounded();
   pr.ref.assign(q.size(), 0.0f);
-  const int threads = static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 16u));
-  const cpu::LocalContext cpu_ctx(cpu::CpuIsa::kPortable, threads);
   cpu::PagedAttention(
       cpu_ctx.get(), {q.data(), k_cache.data(), v_cache.data(), q_pos.data(), q_tables.data(),
                       pr.ref.data(), real_rows, shape.n_heads, shape.n_kv_heads, shape.head_dim, ps,
                       1.0f / std::sqrt(static_cast<float>(shape.head_dim))});
   for (float v : q) pr.q.push_back(ToBits(v, dtype));
-  for (float v : k_cache) pr.k_cache.push_back(ToBits(v, dtype));
-  for (float v : v_cache) pr.v_cache.push_back(ToBits(v, dtype));
+  for (uint16_t h : k_cache) pr.k_cache.push_back(ToBits(common::F16ToFloat(h), dtype));
+  for (uint16_t h : v_cache) pr.v_cache.push_back(ToBits(common::F16ToFloat(h), dtype));
   return pr;
 }
 

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fp16.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/device.h"
@@ -190,7 +191,7 @@ void CheckRopeKvWrite(DType d, const RopeShape& s, std::mt19937& rng) {
   const int n = static_cast<int>(positions.size());
   const std::vector<float> qkv = Normal(size_t(n) * (q_dim + 2 * kv_dim), rng);
 
-  // The CPU twins: tables, then Q and K split out, rotated, and K/V written to float pages.
+  // The CPU twins: tables, then Q and K split out, rotated, and K/V written to F16 pages.
   std::vector<int32_t> table_pos = positions;
   for (int32_t& p : table_pos) p = std::max(p, 0);
   std::vector<float> cos(size_t(n) * hd / 2), sin(cos.size());
@@ -205,11 +206,18 @@ void CheckRopeKvWrite(DType d, const RopeShape& s, std::mt19937& rng) {
   cpu::ApplyRope({q.data(), cos.data(), sin.data(), n, s.n_heads, hd});
   cpu::ApplyRope({k.data(), cos.data(), sin.data(), n, s.n_kv_heads, hd});
   const size_t cache_len = size_t(num_pages) * s.page_size * kv_dim;
-  std::vector<float> k_ref(cache_len, NAN), v_ref(cache_len, NAN);
+  std::vector<uint16_t> k_half(cache_len, common::FloatToF16(NAN)), v_half = k_half;
   std::vector<const int32_t*> tables;
   for (int t = 0; t < n - 1; ++t) tables.push_back(page_table.data() + token_seq[t] * stride);
-  cpu::WriteKv({k.data(), v.data(), positions.data(), tables.data(), k_ref.data(), v_ref.data(),
+  cpu::WriteKv(cpu::LocalContext(cpu::CpuIsa::kPortable, 1).get(),
+               {k.data(), v.data(), positions.data(), tables.data(), k_half.data(), v_half.data(),
                 n - 1, kv_dim, s.page_size});
+  // The CPU pages hold F16 (kv_arena.h): within both dtypes' tolerance of the float rows.
+  std::vector<float> k_ref(cache_len), v_ref(cache_len);
+  for (size_t i = 0; i < cache_len; ++i) {
+    k_ref[i] = common::F16ToFloat(k_half[i]);
+    v_ref[i] = common::F16ToFloat(v_half[i]);
+  }
 
   std::vector<float2> rope(cos.size());
   for (size_t i = 0; i < cos.size(); ++i) rope[i] = {cos[i], sin[i]};

@@ -204,7 +204,11 @@ void CheckRaggedAgainstReference(std::shared_ptr<const LlamaModel> model, int pa
         max_ref = std::max(max_ref, std::abs(s.ref_logits[v]));
         max_diff = std::max(max_diff, std::abs(got[v] - s.ref_logits[v]));
       }
-      EXPECT_LE(max_diff, 1e-4f * max_ref) << "seq " << fed[b].first << " pos " << s.fed - 1;
+      // Both round K and V to F16 for the cache; an element within float rounding of a halfway
+      // point between two halves rounds to either, so a few cached values may differ by one F16
+      // step (4.9e-4 relative) between them: 1e-3 of the largest logit, where the float cache
+      // allowed 1e-4 (a kernel bug moves logits by far more).
+      EXPECT_LE(max_diff, 1e-3f * max_ref) << "seq " << fed[b].first << " pos " << s.fed - 1;
       ++rows_checked;
       if (s.fed == s.tokens.size() && s.fed < s.prompt_len + decode_steps) {
         const int32_t token = Argmax(got);

@@ -307,9 +307,58 @@ TEST(CpuKernels, ColumnBlocksGiveTheBitsOfOnePass) {
   }
 }
 
-// Two shapes: small pages (several per 16-position block) and a head_dim of 64; pages of 16,
-// a head_dim with a SIMD tail (72), contexts of several 256-position passes, and larger scores
-// (a peakier softmax, whose running maximum moves).
+// The KV cache's F16 values of x (kv_arena.h).
+std::vector<uint16_t> Halves(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = common::FloatToF16(x[i]);
+  return h;
+}
+
+// Every table writes the KV cache's halves as common::FloatToF16 does (round to nearest even),
+// bit for bit: normal values, halves' subnormals and the smallest of them, values that overflow
+// to infinity, ties, infinities and signed zeros, in rows with a SIMD tail; and WriteKv puts
+// each token's row in its page slot.
+TEST(CpuKernels, KvCacheHalvesAreTheSameOnEveryPath) {
+  std::vector<float> x = RandomFloats(77, 18);
+  const std::vector<float> tiny = RandomFloats(77, 19, 1e-5f);  // many F16 subnormals
+  x.insert(x.end(), tiny.begin(), tiny.end());
+  for (float f :
+       {65504.0f, 65519.0f, 65520.0f, 1e6f, -1e6f, 5.96e-8f, 2.98e-8f, 2.99e-8f, 1.0f + 1.0f / 2048,
+        1.0f + 3.0f / 2048, 0.0f, -0.0f, std::numeric_limits<float>::infinity(),
+        -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::denorm_min()}) {
+    x.push_back(f);
+  }
+  const std::vector<uint16_t> ref = Halves(x);
+  std::vector<CpuIsa> isas = SimdIsas();
+  isas.push_back(CpuIsa::kPortable);
+  for (CpuIsa isa : isas) {
+    SCOPED_TRACE(CpuIsaName(isa));
+    std::vector<uint16_t> got(x.size(), 0xABCD);
+    Kernels(isa).float_to_half(x.data(), x.size(), got.data());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], ref[i]) << "value " << x[i];
+    // Two tokens of one sequence (pages 2 then 0, slots of 3 values) at positions 4 and 1.
+    constexpr int kPageSize = 2, kDim = 3;
+    const std::vector<float> k = RandomFloats(2 * kDim, 20), v = RandomFloats(2 * kDim, 21);
+    const int32_t positions[] = {4, 1}, pages[] = {2, 0, 1};
+    const int32_t* tables[] = {pages, pages};
+    std::vector<uint16_t> kc(3 * kPageSize * kDim, 0xABCD), vc = kc;
+    LocalContext ctx(isa, 1);
+    WriteKv(ctx.get(),
+            {k.data(), v.data(), positions, tables, kc.data(), vc.data(), 2, kDim, kPageSize});
+    for (int d = 0; d < kDim; ++d) {
+      EXPECT_EQ(kc[(1 * kPageSize + 0) * kDim + d], common::FloatToF16(k[d]));  // page 1 slot 0
+      EXPECT_EQ(vc[(1 * kPageSize + 0) * kDim + d], common::FloatToF16(v[d]));
+      EXPECT_EQ(kc[(2 * kPageSize + 1) * kDim + d], common::FloatToF16(k[kDim + d]));  // 2, 1
+      EXPECT_EQ(vc[(2 * kPageSize + 1) * kDim + d], common::FloatToF16(v[kDim + d]));
+    }
+    EXPECT_EQ(kc[0], 0xABCD);  // page 0 untouched
+  }
+}
+
+// Three shapes: small pages (several per 16-position block) and a head_dim of 64; pages of 16,
+// a head_dim with an AVX-512 tail (72), contexts of several 256-position passes, and larger
+// scores (a peakier softmax, whose running maximum moves); a head_dim with a tail on every
+// table (36: 4 past the last 8 or 16, whose F16 cache values the AVX2 kernel copies out).
 TEST(CpuKernels, AttentionNormsAndActivationsMatchPortable) {
   struct Shape {
     int hd, page_size;
@@ -317,15 +366,16 @@ TEST(CpuKernels, AttentionNormsAndActivationsMatchPortable) {
     std::vector<int32_t> positions;
   };
   const Shape shapes[] = {{64, 4, 0.125f, {0, 3, 17, 30, 44}},
-                          {72, 16, 0.5f, {0, 15, 16, 300, 700}}};
+                          {72, 16, 0.5f, {0, 15, 16, 300, 700}},
+                          {36, 8, 0.3f, {0, 9, 40}}};
   for (const Shape& shape : shapes) {
     constexpr int kHeads = 4, kKvHeads = 2;
     const int kTokens = static_cast<int>(shape.positions.size()), kHd = shape.hd;
     const int kPages = shape.positions.back() / shape.page_size + 1;
     const size_t kv = static_cast<size_t>(kKvHeads) * kHd;
     const std::vector<float> q = RandomFloats(kTokens * kHeads * kHd, 7);
-    const std::vector<float> kc = RandomFloats(kPages * shape.page_size * kv, 8);
-    const std::vector<float> vc = RandomFloats(kPages * shape.page_size * kv, 9);
+    const std::vector<uint16_t> kc = Halves(RandomFloats(kPages * shape.page_size * kv, 8));
+    const std::vector<uint16_t> vc = Halves(RandomFloats(kPages * shape.page_size * kv, 9));
     std::vector<int32_t> table(kPages);
     std::iota(table.rbegin(), table.rend(), 0);  // pages in reverse order
     const std::vector<const int32_t*> tables(kTokens, table.data());

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "common/fp16.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::testing {
@@ -79,6 +80,12 @@ class ReferenceLlama {
     }
   }
 
+  // x with every element rounded to F16 (to nearest even) and back.
+  static std::vector<double> ToHalfPrecision(std::vector<double> x) {
+    for (double& e : x) e = common::F16ToFloat(common::FloatToF16(static_cast<float>(e)));
+    return x;
+  }
+
   void Layer(int l, std::vector<double>& x) {
     const worker::LlamaLayerWeights& w = m_.layer(l);
     const int hd = c_.head_dim;
@@ -88,8 +95,9 @@ class ReferenceLlama {
     std::vector<double> v = Matvec(w.wv, xn, c_.kv_dim());
     Rope(q, c_.n_heads);
     Rope(k, c_.n_kv_heads);
-    k_[l].push_back(k);
-    v_[l].push_back(v);
+    // The cache holds F16 (the CPU backend's kv_arena.h, llama.cpp's default cache type).
+    k_[l].push_back(ToHalfPrecision(k));
+    v_[l].push_back(ToHalfPrecision(v));
     std::vector<double> att(c_.q_dim(), 0.0);
     const int n = static_cast<int>(k_[l].size());
     for (int h = 0; h < c_.n_heads; ++h) {

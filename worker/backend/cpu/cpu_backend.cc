@@ -122,8 +122,8 @@ void CpuBackend::AttendOverPages(int layer) {
   const common::ModelConfig& c = config();
   const int n = num_tokens_;
   // All new K/V are written before any token attends, so chunk tokens see each other.
-  cpu::WriteKv({k_.data(), v_.data(), positions_.data(), page_tables_.data(), arena_.k(layer),
-                arena_.v(layer), n, c.kv_dim(), options_.page_size});
+  cpu::WriteKv(ctx_, {k_.data(), v_.data(), positions_.data(), page_tables_.data(), arena_.k(layer),
+                      arena_.v(layer), n, c.kv_dim(), options_.page_size});
   cpu::PagedAttention(
       ctx_, {q_.data(), arena_.k(layer), arena_.v(layer), positions_.data(), page_tables_.data(),
              attn_.data(), n, c.n_heads, c.n_kv_heads, c.head_dim, options_.page_size,

@@ -323,14 +323,14 @@ void ApplyRope(const RopeParams& p) {
   }
 }
 
-void WriteKv(const KvWriteParams& p) {
+void WriteKv(const ExecContext& ctx, const KvWriteParams& p) {
   const size_t kv_dim = static_cast<size_t>(p.kv_dim);
   for (int t = 0; t < p.num_tokens; ++t) {
     const int32_t pos = p.positions[t];
     const int32_t page = p.page_tables[t][pos / p.page_size];
     const size_t slot = static_cast<size_t>(page) * p.page_size + pos % p.page_size;
-    std::copy_n(p.k + t * kv_dim, kv_dim, p.k_cache + slot * kv_dim);
-    std::copy_n(p.v + t * kv_dim, kv_dim, p.v_cache + slot * kv_dim);
+    ctx.kernels->float_to_half(p.k + t * kv_dim, kv_dim, p.k_cache + slot * kv_dim);
+    ctx.kernels->float_to_half(p.v + t * kv_dim, kv_dim, p.v_cache + slot * kv_dim);
   }
 }
 

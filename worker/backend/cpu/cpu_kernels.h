@@ -88,7 +88,7 @@ void MatMul(const ExecContext& ctx, std::span<const MatMulParams> products);
 void RmsNorm(const ExecContext& ctx, const RmsNormParams& p);
 void BuildRopeTables(const RopeTableParams& p);
 void ApplyRope(const RopeParams& p);
-void WriteKv(const KvWriteParams& p);
+void WriteKv(const ExecContext& ctx, const KvWriteParams& p);
 void PagedAttention(const ExecContext& ctx, const PagedAttentionParams& p);
 
 // gate[t][i] = silu(gate[t][i]) * up[t][i] over [num_tokens][width] (in place in gate).

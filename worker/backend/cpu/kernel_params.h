@@ -41,15 +41,15 @@ struct RopeParams {
   int head_dim;  // even
 };
 
-// Scatters each token's K and V rows into its page slot:
-// cache[page_table[t][pos / page_size]][pos % page_size] = row.
+// Scatters each token's K and V rows into its page slot, as IEEE half (F16) values rounded to
+// nearest even: cache[page_table[t][pos / page_size]][pos % page_size] = half(row).
 struct KvWriteParams {
   const float* k;                     // [num_tokens][kv_dim]
   const float* v;                     // [num_tokens][kv_dim]
   const int32_t* positions;           // [num_tokens]
   const int32_t* const* page_tables;  // [num_tokens] -> that token's sequence's page ids
-  float* k_cache;                     // [num_pages][page_size][kv_dim]
-  float* v_cache;                     // [num_pages][page_size][kv_dim]
+  uint16_t* k_cache;                  // [num_pages][page_size][kv_dim] F16
+  uint16_t* v_cache;                  // [num_pages][page_size][kv_dim] F16
   int num_tokens;
   int kv_dim;  // n_kv_heads * head_dim
   int page_size;
@@ -59,8 +59,8 @@ struct KvWriteParams {
 // h / (n_heads / n_kv_heads); token t attends to positions [0, positions[t]] of its sequence.
 struct PagedAttentionParams {
   const float* q;                     // [num_tokens][n_heads][head_dim] (RoPE applied)
-  const float* k_cache;               // [num_pages][page_size][n_kv_heads][head_dim]
-  const float* v_cache;               // [num_pages][page_size][n_kv_heads][head_dim]
+  const uint16_t* k_cache;            // [num_pages][page_size][n_kv_heads][head_dim] F16
+  const uint16_t* v_cache;            // [num_pages][page_size][n_kv_heads][head_dim] F16
   const int32_t* positions;           // [num_tokens]
   const int32_t* const* page_tables;  // [num_tokens] -> that token's sequence's page ids
   float* out;                         // [num_tokens][n_heads][head_dim]

@@ -114,11 +114,11 @@ struct FloatGemmArgs {
 // Causal attention of one query head of one token over its sequence's pages, positions
 // [0, last_pos], with an online softmax.
 struct AttentionHeadArgs {
-  const float* q;        // [head_dim]
-  const float* k_cache;  // [num_pages][page_size][kv_stride]; head at +head_offset
-  const float* v_cache;  // same layout
-  const int32_t* pages;  // the sequence's page ids
-  float* out;            // [head_dim]
+  const float* q;           // [head_dim]
+  const uint16_t* k_cache;  // [num_pages][page_size][kv_stride] F16; head at +head_offset
+  const uint16_t* v_cache;  // same layout
+  const int32_t* pages;     // the sequence's page ids
+  float* out;               // [head_dim]
   int32_t last_pos;
   size_t kv_stride;    // n_kv_heads * head_dim
   size_t head_offset;  // kv head * head_dim
@@ -142,6 +142,9 @@ struct KernelTable {
   void (*rms_norm_row)(const float* x, const float* weight, float* out, int dim, float eps);
   void (*swiglu)(float* gate, const float* up, size_t n);  // gate = silu(gate) * up
   void (*add)(float* x, const float* y, size_t n);         // x += y
+  // out = IEEE half of x, rounded to nearest even (the KV cache's values): the same bits on
+  // every table for every value but NaNs (which stay NaNs).
+  void (*float_to_half)(const float* x, size_t n, uint16_t* out);
   // Optional (null in tables that read the records as they are): bytes of one group of
   // kPackTokens tokens' packed activations for weights of `type` over rows of k elements (0:
   // this type's products read the records), and the packing of `tokens` (<= kPackTokens)

@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "common/fp16.h"
 #include "worker/backend/cpu/kernel_table.h"
 
 namespace pagoda::worker::cpu {
@@ -143,6 +144,17 @@ inline __m256 Exp8(__m256 x) {
 }
 
 // gate = gate / (1 + exp(-gate)) * up, 8 at a time (SwiGluImpl's operations with Exp8).
+// 8 values per vcvtps2ph (F16C), rounded to nearest even as common::FloatToF16, which writes
+// the tail.
+void FloatToHalfAvx2(const float* x, size_t n, uint16_t* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(out + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+  }
+  for (; i < n; ++i) out[i] = common::FloatToF16(x[i]);
+}
+
 void SwiGluAvx2(float* gate, const float* up, size_t n) {
   for (size_t i = 0; i < n; i += 8) {
     const __m256i m = FirstLanes(n - i >= 8 ? 8 : static_cast<int>(n - i));
@@ -183,12 +195,21 @@ void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
     return c + 1 == kChunks && tail < 8 ? _mm256_maskload_ps(p + 8 * c, tail_mask)
                                         : _mm256_loadu_ps(p + 8 * c);
   };
+  // The KV cache's F16 values (a tail chunk's missing lanes: zero, nothing read past it).
+  const auto load_halves = [&](const uint16_t* p, int c) {
+    if (c + 1 == kChunks && tail < 8) {
+      alignas(16) uint16_t part[8] = {};
+      std::memcpy(part, p + 8 * c, sizeof(uint16_t) * tail);
+      return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(part)));
+    }
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 8 * c)));
+  };
   const __m256 neg_inf = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
   __m256 acc[kChunks];
   for (int c = 0; c < kChunks; ++c) acc[c] = _mm256_setzero_ps();
   __m256 m = neg_inf, l = _mm256_setzero_ps();
   alignas(32) float weights[kAttentionPass];
-  const float* values[kAttentionPass];
+  const uint16_t* values[kAttentionPass];
   KvWalk kv{a};
   for (int32_t p0 = 0; p0 <= a.last_pos; p0 += kAttentionPass) {
     const int count = a.last_pos + 1 - p0 < kAttentionPass ? a.last_pos + 1 - p0 : kAttentionPass;
@@ -199,10 +220,10 @@ void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
       for (int i = 0; i < 8; ++i) {
         dots[i] = _mm256_setzero_ps();
         if (b + i >= count) continue;
-        const float* k = kv.Next(&values[b + i]);
+        const uint16_t* k = kv.Next(&values[b + i]);
 #pragma GCC unroll 32
         for (int c = 0; c < kChunks; ++c) {
-          dots[i] = _mm256_fmadd_ps(load(a.q, c), load(k, c), dots[i]);
+          dots[i] = _mm256_fmadd_ps(load(a.q, c), load_halves(k, c), dots[i]);
         }
       }
       const __m256 valid = _mm256_castsi256_ps(FirstLanes(count - b));
@@ -226,7 +247,8 @@ void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
     for (int i = 0; i < count; ++i) {
       const __m256 wi = _mm256_broadcast_ss(weights + i);
 #pragma GCC unroll 32
-      for (int c = 0; c < kChunks; ++c) acc[c] = _mm256_fmadd_ps(wi, load(values[i], c), acc[c]);
+      for (int c = 0; c < kChunks; ++c)
+        acc[c] = _mm256_fmadd_ps(wi, load_halves(values[i], c), acc[c]);
     }
   }
   const __m256 inv = _mm256_set1_ps(1.0f / ReduceAdd(l));
@@ -266,6 +288,7 @@ const KernelTable kAvx2Kernels = {CpuIsa::kAvx2,
                                   AttentionHeadAvx2,
                                   RmsNormRowImpl,
                                   SwiGluAvx2,
-                                  AddImpl};
+                                  AddImpl,
+                                  FloatToHalfAvx2};
 
 }  // namespace pagoda::worker::cpu

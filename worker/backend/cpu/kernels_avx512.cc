@@ -8,6 +8,7 @@
 #include <limits>
 #include <utility>
 
+#include "common/fp16.h"
 #include "worker/backend/cpu/kernel_table.h"
 
 namespace pagoda::worker::cpu {
@@ -221,6 +222,17 @@ inline __m512 ReduceAdd16(const __m512* v) {
                        _mm512_shuffle_f32x4(h0, h1, _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
+// 16 values per vcvtps2ph, rounded to nearest even (as common::FloatToF16); the tail masked.
+void FloatToHalfAvx512(const float* x, size_t n, uint16_t* out) {
+  for (size_t i = 0; i < n; i += 16) {
+    const __mmask16 m =
+        n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm256_mask_storeu_epi16(out + i, m,
+                             _mm512_cvtps_ph(_mm512_maskz_loadu_ps(m, x + i),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  }
+}
+
 // Positions per pass of AttentionHeadChunks: the pass's scores and weights (1 KiB) stay in L1.
 constexpr int kAttentionPass = 256;
 
@@ -231,6 +243,11 @@ constexpr int kAttentionPass = 256;
 // both rescaled by exp(old max - new max) once per pass (exactly 1 when the max holds). kChunks
 // = head_dim / 16 rounded up, a constant so that q and the sums stay in registers. The steps
 // depend on the head's own inputs only.
+// The F16 values of the KV cache at p (lanes outside m: zero) as floats.
+inline __m512 LoadHalves(__mmask16 m, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
 template <int kChunks>
 void AttentionHeadChunks(const AttentionHeadArgs& a) {
   const __mmask16 tail = a.head_dim % 16 == 0
@@ -246,7 +263,7 @@ void AttentionHeadChunks(const AttentionHeadArgs& a) {
   }
   __m512 m = neg_inf, l = _mm512_setzero_ps();  // m: the max so far in every lane
   alignas(64) float weights[kAttentionPass];
-  const float* values[kAttentionPass];
+  const uint16_t* values[kAttentionPass];
   KvWalk kv{a};
   for (int32_t p0 = 0; p0 <= a.last_pos; p0 += kAttentionPass) {
     const int count = a.last_pos + 1 - p0 < kAttentionPass ? a.last_pos + 1 - p0 : kAttentionPass;
@@ -257,11 +274,10 @@ void AttentionHeadChunks(const AttentionHeadArgs& a) {
       for (int i = 0; i < 16; ++i) {
         dots[i] = _mm512_setzero_ps();
         if (b + i >= count) continue;
-        const float* k = kv.Next(&values[b + i]);
+        const uint16_t* k = kv.Next(&values[b + i]);
 #pragma GCC unroll 16
         for (int c = 0; c < kChunks; ++c) {
-          dots[i] =
-              _mm512_fmadd_ps(q[c], _mm512_maskz_loadu_ps(chunk_mask(c), k + 16 * c), dots[i]);
+          dots[i] = _mm512_fmadd_ps(q[c], LoadHalves(chunk_mask(c), k + 16 * c), dots[i]);
         }
       }
       const __mmask16 valid =
@@ -293,18 +309,15 @@ void AttentionHeadChunks(const AttentionHeadArgs& a) {
       const __m512 w0 = _mm512_set1_ps(weights[i]), w1 = _mm512_set1_ps(weights[i + 1]);
 #pragma GCC unroll 16
       for (int c = 0; c < kChunks; ++c) {
-        even[c] =
-            _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(chunk_mask(c), values[i] + 16 * c), even[c]);
-        odd[c] = _mm512_fmadd_ps(w1, _mm512_maskz_loadu_ps(chunk_mask(c), values[i + 1] + 16 * c),
-                                 odd[c]);
+        even[c] = _mm512_fmadd_ps(w0, LoadHalves(chunk_mask(c), values[i] + 16 * c), even[c]);
+        odd[c] = _mm512_fmadd_ps(w1, LoadHalves(chunk_mask(c), values[i + 1] + 16 * c), odd[c]);
       }
     }
     if (i < count) {
       const __m512 w0 = _mm512_set1_ps(weights[i]);
 #pragma GCC unroll 16
       for (int c = 0; c < kChunks; ++c) {
-        even[c] =
-            _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(chunk_mask(c), values[i] + 16 * c), even[c]);
+        even[c] = _mm512_fmadd_ps(w0, LoadHalves(chunk_mask(c), values[i] + 16 * c), even[c]);
       }
     }
   }
@@ -341,6 +354,7 @@ const KernelTable kAvx512Kernels = {CpuIsa::kAvx512,
                                     AttentionHeadAvx512,
                                     RmsNormRowImpl,
                                     SwiGluAvx512,
-                                    AddImpl};
+                                    AddImpl,
+                                    FloatToHalfAvx512};
 
 }  // namespace pagoda::worker::cpu

@@ -50,6 +50,7 @@ const KernelTable kPortableKernels = {CpuIsa::kPortable,
                                       AttentionHeadImpl,
                                       RmsNormRowImpl,
                                       SwiGluImpl,
-                                      AddImpl};
+                                      AddImpl,
+                                      FloatToHalfImpl};
 
 }  // namespace pagoda::worker::cpu

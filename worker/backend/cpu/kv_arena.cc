@@ -19,7 +19,7 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
   // 128-bit arithmetic: no overflow for any int inputs.
   const unsigned __int128 per_layer =
       static_cast<unsigned __int128>(s.num_pages) * s.page_size * s.n_kv_heads * s.head_dim;
-  const unsigned __int128 total = per_layer * 2 * s.n_layers * sizeof(float);
+  const unsigned __int128 total = per_layer * 2 * s.n_layers * sizeof(uint16_t);
   if (total > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KV arena of %d pages x %d slots x %d layers needs %.1f MiB, limit %.1f MiB", s.num_pages,
@@ -31,8 +31,8 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
   arena.k_.resize(static_cast<size_t>(s.n_layers));
   arena.v_.resize(static_cast<size_t>(s.n_layers));
   for (int l = 0; l < s.n_layers; ++l) {
-    arena.k_[static_cast<size_t>(l)].assign(static_cast<size_t>(per_layer), 0.0f);
-    arena.v_[static_cast<size_t>(l)].assign(static_cast<size_t>(per_layer), 0.0f);
+    arena.k_[static_cast<size_t>(l)].assign(static_cast<size_t>(per_layer), uint16_t{0});
+    arena.v_[static_cast<size_t>(l)].assign(static_cast<size_t>(per_layer), uint16_t{0});
   }
   return arena;
 }
@@ -40,7 +40,7 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
 void KvArena::CopyPage(int src, int dst) {
   const size_t page = static_cast<size_t>(shape_.page_size) * shape_.n_kv_heads * shape_.head_dim;
   for (auto* kv : {&k_, &v_}) {
-    for (common::AlignedVector<float>& layer : *kv) {
+    for (common::AlignedVector<uint16_t>& layer : *kv) {
       std::copy_n(layer.begin() + static_cast<ptrdiff_t>(page * src), page,
                   layer.begin() + static_cast<ptrdiff_t>(page * dst));
     }
@@ -51,7 +51,7 @@ size_t KvArena::bytes() const {
   size_t n = 0;
   for (const auto& k : k_) n += k.size();
   for (const auto& v : v_) n += v.size();
-  return n * sizeof(float);
+  return n * sizeof(uint16_t);
 }
 
 }  // namespace pagoda::worker::cpu

@@ -2,10 +2,12 @@
 //
 // Contract: storage only. Page ids are assigned by the scheduler; the arena neither tracks nor
 // validates ownership. Layout per layer and per K/V: [num_pages][page_size][n_kv_heads][head_dim]
-// float32, zero-initialized. Sizes are fixed at Create(); the arena is move-only.
+// IEEE half (F16, as llama.cpp's default cache: half the bytes that attention reads per position
+// of float32), zero-initialized. Sizes are fixed at Create(); the arena is move-only.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,8 +35,8 @@ class KvArena {
   KvArena& operator=(const KvArena&) = delete;
 
   const KvArenaShape& shape() const { return shape_; }
-  float* k(int layer) { return k_[static_cast<size_t>(layer)].data(); }  // [pages][ps][kv][hd]
-  float* v(int layer) { return v_[static_cast<size_t>(layer)].data(); }
+  uint16_t* k(int layer) { return k_[static_cast<size_t>(layer)].data(); }  // [pages][ps][kv][hd]
+  uint16_t* v(int layer) { return v_[static_cast<size_t>(layer)].data(); }
   size_t bytes() const;
   // Copies page `src` into page `dst` in every layer, K and V (ids unchecked: the caller's).
   void CopyPage(int src, int dst);
@@ -43,8 +45,8 @@ class KvArena {
   KvArena() = default;
 
   KvArenaShape shape_;
-  std::vector<common::AlignedVector<float>> k_;
-  std::vector<common::AlignedVector<float>> v_;
+  std::vector<common::AlignedVector<uint16_t>> k_;
+  std::vector<common::AlignedVector<uint16_t>> v_;
 };
 
 }  // namespace pagoda::worker::cpu
