@@ -143,7 +143,6 @@ inline __m256 Exp8(__m256 x) {
   return _mm256_mul_ps(_mm256_mul_ps(p, pow2(half)), pow2(_mm256_sub_epi32(ni, half)));
 }
 
-// gate = gate / (1 + exp(-gate)) * up, 8 at a time (SwiGluImpl's operations with Exp8).
 // 8 values per vcvtps2ph (F16C), rounded to nearest even as common::FloatToF16, which writes
 // the tail.
 void FloatToHalfAvx2(const float* x, size_t n, uint16_t* out) {
@@ -155,6 +154,7 @@ void FloatToHalfAvx2(const float* x, size_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = common::FloatToF16(x[i]);
 }
 
+// gate = gate / (1 + exp(-gate)) * up, 8 at a time (SwiGluImpl's operations with Exp8).
 void SwiGluAvx2(float* gate, const float* up, size_t n) {
   for (size_t i = 0; i < n; i += 8) {
     const __m256i m = FirstLanes(n - i >= 8 ? 8 : static_cast<int>(n - i));
@@ -247,8 +247,9 @@ void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
     for (int i = 0; i < count; ++i) {
       const __m256 wi = _mm256_broadcast_ss(weights + i);
 #pragma GCC unroll 32
-      for (int c = 0; c < kChunks; ++c)
+      for (int c = 0; c < kChunks; ++c) {
         acc[c] = _mm256_fmadd_ps(wi, load_halves(values[i], c), acc[c]);
+      }
     }
   }
   const __m256 inv = _mm256_set1_ps(1.0f / ReduceAdd(l));

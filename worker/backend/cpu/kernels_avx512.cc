@@ -233,6 +233,11 @@ void FloatToHalfAvx512(const float* x, size_t n, uint16_t* out) {
   }
 }
 
+// The F16 values of the KV cache at p (lanes outside m: zero) as floats.
+inline __m512 LoadHalves(__mmask16 m, const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
 // Positions per pass of AttentionHeadChunks: the pass's scores and weights (1 KiB) stay in L1.
 constexpr int kAttentionPass = 256;
 
@@ -243,11 +248,6 @@ constexpr int kAttentionPass = 256;
 // both rescaled by exp(old max - new max) once per pass (exactly 1 when the max holds). kChunks
 // = head_dim / 16 rounded up, a constant so that q and the sums stay in registers. The steps
 // depend on the head's own inputs only.
-// The F16 values of the KV cache at p (lanes outside m: zero) as floats.
-inline __m512 LoadHalves(__mmask16 m, const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
-}
-
 template <int kChunks>
 void AttentionHeadChunks(const AttentionHeadArgs& a) {
   const __mmask16 tail = a.head_dim % 16 == 0
