@@ -132,7 +132,7 @@ struct TokenLogprob {
 struct SampledToken {
   RequestId seq_id = 0;
   int32_t token = 0;
-  std::optional<TokenLogprob> logprob;  // when the request asked for logprobs
+  std::optional<TokenLogprob> logprob = std::nullopt;  // when the request asked for logprobs
 };
 
 // Timings of a finished request, from the `now` values the core was given (seconds).

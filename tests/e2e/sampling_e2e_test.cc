@@ -27,12 +27,20 @@ void CheckLogprobs(const Generation& g, int top, bool greedy) {
     double mass = 0;
     for (int k = 0; k < top; ++k) {
       mass += std::exp(lp.top(k).logprob());
-      if (k > 0) EXPECT_LE(lp.top(k).logprob(), lp.top(k - 1).logprob());
-      if (lp.top(k).token_id() == lp.token_id()) EXPECT_FLOAT_EQ(lp.top(k).logprob(), lp.logprob());
+      if (k > 0) {
+        EXPECT_LE(lp.top(k).logprob(), lp.top(k - 1).logprob());
+      }
+      if (lp.top(k).token_id() == lp.token_id()) {
+        EXPECT_FLOAT_EQ(lp.top(k).logprob(), lp.logprob());
+      }
     }
     EXPECT_LE(mass, 1.0 + 1e-4);
-    if (top > 0) EXPECT_LE(lp.logprob(), lp.top(0).logprob() + 1e-6f);
-    if (greedy && top > 0) EXPECT_EQ(lp.top(0).token_id(), lp.token_id());
+    if (top > 0) {
+      EXPECT_LE(lp.logprob(), lp.top(0).logprob() + 1e-6f);
+    }
+    if (greedy && top > 0) {
+      EXPECT_EQ(lp.top(0).token_id(), lp.token_id());
+    }
   }
 }
 

@@ -513,7 +513,9 @@ void RunPipeline(const std::vector<float>& logits, const std::vector<SampleRowPa
   DeviceArray<int32_t> d_out, d_ids;
   ASSERT_NO_FATAL_FAILURE(Upload(logits, d_logits));
   ASSERT_NO_FATAL_FAILURE(Upload(params, d_params));
-  if (!adjust.empty()) ASSERT_NO_FATAL_FAILURE(Upload(adjust, d_adjust));
+  if (!adjust.empty()) {
+    ASSERT_NO_FATAL_FAILURE(Upload(adjust, d_adjust));
+  }
   ASSERT_EQ(cudaMalloc(&d_out.ptr, rows * sizeof(int32_t)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d_logp.ptr, rows * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d_norm.ptr, rows * sizeof(float)), cudaSuccess);
@@ -631,7 +633,9 @@ TEST(SamplingGpuTest, AdjustmentsAndLogprobsMatchCpu) {
         ASSERT_TRUE(std::bit_cast<uint32_t>(g) == std::bit_cast<uint32_t>(row[i])) << "id " << i;
       }
       const SampleRowParams& p = params[r];
-      if (!(p.temperature > 0)) EXPECT_EQ(gpu.tokens[r], CpuSample(row, p)) << "greedy";
+      if (!(p.temperature > 0)) {
+        EXPECT_EQ(gpu.tokens[r], CpuSample(row, p)) << "greedy";
+      }
       if (p.top_logprobs < 0) continue;
       SampledLogprobs cpu;
       worker::ComputeLogprobs(row, p.temperature, gpu.tokens[r], p.top_logprobs, &cpu);

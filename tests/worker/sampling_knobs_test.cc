@@ -273,9 +273,13 @@ TEST(SamplingKnobs, LogprobsAreTheLogSoftmaxAtTemperature) {
     for (int k = 0; k < got.num_top; ++k) {
       EXPECT_EQ(got.top_ids[k], order[k]) << "rank " << k;
       EXPECT_NEAR(got.top_logprobs[k], want[order[k]], 1e-5);
-      if (k > 0) EXPECT_LE(got.top_logprobs[k], got.top_logprobs[k - 1]);
+      if (k > 0) {
+        EXPECT_LE(got.top_logprobs[k], got.top_logprobs[k - 1]);
+      }
     }
-    if (temperature == 0) EXPECT_EQ(token, order[0]);  // greedy: the top entry
+    if (temperature == 0) {  // greedy: the top entry
+      EXPECT_EQ(token, order[0]);
+    }
   }
 }
 

@@ -706,20 +706,26 @@ TEST(SchedulerTest, RandomizedInvariants) {
       }
       EXPECT_LE(finished[id].cached_tokens, finished[id].prompt_tokens);
       EXPECT_LT(finished[id].cached_tokens, finished[id].prompt_tokens) << "last token computed";
-      if (!o.enable_prefix_caching) EXPECT_EQ(finished[id].cached_tokens, 0);
+      if (!o.enable_prefix_caching) {
+        EXPECT_EQ(finished[id].cached_tokens, 0);
+      }
     }
     for (const auto& [w, flight] : flights) {
       const KvUsage u = s.kv_usage(w);
       EXPECT_EQ(u.held, 0);
       EXPECT_EQ(u.free + u.parked, pages);
-      if (!o.enable_prefix_caching) EXPECT_EQ(u.free, pages);
+      if (!o.enable_prefix_caching) {
+        EXPECT_EQ(u.free, pages);
+      }
     }
     if (s.forced_preemptions() == 0) {
       EXPECT_LE(s.max_preempted_in_row(), o.max_preemptions_in_row);
     }
     total_preemptions += s.total_preemptions();
     total_hits += s.kv().hit_tokens();
-    if (!o.enable_prefix_caching) EXPECT_EQ(s.kv().hit_tokens(), 0);
+    if (!o.enable_prefix_caching) {
+      EXPECT_EQ(s.kv().hit_tokens(), 0);
+    }
   }
   EXPECT_GE(total_ops, 10000);
   EXPECT_GT(total_preemptions, 0) << "the small pools must force preemptions";
