@@ -104,8 +104,8 @@ Problem Build(DType dtype, const Shape& shape, const std::vector<SeqSpec>& seqs,
     pr.page_table = cpu_table;
   }
 
-  // Caches (the CPU reference's are F16, kv_arena.h; the values, rounded to the dtype, fit in F16
-  // exactly): NaN wherever no position is written.
+  // Caches: the CPU reference's are F16 (kv_arena.h), and the GPU's are made from those same
+  // F16 values below, so both read the same numbers; NaN wherever no position is written.
   const size_t cache_size = static_cast<size_t>(pr.num_pages) * ps * kv_dim;
   const uint16_t nan = common::FloatToF16(std::numeric_limits<float>::quiet_NaN());
   std::vector<uint16_t> k_cache(cache_size, nan), v_cache(cache_size, nan);
