@@ -17,9 +17,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpu(std::shared_ptr<const LlamaMo
   cpu.page_size = o.page_size;
   cpu.num_pages = o.num_pages;
   if (cpu.num_pages == 0 && o.page_size > 0) {
-    cpu.num_pages =
-        PagesForBytes(model->config(), o.page_size, sizeof(uint16_t),  // F16 values (kv_arena.h)
-                      int64_t{o.kv_cache_mib} << 20);
+    cpu.num_pages = PagesForBytes(model->config(), o.page_size, cpu::KvArena::kValueBytes,
+                                  int64_t{o.kv_cache_mib} << 20);
   }
   cpu.num_threads = o.threads;
   cpu.kernels = o.cpu_kernels;

@@ -19,7 +19,7 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
   // 128-bit arithmetic: no overflow for any int inputs.
   const unsigned __int128 per_layer =
       static_cast<unsigned __int128>(s.num_pages) * s.page_size * s.n_kv_heads * s.head_dim;
-  const unsigned __int128 total = per_layer * 2 * s.n_layers * sizeof(uint16_t);
+  const unsigned __int128 total = per_layer * 2 * s.n_layers * kValueBytes;
   if (total > max_bytes) {
     return absl::ResourceExhaustedError(absl::StrFormat(
         "KV arena of %d pages x %d slots x %d layers needs %.1f MiB, limit %.1f MiB", s.num_pages,
@@ -51,7 +51,7 @@ size_t KvArena::bytes() const {
   size_t n = 0;
   for (const auto& k : k_) n += k.size();
   for (const auto& v : v_) n += v.size();
-  return n * sizeof(uint16_t);
+  return n * kValueBytes;
 }
 
 }  // namespace pagoda::worker::cpu

@@ -25,6 +25,8 @@ struct KvArenaShape {
 
 class KvArena {
  public:
+  static constexpr size_t kValueBytes = sizeof(uint16_t);  // one F16 value of K or V
+
   // Fails with InvalidArgument on non-positive sizes and ResourceExhausted when the arena would
   // exceed `max_bytes`.
   static absl::StatusOr<KvArena> Create(const KvArenaShape& shape, size_t max_bytes);
