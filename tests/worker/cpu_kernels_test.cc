@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "common/fp16.h"
 #include "gtest/gtest.h"
 #include "testing/quantize.h"
@@ -287,23 +288,27 @@ TEST(CpuKernels, ProductsOfOneCallGiveTheBitsOfSeparateCalls) {
   }
 }
 
-// MatMul splits rows longer than kKBlock into column blocks, carrying each output's lane sums
-// from block to block: the bits equal one pass of the table's panel kernel over the whole row,
-// on every table, with a tail that is not a multiple of the lane count in the last block.
+// MatMul splits rows longer than kKBlock (kOneTokenKBlock for one token) into column blocks,
+// carrying each output's lane sums from block to block: the bits equal one pass of the table's
+// panel kernel over the whole row, on every table, with a tail that is not a multiple of the
+// lane count in the last block.
 TEST(CpuKernels, ColumnBlocksGiveTheBitsOfOnePass) {
-  constexpr int kTokens = 7, kRows = 11, kCols = 2 * kKBlock + 37;
+  constexpr int kRows = 11, kCols = 2 * kKBlock + 37;
+  static_assert(kCols > 3 * kOneTokenKBlock);
   const WeightMatrix w = RandomMatrix(GgmlType::F32, kRows, kCols, 14);
   const std::vector<float> dense = w.ToFloat();
-  const std::vector<float> x = RandomFloats(static_cast<size_t>(kTokens) * kCols, 15);
   std::vector<CpuIsa> isas = SimdIsas();
   isas.push_back(CpuIsa::kPortable);
-  for (CpuIsa isa : isas) {
-    SCOPED_TRACE(CpuIsaName(isa));
-    const std::vector<float> blocked = RunMatMul(isa, 2, w, x, kTokens);
-    std::vector<float> one_pass(static_cast<size_t>(kTokens) * kRows, kPoison);
-    Kernels(isa).gemm_panel({x.data(), dense.data(), one_pass.data(), nullptr, kTokens, kRows,
-                             kCols, kCols, kCols, kRows, /*resume=*/false, /*finish=*/true});
-    EXPECT_EQ(std::memcmp(blocked.data(), one_pass.data(), blocked.size() * 4), 0);
+  for (const int tokens : {1, 7}) {
+    const std::vector<float> x = RandomFloats(static_cast<size_t>(tokens) * kCols, 15);
+    for (CpuIsa isa : isas) {
+      SCOPED_TRACE(absl::StrCat(CpuIsaName(isa), ", ", tokens, " tokens"));
+      const std::vector<float> blocked = RunMatMul(isa, 2, w, x, tokens);
+      std::vector<float> one_pass(static_cast<size_t>(tokens) * kRows, kPoison);
+      Kernels(isa).gemm_panel({x.data(), dense.data(), one_pass.data(), nullptr, tokens, kRows,
+                               kCols, kCols, kCols, kRows, /*resume=*/false, /*finish=*/true});
+      EXPECT_EQ(std::memcmp(blocked.data(), one_pass.data(), blocked.size() * 4), 0);
+    }
   }
 }
 

@@ -29,15 +29,15 @@ constexpr size_t kMaxProducts = 8;
 // block instead of queuing up at its start. The next block's bounds are recomputed per row on
 // purpose: hoisting them out of the row loop (one computation per block) measured 15-25% slower
 // batch-1 GEMV in alternating A/B runs, the prefetches then arriving in tighter bursts.
-void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r) {
-  int next_r0 = r0, next_k0 = k0 + kKBlock;
+void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r, int k_block) {
+  int next_r0 = r0, next_k0 = k0 + k_block;
   if (next_k0 >= w.cols) {
     next_r0 += kPanelRows;
     next_k0 = 0;
   }
   if (next_r0 + r >= w.rows) return;
   const size_t begin = RowBytes(w.type, next_k0);
-  const size_t end = RowBytes(w.type, std::min(w.cols, next_k0 + kKBlock));
+  const size_t end = RowBytes(w.type, std::min(w.cols, next_k0 + k_block));
   const uint8_t* row = w.row(next_r0 + r);
   for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
 }
@@ -104,10 +104,11 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const PanelInput& x
     std::abort();
   }
   float* scratch = ctx.scratch + static_cast<size_t>(thread) * ctx.scratch_floats;
-  float* lanes = scratch + static_cast<size_t>(kPanelRows) * kKBlock;
+  const int k_block = tokens == 1 ? kOneTokenKBlock : kKBlock;
+  float* lanes = scratch + static_cast<size_t>(kPanelRows) * k_block;
   const size_t t = static_cast<size_t>(t0);
-  for (int k0 = 0; k0 < w.cols; k0 += kKBlock) {
-    const int kb = std::min(kKBlock, w.cols - k0);
+  for (int k0 = 0; k0 < w.cols; k0 += k_block) {
+    const int kb = std::min(k_block, w.cols - k0);
     const float* wp;
     int ldw;
     if (w.type == common::GgmlType::F32) {
@@ -116,7 +117,7 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const PanelInput& x
     } else {
       const size_t offset = RowBytes(w.type, k0);
       for (int r = 0; r < rows; ++r) {
-        PrefetchNextBlockRow(w, r0, k0, r);
+        PrefetchNextBlockRow(w, r0, k0, r, k_block);
         ctx.kernels->dequantize_row(w.type, w.row(r0 + r) + offset, kb,
                                     scratch + static_cast<size_t>(r) * kb);
       }

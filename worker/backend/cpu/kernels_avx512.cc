@@ -48,6 +48,32 @@ inline void EmitI8(__m128i q, float mul, float* out) {
 
 #include "worker/backend/cpu/dequantize_simd.inc"
 
+// ReduceAdd (avx512_common.inc) of 16 accumulators at once, v[row][token] for 4 rows x 4 tokens:
+// 128-bit block t of the result holds token t's four row sums in row order. Each sum is made by
+// ReduceAdd's additions, on the same operands in the same order (lane i + lane i+8, then the
+// first four of those + the next four, then + 2, then + 1); the shuffles between the levels only
+// move other outputs' partial sums beside it. So a sum's bits do not depend on what it was
+// reduced with.
+inline __m512 ReduceAdd4x4(const __m512 (&v)[4][4]) {
+  __m512 s4[4];  // per row: block t = token t's (i + i+8) + (i+4 + i+12), i < 4
+  for (int r = 0; r < 4; ++r) {
+    __m512 s8[2];  // tokens (0, 1) and (2, 3): 8 lanes each of lane i + lane i+8
+    for (int p = 0; p < 2; ++p) {
+      const __m512 x = v[r][2 * p], y = v[r][2 * p + 1];
+      s8[p] = _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x44), _mm512_shuffle_f32x4(x, y, 0xEE));
+    }
+    s4[r] = _mm512_add_ps(_mm512_shuffle_f32x4(s8[0], s8[1], 0x88),
+                          _mm512_shuffle_f32x4(s8[0], s8[1], 0xDD));
+  }
+  __m512 s2[2];  // rows (0, 1) and (2, 3): per token, each row's 0 + 2 and 1 + 3
+  for (int p = 0; p < 2; ++p) {
+    const __m512 x = s4[2 * p], y = s4[2 * p + 1];
+    s2[p] = _mm512_add_ps(_mm512_shuffle_ps(x, y, 0x44), _mm512_shuffle_ps(x, y, 0xEE));
+  }
+  return _mm512_add_ps(_mm512_shuffle_ps(s2[0], s2[1], 0x88),
+                       _mm512_shuffle_ps(s2[0], s2[1], 0xDD));
+}
+
 // A register tile of RB weight rows x TB tokens: one 16-lane accumulator per output (from zero,
 // or from the lane sums of the previous k block), summed over the block in 16-element steps
 // (the k tail masked), then reduced across lanes (or stored for the next block). The operations on
@@ -84,14 +110,32 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
       for (int r = 0; r < RB; ++r) acc[r][t] = _mm512_fmadd_ps(wv[r], xv, acc[r][t]);
     }
   }
-  for (int t = 0; t < TB; ++t) {
-    float* out = a.out + static_cast<size_t>(t0 + t) * a.ldo + r0;
-    for (int r = 0; r < RB; ++r) {
-      if (a.finish) {
-        out[r] = ReduceAdd(acc[r][t]);
-      } else {
-        _mm512_storeu_ps(LaneSums(a, r0 + r, t0 + t), acc[r][t]);
+  if (!a.finish) {
+    for (int t = 0; t < TB; ++t) {
+      for (int r = 0; r < RB; ++r) _mm512_storeu_ps(LaneSums(a, r0 + r, t0 + t), acc[r][t]);
+    }
+    return;
+  }
+  if (TB == 1) {  // one token (GEMV): the grouped reduction would be mostly padding
+    float* out = a.out + static_cast<size_t>(t0) * a.ldo + r0;
+    for (int r = 0; r < RB; ++r) out[r] = ReduceAdd(acc[r][0]);
+    return;
+  }
+  // Four tokens at a time (missing rows and tokens are zero accumulators, whose sums are not
+  // stored).
+  static_assert(RB <= 4);
+  for (int tg = 0; tg < TB; tg += 4) {
+    __m512 v[4][4];
+    for (int r = 0; r < 4; ++r) {
+      for (int t = 0; t < 4; ++t) {
+        v[r][t] = r < RB && tg + t < TB ? acc[r][tg + t] : _mm512_setzero_ps();
       }
+    }
+    alignas(64) float sums[16];
+    _mm512_store_ps(sums, ReduceAdd4x4(v));
+    for (int t = 0; t < 4 && tg + t < TB; ++t) {
+      std::memcpy(a.out + static_cast<size_t>(t0 + tg + t) * a.ldo + r0, sums + 4 * t,
+                  RB * sizeof(float));
     }
   }
 }
