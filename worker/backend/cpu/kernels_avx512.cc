@@ -76,9 +76,11 @@ inline __m512 ReduceAdd4x4(const __m512 (&v)[4][4]) {
 
 // A register tile of RB weight rows x TB tokens: one 16-lane accumulator per output (from zero,
 // or from the lane sums of the previous k block), summed over the block in 16-element steps
-// (the k tail masked), then reduced across lanes (or stored for the next block). The operations on
-// one output are the same for every (RB, TB), so the result of a row does not depend on the
-// tile it was computed in (ReduceAdd: avx512_common.inc).
+// (the k tail masked), then reduced across lanes (or stored for the next block): one token's
+// outputs by ReduceAdd (avx512_common.inc), several tokens' by ReduceAdd4x4, which makes the same
+// additions. The operations on one output are the same for every (RB, TB), so the result of a
+// row does not depend on the tile it was computed in (MatMulIsBatchInvariantOnEveryPath fails
+// if ReduceAdd4x4 pairs its lanes otherwise).
 
 template <int RB, int TB>
 void Tile(const GemmPanelArgs& a, int r0, int t0) {
