@@ -7,6 +7,7 @@
 #   LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server bench/cpu.sh   # llama.cpp beside Pagoda
 #   PARTS=kernels bench/cpu.sh      # only the Google Benchmarks (kernels, decode steps)
 #   PARTS=serving bench/cpu.sh      # only end to end
+#   PARTS=serving MODELS=F16 LEVELS="1 16" bench/cpu.sh   # some models and stream counts
 #
 # 1. build/bin/cpu_bench (Google Benchmark): FMA peak and read bandwidth of this machine (1 and
 #    all threads), batch-1 GEMV bytes/s and batch-64 GEMM FLOP/s per weight type through the
@@ -28,6 +29,7 @@ bin="$build_dir/bin"
 out_dir="${OUT_DIR:-$build_dir/bench/cpu}"
 parts="${PARTS:-kernels,serving,static}"
 levels="${LEVELS:-1 16 64}"
+models="${MODELS:-F16 Q8_0 Q4_K_M}"
 cores="$(nproc)"
 threads="${WORKER_THREADS:-$cores}"
 mkdir -p "$out_dir" "$build_dir/models"
@@ -168,9 +170,7 @@ serve_model() {
 
 if [[ "$parts" == *serving* ]]; then
   echo "end to end: closed loop, 32-token prompts, 64 output tokens (TTFT rows: 512-token prompt)"
-  serve_model F16 f16
-  serve_model Q8_0 q8_0
-  serve_model Q4_K_M q4_k_m
+  for m in $models; do serve_model "$m" "${m,,}"; done
 fi
 
 if [[ "$parts" == *static* ]]; then

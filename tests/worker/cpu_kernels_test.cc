@@ -289,25 +289,31 @@ TEST(CpuKernels, ProductsOfOneCallGiveTheBitsOfSeparateCalls) {
 }
 
 // MatMul splits rows longer than kKBlock (kOneTokenKBlock for one token) into column blocks,
-// carrying each output's lane sums from block to block: the bits equal one pass of the table's
-// panel kernel over the whole row, on every table, with a tail that is not a multiple of the
-// lane count in the last block.
+// carrying each output's lane sums from block to block, or (tables with float_gemv, one token)
+// reads the float weights in place, a cache line at a time: the bits equal one pass of the
+// table's panel kernel over the whole decoded row, on every table, with a last line of one
+// 16-element step and a tail that is not a multiple of the lane count.
 TEST(CpuKernels, ColumnBlocksGiveTheBitsOfOnePass) {
-  constexpr int kRows = 11, kCols = 2 * kKBlock + 37;
-  static_assert(kCols > 3 * kOneTokenKBlock);
-  const WeightMatrix w = RandomMatrix(GgmlType::F32, kRows, kCols, 14);
-  const std::vector<float> dense = w.ToFloat();
+  constexpr int kRows = 11, kCols = 2 * kKBlock + 53;
+  static_assert(kCols > 3 * kOneTokenKBlock && kCols % 32 > 16);
   std::vector<CpuIsa> isas = SimdIsas();
   isas.push_back(CpuIsa::kPortable);
-  for (const int tokens : {1, 7}) {
-    const std::vector<float> x = RandomFloats(static_cast<size_t>(tokens) * kCols, 15);
-    for (CpuIsa isa : isas) {
-      SCOPED_TRACE(absl::StrCat(CpuIsaName(isa), ", ", tokens, " tokens"));
-      const std::vector<float> blocked = RunMatMul(isa, 2, w, x, tokens);
-      std::vector<float> one_pass(static_cast<size_t>(tokens) * kRows, kPoison);
-      Kernels(isa).gemm_panel({x.data(), dense.data(), one_pass.data(), nullptr, tokens, kRows,
-                               kCols, kCols, kCols, kRows, /*resume=*/false, /*finish=*/true});
-      EXPECT_EQ(std::memcmp(blocked.data(), one_pass.data(), blocked.size() * 4), 0);
+  for (const GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    const WeightMatrix w = RandomMatrix(type, kRows, kCols, 14);
+    const std::vector<float> dense = w.ToFloat();
+    for (const int tokens : {1, 7}) {
+      const std::vector<float> x = RandomFloats(static_cast<size_t>(tokens) * kCols, 15);
+      for (CpuIsa isa : isas) {
+        // The AMX table multiplies BF16 weights on its own tiles (float_gemm_panel).
+        if (type == GgmlType::BF16 && Kernels(isa).float_gemm_panel != nullptr) continue;
+        SCOPED_TRACE(absl::StrCat(common::GgmlTypeName(type), " on ", CpuIsaName(isa), ", ", tokens,
+                                  " tokens"));
+        const std::vector<float> blocked = RunMatMul(isa, 2, w, x, tokens);
+        std::vector<float> one_pass(static_cast<size_t>(tokens) * kRows, kPoison);
+        Kernels(isa).gemm_panel({x.data(), dense.data(), one_pass.data(), nullptr, tokens, kRows,
+                                 kCols, kCols, kCols, kRows, /*resume=*/false, /*finish=*/true});
+        EXPECT_EQ(std::memcmp(blocked.data(), one_pass.data(), blocked.size() * 4), 0);
+      }
     }
   }
 }

@@ -67,7 +67,8 @@ struct PanelInput {
 
 // Multiplies tokens [t0, t0 + tokens) by panel `panel` of `p.w`. With quantized activations
 // (`xq.records` set) or packed float ones (`xq.columns` set), the panel kernel reads the weight
-// bytes as they are. Otherwise one k block at a time: the block of the panel's rows is decoded
+// bytes as they are; so does the table's float_gemv for one token and float weights. Otherwise
+// one k block at a time: the block of the panel's rows is decoded
 // to float32 in the thread's scratch (F32 is read in place), where it stays in L1 while every
 // token of the chunk passes by; each output's lane sums carry over to the next block in the
 // scratch's lane area.
@@ -95,6 +96,20 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const PanelInput& x
       args.x_packed_stride = xq.group_bytes;
     }
     ctx.kernels->quant_gemm_panel(args);
+    return;
+  }
+  // One token with float weights: the table reads each row once, in place, asking for the next
+  // panel's rows as it goes (the same rows' bytes one panel ahead: the panels a thread takes
+  // are consecutive). Prefetching measured 15-20% faster F16 decode steps of batch 1 than the
+  // hardware prefetcher alone in alternating runs, and reading in place instead of decoding to
+  // the scratch first about 1.5x faster (both on an AMD EPYC Zen 4 VM).
+  const bool float_weights = w.type == common::GgmlType::F32 || w.type == common::GgmlType::F16 ||
+                             w.type == common::GgmlType::BF16;
+  if (tokens == 1 && float_weights && ctx.kernels->float_gemv != nullptr) {
+    static_assert(kPanelRows <= kMaxGemvRows);
+    const uint8_t* next = r0 + kPanelRows < w.rows ? w.row(r0 + kPanelRows) : nullptr;
+    ctx.kernels->float_gemv({w.type, p.x + static_cast<size_t>(t0) * w.cols, w.row(r0), w.row_bytes,
+                             p.out + static_cast<size_t>(t0) * w.rows + r0, rows, w.cols, next});
     return;
   }
   // An invariant of the callers (contexts are sized by ScratchFloatsPerThread()).

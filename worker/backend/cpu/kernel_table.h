@@ -111,6 +111,22 @@ struct FloatGemmArgs {
   int k;
 };
 
+// out[r] = sum_k w[r][k] * x[k] for one token and float weights (F32, F16, BF16) read as they
+// are: each row from k = 0 to k in one pass, in the same lanes and the same reduction as
+// gemm_panel over the decoded rows of a one-token product (the lanes carry over exactly
+// between gemm_panel's blocks, so the bits are those of every block size).
+struct FloatGemvArgs {
+  common::GgmlType type;
+  const float* x;    // [k]
+  const uint8_t* w;  // [rows][w_stride]
+  size_t w_stride;
+  float* out;  // [rows]
+  int rows;    // <= kMaxGemvRows
+  int k;
+  const uint8_t* prefetch;  // rows read next (the next panel's), asked for as w is read; or null
+};
+inline constexpr int kMaxGemvRows = 8;
+
 // Causal attention of one query head of one token over its sequence's pages, positions
 // [0, last_pos], with an online softmax.
 struct AttentionHeadArgs {
@@ -162,6 +178,9 @@ struct KernelTable {
   void (*pack_float_activations)(const float* x, size_t ldx, int tokens, int columns, int k,
                                  uint8_t* out) = nullptr;
   void (*float_gemm_panel)(const FloatGemmArgs& args) = nullptr;
+  // Optional (null: one token's float products go through dequantize_row and gemm_panel too):
+  // a product of one token with F32, F16 or BF16 weights, with gemm_panel's bits.
+  void (*float_gemv)(const FloatGemvArgs& args) = nullptr;
 };
 
 // The table for `isa`; IsaSupported(isa) must hold.
