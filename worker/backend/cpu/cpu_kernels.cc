@@ -39,7 +39,9 @@ void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r, int k_bl
   const size_t begin = RowBytes(w.type, next_k0);
   const size_t end = RowBytes(w.type, std::min(w.cols, next_k0 + k_block));
   const uint8_t* row = w.row(next_r0 + r);
-  for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b);
+  // Into L2 (locality 2: prefetcht1): F16 decode steps of batch 16 measured 13% faster than
+  // into L1 on an AMD EPYC (Zen 4) VM.
+  for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b, 0, 2);
 }
 
 // Walks a flat index over several products' items (count(j) of product j, 0 to skip it), for
@@ -99,8 +101,8 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const PanelInput& x
     return;
   }
   // One token with float weights: the table reads each row once, in place, asking for the next
-  // panel's rows as it goes (the same rows' bytes one panel ahead: the panels a thread takes
-  // are consecutive). Prefetching measured 15-20% faster F16 decode steps of batch 1 than the
+  // panel's rows (into L2) as it goes (the same rows' bytes one panel ahead: the panels a thread
+  // takes are consecutive). Prefetching measured 15-20% faster F16 decode steps of batch 1 than the
   // hardware prefetcher alone in alternating runs, and reading in place instead of decoding to
   // the scratch first about 1.5x faster (both on an AMD EPYC Zen 4 VM).
   const bool float_weights = w.type == common::GgmlType::F32 || w.type == common::GgmlType::F16 ||

@@ -29,15 +29,17 @@ using common::GgmlType;
 
 #include "worker/backend/cpu/avx512_common.inc"
 
-// Asks for the bytes of this block position `kLeadRows` rows further down: the rows the tiles
-// after this one read (rows are short, a few hundred bytes, so the hardware prefetcher sees
-// no stream long enough to follow).
+// Asks for the bytes of this block position `kLeadRows` rows further down, into L2: the rows
+// the tiles after this one read (rows are short, a few hundred bytes, so the hardware
+// prefetcher sees no stream long enough to follow). Into L2 (prefetcht1) rather than L1
+// measured Q8_0 decode steps of batch 1 1.6-2x as fast and Q4_K/Q5_K/Q6_K GEMV 15-35% faster on
+// an AMD EPYC (Zen 4) VM in alternating runs, batches of 16 within noise.
 constexpr int kLeadRows = 8;
 template <size_t kBytes>
 inline void PrefetchAhead(const uint8_t* p, size_t row_stride) {
   const uint8_t* ahead = p + kLeadRows * row_stride;
   for (size_t o = 0; o < kBytes; o += 64)
-    _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
 }
 
 // ---- kBlock32: Q8_0, Q4_0 ----
