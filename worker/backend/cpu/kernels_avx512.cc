@@ -49,16 +49,28 @@ inline void EmitI8(__m128i q, float mul, float* out) {
 
 #include "worker/backend/cpu/dequantize_simd.inc"
 
-// DequantizeRowSimd with BF16 widened 16 at a time (the bits moved up 16: exact, as the
-// scalar decoder) instead of one element at a time.
+// 16 weights of a row of kType from element k as floats (exact conversions: what
+// dequantize_row writes); lanes outside m are zero.
+template <common::GgmlType kType>
+inline __m512 LoadWeights(const uint8_t* row, int k, __mmask16 m) {
+  if constexpr (kType == common::GgmlType::F32) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (kType == common::GgmlType::F16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * static_cast<size_t>(k)));
+  } else {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * static_cast<size_t>(k));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+}
+
+// DequantizeRowSimd with BF16 widened 16 at a time (LoadWeights: the bits moved up 16, exact,
+// as the scalar decoder) instead of one element at a time.
 void DequantizeRowAvx512(common::GgmlType type, const uint8_t* row, int n, float* out) {
   if (type != common::GgmlType::BF16) return DequantizeRowSimd(type, row, n, out);
   for (int i = 0; i < n; i += 16) {
     const __mmask16 m =
         n - i >= 16 ? __mmask16{0xFFFF} : static_cast<__mmask16>((1u << (n - i)) - 1);
-    const __m512i h =
-        _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * static_cast<size_t>(i)));
-    _mm512_mask_storeu_ps(out + i, m, _mm512_castsi512_ps(_mm512_slli_epi32(h, 16)));
+    _mm512_mask_storeu_ps(out + i, m, LoadWeights<common::GgmlType::BF16>(row, i, m));
   }
 }
 
@@ -404,20 +416,6 @@ constexpr int kRowBlock = 4;
 constexpr int kTokenBlock = 6;
 #include "worker/backend/cpu/gemm_tiles.inc"
 
-// 16 weights of a row of kType from element k as floats (exact conversions: what
-// dequantize_row writes); lanes outside m are zero.
-template <common::GgmlType kType>
-inline __m512 LoadWeights(const uint8_t* row, int k, __mmask16 m) {
-  if constexpr (kType == common::GgmlType::F32) {
-    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + k);
-  } else if constexpr (kType == common::GgmlType::F16) {
-    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * static_cast<size_t>(k)));
-  } else {
-    const __m256i h = _mm256_maskz_loadu_epi16(m, row + 2 * static_cast<size_t>(k));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
-
 // One token's product with RB rows of float weights, read in place: Tile<RB, 1>'s lanes and
 // reduction over the whole row, without the decoded copy (each row streams through once). The
 // next panel's bytes are asked for into L2 (prefetcht1): on an AMD EPYC (Zen 4) VM that made
@@ -427,6 +425,14 @@ template <common::GgmlType kType, int RB>
 void GemvRows(const FloatGemvArgs& a) {
   __m512 acc[RB];
   for (int r = 0; r < RB; ++r) acc[r] = _mm512_setzero_ps();
+  // 16 elements from k (lanes outside m zero) into every row's lanes.
+  const auto step = [&](int k, __mmask16 m) {
+    const __m512 xv = _mm512_maskz_loadu_ps(m, a.x + k);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 wv = LoadWeights<kType>(a.w + static_cast<size_t>(r) * a.w_stride, k, m);
+      acc[r] = _mm512_fmadd_ps(wv, xv, acc[r]);
+    }
+  };
   constexpr int kElemBytes = kType == common::GgmlType::F32 ? 4 : 2;
   constexpr int kLineElems = 64 / kElemBytes;  // a cache line
   int k = 0;
@@ -439,30 +445,10 @@ void GemvRows(const FloatGemvArgs& a) {
             _MM_HINT_T1);
       }
     }
-    for (int s = 0; s < kLineElems; s += 16) {
-      const __m512 xv = _mm512_loadu_ps(a.x + k + s);
-      for (int r = 0; r < RB; ++r) {
-        const __m512 wv =
-            LoadWeights<kType>(a.w + static_cast<size_t>(r) * a.w_stride, k + s, 0xFFFF);
-        acc[r] = _mm512_fmadd_ps(wv, xv, acc[r]);
-      }
-    }
+    for (int s = 0; s < kLineElems; s += 16) step(k + s, 0xFFFF);
   }
-  for (; k + 16 <= a.k; k += 16) {
-    const __m512 xv = _mm512_loadu_ps(a.x + k);
-    for (int r = 0; r < RB; ++r) {
-      const __m512 wv = LoadWeights<kType>(a.w + static_cast<size_t>(r) * a.w_stride, k, 0xFFFF);
-      acc[r] = _mm512_fmadd_ps(wv, xv, acc[r]);
-    }
-  }
-  if (k < a.k) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (a.k - k)) - 1);
-    const __m512 xv = _mm512_maskz_loadu_ps(m, a.x + k);
-    for (int r = 0; r < RB; ++r) {
-      const __m512 wv = LoadWeights<kType>(a.w + static_cast<size_t>(r) * a.w_stride, k, m);
-      acc[r] = _mm512_fmadd_ps(wv, xv, acc[r]);
-    }
-  }
+  for (; k + 16 <= a.k; k += 16) step(k, 0xFFFF);
+  if (k < a.k) step(k, static_cast<__mmask16>((1u << (a.k - k)) - 1));
   for (int r = 0; r < RB; ++r) a.out[r] = ReduceAdd(acc[r]);
 }
 
