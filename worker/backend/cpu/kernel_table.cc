@@ -124,6 +124,8 @@ const KernelTable& Kernels(CpuIsa isa) {
       KernelTable table = kAvx512Kernels;
       table.isa = CpuIsa::kAvx512Vnni;
       table.quant_gemm_panel = QuantGemmPanelAvx512Vnni;
+      table.packed_group_bytes = PackedGroupBytesAvx512Vnni;
+      table.pack_activations = PackActivationsAvx512Vnni;
       return table;
     }();
     return vnni;

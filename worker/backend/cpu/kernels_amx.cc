@@ -258,24 +258,6 @@ void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpack
 // VNNI byte dot products, which stream a row faster than tiles of one token column: per pair of
 // blocks each row's 16 lanes of 4-product sums are reduced exactly to the rows' block sums, 8
 // rows to a lane each, then folded in block order as TileRows folds them.
-//
-// The 16 int32 lanes of v[0..7] (lanes 0-7: block b, 8-15: block b + 1, of rows 0-7) summed
-// per row and block: lanes 0-7 of the result are block b's rows 0-7, lanes 8-15 block b + 1's.
-inline __m512i ReduceRowPairs(const __m512i* v) {
-  __m512i s[4];
-  for (int i = 0; i < 4; ++i) {
-    s[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]),
-                            _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-  }
-  const __m512i lo = _mm512_add_epi32(_mm512_unpacklo_epi64(s[0], s[1]),
-                                      _mm512_unpackhi_epi64(s[0], s[1]));  // rows 0-3
-  const __m512i hi = _mm512_add_epi32(_mm512_unpacklo_epi64(s[2], s[3]),
-                                      _mm512_unpackhi_epi64(s[2], s[3]));  // rows 4-7
-  const __m512i t = _mm512_add_epi32(_mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(2, 0, 2, 0)),
-                                     _mm512_shuffle_i32x4(lo, hi, _MM_SHUFFLE(3, 1, 3, 1)));
-  return _mm512_shuffle_i32x4(t, t, _MM_SHUFFLE(3, 1, 2, 0));
-}
-
 template <GgmlType kType>
 void OneTokenRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
   constexpr size_t kBytes = QuantBlockBytes(kType);
@@ -396,14 +378,10 @@ void PanelOnTiles(const QuantGemmArgs& a) {
 
 // ---- Q4_K, Q5_K and Q6_K weights on AMX tiles ----
 //
-// A super-block's integer sums, exactly as the VNNI kernels' lanes hold them but in one int32
-// per (row, token): S = sum_i sc_i * q_i * x_i over its 256 elements (sc_i the scale of
-// element i's sub-block; Q6_K's q_i less its offset of 32) and, for Q4_K / Q5_K, M = sum_j m_j *
-// xsum_j (sub-block mins times the activations' sub-block sums). One float step per super-block
-// folds them, in super-block order from zero:
-//   acc = fma(float(S), d_w * d_x, acc);  acc = fnmadd(float(M), dmin_w * d_x, acc)   (no M: Q6_K)
-// for one token (OneTokenSuperRows, VNNI) and for groups of 16 (tiles) alike, so these products
-// are batch-invariant too.
+// Each (row, token) gets a super-block's exact integer sums S and M and folds them in one float
+// step per super-block, as super_blocks_avx512.inc describes: OneTokenSuperRows (VNNI) for one
+// token, tiles for groups of 16, so these products are batch-invariant too (and give the bits
+// of the VNNI table's).
 //
 // On tiles, each weight times its scale, v = sc * q (|v| <= 4096), is split into bytes,
 // v = lo + 256 hi (lo unsigned; hi unsigned for Q4_K / Q5_K, signed for Q6_K), unpacked a slab
@@ -415,24 +393,12 @@ bool OnSuperTiles(GgmlType type) {
   return type == GgmlType::Q4_K || type == GgmlType::Q5_K || type == GgmlType::Q6_K;
 }
 
-// A packed group, per super-block: 4 B tiles (one per 64 elements: 16 rows of 64 bytes, row i
-// holding elements 4i..4i+3 of each of the 16 tokens, in the record's order), the tokens' 16
-// scales d, and 4 rows of 16 int32: sub-block sums 2p and 2p + 1 of each token as two int16.
-constexpr size_t kSuperBTileBytes = 16 * 64;
-constexpr size_t kSuperScalesOffset = 4 * kSuperBTileBytes;
-constexpr size_t kSuperSumsOffset = kSuperScalesOffset + kPackTokens * sizeof(float);
-constexpr size_t kSuperPackedBytes = kSuperSumsOffset + 4 * kPackTokens * sizeof(int32_t);
-
-// Super-blocks per unpacked slab of a tile row (2,048 elements: 32 KiB of A tiles).
-constexpr int kSuperSlab = 8;
-
 // A slab of a tile row's weights as A tiles, [super-block][64 elements][lo, hi][8 rows][64
-// bytes], with each row's d, dmin and mins (pairs of int16 as the vpdpwssd multipliers).
+// bytes] (kSuperSlab super-blocks, 2,048 elements: 32 KiB), with each row's folds.
+static_assert(kSuperRows == kTileRows);
 struct SuperSlab {
   alignas(64) int8_t tiles[kSuperSlab][4][2][kTileRows][64];
-  float d[kSuperSlab][kTileRows];
-  float dmin[kSuperSlab][kTileRows];
-  int32_t min_pairs[kSuperSlab][4][kTileRows];
+  SuperFolds folds;
 };
 
 // Unpacks row r's super-block sb (at p) into slot j of the slab.
@@ -459,11 +425,7 @@ inline void UnpackSuperRow(const uint8_t* p, int r, int j, SuperSlab* slab) {
                          _mm512_cvtepi16_epi8(_mm512_srai_epi16(v, 8)));
     }
   }
-  slab->d[j][r] = _mm512_cvtss_f32(s.d);
-  slab->dmin[j][r] = _mm512_cvtss_f32(s.dmin);
-  alignas(16) int32_t pairs[4];
-  _mm_store_si128(reinterpret_cast<__m128i*>(pairs), _mm256_castsi256_si128(s.words));
-  for (int i = 0; i < 4; ++i) slab->min_pairs[j][i][r] = kType == GgmlType::Q6_K ? 0 : pairs[i];
+  slab->folds.Set<kType>(s, j, r);
 }
 
 // Super-blocks [sb0, sb0 + count) of rows [r0, r0 + rows) into the slab (missing rows zero).
@@ -478,8 +440,7 @@ void UnpackSuperSlab(const QuantGemmArgs& a, int r0, int rows, int sb0, int coun
           std::memset(slab->tiles[j][c][0][r], 0, 64);
           std::memset(slab->tiles[j][c][1][r], 0, 64);
         }
-        slab->d[j][r] = slab->dmin[j][r] = 0.0f;
-        for (int i = 0; i < 4; ++i) slab->min_pairs[j][i][r] = 0;
+        slab->folds.Clear(j, r);
       }
       continue;
     }
@@ -526,128 +487,37 @@ inline void SuperBlockOnTiles(const SuperSlab& slab, int j, const uint8_t* packe
   _tile_stored(1, sums[1], 64);
   _tile_stored(2, sums[2], 64);
   _tile_stored(3, sums[3], 64);
-  const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(packed + kSuperScalesOffset));
-  __m512i xsums[4];
-  for (int i = 0; i < 4; ++i) {
-    xsums[i] = _mm512_load_si512(packed + kSuperSumsOffset + 64 * i);
-  }
+  __m512i total[kTileRows];
   for (int r = 0; r < kTileRows; ++r) {
     const __m512i lo =
         _mm512_add_epi32(_mm512_load_si512(sums[0][r]), _mm512_load_si512(sums[1][r]));
     const __m512i hi =
         _mm512_add_epi32(_mm512_load_si512(sums[2][r]), _mm512_load_si512(sums[3][r]));
-    const __m512i total = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
-    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total),
-                             _mm512_mul_ps(_mm512_set1_ps(slab.d[j][r]), dx), acc[r]);
-    if constexpr (kType != GgmlType::Q6_K) {
-      __m512i mins = _mm512_setzero_si512();
-      for (int i = 0; i < 4; ++i) {
-        mins = _mm512_dpwssd_epi32(mins, _mm512_set1_epi32(slab.min_pairs[j][i][r]), xsums[i]);
-      }
-      acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(mins),
-                                _mm512_mul_ps(_mm512_set1_ps(slab.dmin[j][r]), dx), acc[r]);
-    }
+    total[r] = _mm512_add_epi32(lo, _mm512_slli_epi32(hi, 8));
   }
-}
-
-// The products of one token with rows [r0, r0 + rows) by VNNI byte dot products (as the VNNI
-// table's lanes), each row's 16 lanes then summed exactly into S and M (ReduceRowPairs, 8 rows
-// at once) and folded as the tiles fold them.
-template <GgmlType kType>
-void OneTokenSuperRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
-  constexpr size_t kBytes = QuantBlockBytes(kType);
-  const __mmask8 valid = static_cast<__mmask8>((1u << rows) - 1);
-  __m256 acc = _mm256_setzero_ps();
-  for (int sb = 0; sb < a.k / 256; ++sb) {
-    const uint8_t* rec = a.x + static_cast<size_t>(sb) * kSuperRecordBytes;
-    float dx;
-    std::memcpy(&dx, rec + kSuperScaleOffset, sizeof(dx));
-    __m512i x[4];
-    for (int c = 0; c < 4; ++c) x[c] = _mm512_loadu_si512(rec + 64 * c);
-    const __m128i sums32 =
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(rec + kSuperSums32Offset));
-    const __m256i sums16 =
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + kSuperSums16Offset));
-    __m512i v[kTileRows], m[kTileRows];
-    alignas(32) float d[kTileRows] = {}, dmin[kTileRows] = {};
-    for (int r = 0; r < kTileRows; ++r) {
-      v[r] = m[r] = _mm512_setzero_si512();
-      if (r >= rows) continue;
-      const uint8_t* p = a.w + static_cast<size_t>(r0 + r) * a.w_stride + sb * kBytes;
-      for (size_t o = 0; o < kBytes; o += 64) {  // the next 8 rows' same bytes
-        _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride + o), _MM_HINT_T0);
-      }
-      SuperScales s;
-      LoadSuperScales<kType>(p, &s);
-      for (int c = 0; c < 4; ++c) {
-        const __m512i dot =
-            _mm512_dpbusd_epi32(_mm512_setzero_si512(), LoadSuperChunk<kType>(p, c), x[c]);
-        v[r] = _mm512_dpwssd_epi32(v[r], dot, s.chunk[c]);
-      }
-      if constexpr (kType == GgmlType::Q6_K) {
-        // The weights were stored as q + 32: take 32 x scale x the activations' sums.
-        v[r] = _mm512_sub_epi32(v[r], _mm512_zextsi256_si512(_mm256_dpwssd_epi32(
-                                          _mm256_setzero_si256(), s.words, sums16)));
-      } else {
-        m[r] = _mm512_zextsi128_si512(
-            _mm_dpwssd_epi32(_mm_setzero_si128(), _mm256_castsi256_si128(s.words), sums32));
-      }
-      d[r] = _mm512_cvtss_f32(s.d);
-      dmin[r] = _mm512_cvtss_f32(s.dmin);
-    }
-    const __m512i halves = ReduceRowPairs(v);  // lanes 0-7: rows' lanes 0-7; 8-15: lanes 8-15
-    const __m256i total =
-        _mm256_add_epi32(_mm512_castsi512_si256(halves), _mm512_extracti64x4_epi64(halves, 1));
-    const __m256 vdx = _mm256_set1_ps(dx);
-    acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(total), _mm256_mul_ps(_mm256_load_ps(d), vdx), acc);
-    if constexpr (kType != GgmlType::Q6_K) {
-      const __m256i mins = _mm512_castsi512_si256(ReduceRowPairs(m));
-      acc =
-          _mm256_fnmadd_ps(_mm256_cvtepi32_ps(mins), _mm256_mul_ps(_mm256_load_ps(dmin), vdx), acc);
-    }
-  }
-  _mm256_mask_storeu_ps(out, valid, acc);
+  FoldGroup<kType>(slab.folds, j, packed, total, acc);
 }
 
 template <GgmlType kType>
 void PanelOnSuperTiles(const QuantGemmArgs& a) {
   if (a.num_tokens == 1) {
     for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
-      OneTokenSuperRows<kType>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows,
-                               a.out + r0);
+      OneTokenSuperRows<kType, _MM_HINT_T0>(
+          a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows, a.out + r0);
     }
     return;
   }
   ConfigureTiles(TileMode::kSuper);
-  const int nsb = a.k / 256;
-  const int groups = (a.num_tokens + kPackTokens - 1) / kPackTokens;
   SuperSlab slab;
-  alignas(64) float carried[kMaxPanelTokens / kPackTokens][kTileRows][kPackTokens];
-  for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
-    const int rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
-    for (int s0 = 0; s0 < nsb; s0 += kSuperSlab) {
-      const int count = nsb - s0 < kSuperSlab ? nsb - s0 : kSuperSlab;
-      UnpackSuperSlab<kType>(a, r0, rows, s0, count, &slab);
-      for (int g = 0; g < groups; ++g) {
-        __m512 acc[kTileRows];
-        for (int r = 0; r < kTileRows; ++r) {
-          acc[r] = s0 == 0 ? _mm512_setzero_ps() : _mm512_load_ps(carried[g][r]);
-        }
-        const uint8_t* group = a.x_packed + static_cast<size_t>(g) * a.x_packed_stride;
-        for (int j = 0; j < count; ++j) {
-          SuperBlockOnTiles<kType>(slab, j, group + static_cast<size_t>(s0 + j) * kSuperPackedBytes,
-                                   acc);
-        }
-        for (int r = 0; r < kTileRows; ++r) _mm512_store_ps(carried[g][r], acc[r]);
-      }
-    }
-    for (int t = 0; t < a.num_tokens; ++t) {
-      for (int r = 0; r < rows; ++r) {
-        a.out[static_cast<size_t>(t) * a.ldo + r0 + r] =
-            carried[t / kPackTokens][r][t % kPackTokens];
-      }
-    }
-  }
+  ForSuperGroups(
+      a, a.num_tokens,
+      [&](int r0, int rows, int s0, int count) {
+        UnpackSuperSlab<kType>(a, r0, rows, s0, count, &slab);
+      },
+      [&](int j, const uint8_t* packed, __m512* acc) {
+        SuperBlockOnTiles<kType>(slab, j, packed, acc);
+      },
+      [](int, int) {});
 }
 
 // ---- BF16 weights on AMX-BF16 tiles ----
@@ -818,22 +688,7 @@ size_t PackedGroupBytesAmx(GgmlType type, int k) {
 void PackActivationsAmx(GgmlType type, const uint8_t* records, size_t record_bytes, int tokens,
                         int k, uint8_t* out) {
   if (OnSuperTiles(type)) {
-    std::memset(out, 0, PackedGroupBytesAmx(type, k));
-    for (int t = 0; t < tokens; ++t) {
-      for (int sb = 0; sb < k / 256; ++sb) {
-        const uint8_t* rec = records + static_cast<size_t>(t) * record_bytes +
-                             static_cast<size_t>(sb) * kSuperRecordBytes;
-        uint8_t* block = out + static_cast<size_t>(sb) * kSuperPackedBytes;
-        for (int i = 0; i < 64; ++i) {  // 4-byte groups: B tile i / 16, row i % 16
-          std::memcpy(block + (i / 16) * kSuperBTileBytes + 64 * (i % 16) + 4 * t, rec + 4 * i, 4);
-        }
-        std::memcpy(block + kSuperScalesOffset + 4 * t, rec + kSuperScaleOffset, sizeof(float));
-        for (int i = 0; i < 4; ++i) {
-          std::memcpy(block + kSuperSumsOffset + 64 * i + 4 * t, rec + kSuperSums32Offset + 4 * i,
-                      4);
-        }
-      }
-    }
+    PackSuperActivations(records, record_bytes, tokens, k, out);
     return;
   }
   const int nb = k / 32;
