@@ -221,6 +221,27 @@ TEST(CpuKernels, MatMulIsBatchInvariantOnEveryPath) {
   }
 }
 
+// The VNNI and AMX tables compute the same exact integer sums of quantized products and fold
+// them with the same float steps (quant_products_avx512.inc), whether on tiles or by VNNI
+// groups or one token at a time: the same bits, for every quantized type and batch size.
+TEST(CpuKernels, QuantizedProductsAreTheSameBitsOnVnniAndAmx) {
+  if (!IsaSupported(CpuIsa::kAvx512Amx)) {
+    GTEST_SKIP() << "this CPU (or OS) has no AMX tiles: only the avx512vnni table runs here";
+  }
+  constexpr int kRows = 29, kCols = 2304;  // blocks and super-blocks across two slabs
+  for (GgmlType type :
+       {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
+    const WeightMatrix w = RandomMatrix(type, kRows, kCols, 20);
+    for (int tokens : {1, 3, 16, 21}) {
+      SCOPED_TRACE(absl::StrCat(common::GgmlTypeName(type), ", tokens ", tokens));
+      const std::vector<float> x = RandomFloats(static_cast<size_t>(tokens) * kCols, 21);
+      const std::vector<float> vnni = RunMatMul(CpuIsa::kAvx512Vnni, 2, w, x, tokens);
+      const std::vector<float> amx = RunMatMul(CpuIsa::kAvx512Amx, 2, w, x, tokens);
+      EXPECT_EQ(std::memcmp(vnni.data(), amx.data(), vnni.size() * 4), 0);
+    }
+  }
+}
+
 // Batches longer than one token chunk (64 tokens for rows of 4096) give the same bits too, and
 // (BF16 on the AMX table) rows longer than one slab of weight tiles, in several groups.
 TEST(CpuKernels, MatMulAcrossTokenChunksIsBatchInvariant) {

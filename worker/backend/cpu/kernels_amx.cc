@@ -26,13 +26,10 @@ namespace {
 using common::GgmlType;
 
 #include "worker/backend/cpu/avx512_common.inc"
-#include "worker/backend/cpu/super_blocks_avx512.inc"
+#include "worker/backend/cpu/quant_products_avx512.inc"
 
-// A packed group, per block of 32 elements: the B tile (8 rows of 64 bytes; row i holds
-// elements 4i..4i+3 of each of the 16 tokens, as signed bytes), then the tokens' 16 scales d.
 constexpr int kTileRows = 8;  // weight rows per tile (the CPU backend's panels are 8 rows)
-constexpr size_t kBTileBytes = 8 * 64;
-constexpr size_t kPackedBlockBytes = kBTileBytes + kPackTokens * sizeof(float);
+static_assert(kTileRows == kKernelRows);
 
 bool OnTiles(GgmlType type) { return type == GgmlType::Q8_0 || type == GgmlType::Q4_0; }
 
@@ -80,23 +77,6 @@ void ConfigureTiles(TileMode mode) {
   }
   _tile_loadconfig(&c);
   current = mode;
-}
-
-// Q4_0's nibbles (0-15, unsigned) of two groups of 16 packed bytes (q1 null: zeros): [q0's low
-// nibbles, its high nibbles, q1's low, its high], each group loaded into two 128-bit lanes and
-// the second shifted by 4.
-inline __m512i Q4PairNibbles(const uint8_t* q0, const uint8_t* q1) {
-  const __m256i a =
-      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q0)));
-  const __m256i b =
-      q1 != nullptr
-          ? _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q1)))
-          : _mm256_setzero_si256();
-  const __m512i shifts = _mm512_set_epi64(0x0004000400040004, 0x0004000400040004, 0, 0,
-                                          0x0004000400040004, 0x0004000400040004, 0, 0);
-  return _mm512_and_si512(
-      _mm512_srlv_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1), shifts),
-      _mm512_set1_epi8(0x0F));
 }
 
 // Rows [r0, r0 + rows) of block b as signed bytes in `buf` ([8][32], rows past `rows` zero),
@@ -254,85 +234,6 @@ void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpack
   }
 }
 
-// The sums and float steps of TileRows for a call of one token (decode of one sequence), by
-// VNNI byte dot products, which stream a row faster than tiles of one token column: per pair of
-// blocks each row's 16 lanes of 4-product sums are reduced exactly to the rows' block sums, 8
-// rows to a lane each, then folded in block order as TileRows folds them.
-template <GgmlType kType>
-void OneTokenRows(const QuantGemmArgs& a, int r0, int rows, float* out) {
-  constexpr size_t kBytes = QuantBlockBytes(kType);
-  const int nb = a.k / 32;
-  const uint8_t* rec = a.x;  // q + 128 per element, then the d of each group of 4
-  const float* dx = reinterpret_cast<const float*>(rec + Block32ScaleOffset(a.k));
-  const uint8_t* w0 = a.w + static_cast<size_t>(r0) * a.w_stride;
-  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
-  const __m512i scale_offsets = _mm512_add_epi32(
-      _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(a.w_stride))),
-      _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(static_cast<int>(kBytes)), 1));
-  const __mmask8 valid = static_cast<__mmask8>((1u << rows) - 1);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m256 acc = _mm256_setzero_ps();
-  for (int b = 0; b < nb; b += 2) {
-    const bool two = b + 1 < nb;
-    const __mmask64 bytes_mask = two ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
-    const __m512i xu = _mm512_maskz_loadu_epi8(bytes_mask, rec + 32 * b);
-    // Q4_0: the unsigned nibbles times the signed activations, less 8 x the block's activation
-    // sum below (psadbw: the sums of x + 128 per 8 bytes; a missing second block sums to 0).
-    __m512i xs, correction;
-    if constexpr (kType == GgmlType::Q4_0) {
-      xs = _mm512_maskz_mov_epi8(bytes_mask, _mm512_xor_si512(xu, offset));
-      const __m512i sad = _mm512_sad_epu8(xu, _mm512_setzero_si512());
-      const __m512i q = _mm512_add_epi64(_mm512_unpacklo_epi64(sad, sad),
-                                         _mm512_unpackhi_epi64(sad, sad));  // pairs of qwords
-      const __m256i block_sums = _mm512_cvtepi64_epi32(_mm512_add_epi64(
-          q, _mm512_shuffle_i64x2(q, q, _MM_SHUFFLE(2, 3, 0, 1))));  // [b, b, b+1, b+1] x2
-      const int sum_b = _mm256_extract_epi32(block_sums, 0) - 32 * 128;
-      const int sum_b1 = two ? _mm256_extract_epi32(block_sums, 4) - 32 * 128 : 0;
-      correction =
-          _mm512_inserti64x4(_mm512_set1_epi32(8 * sum_b), _mm256_set1_epi32(8 * sum_b1), 1);
-    }
-    __m512i v[kTileRows];
-    for (int r = 0; r < kTileRows; ++r) {
-      v[r] = _mm512_setzero_si512();
-      if (r >= rows) continue;
-      const uint8_t* p = w0 + static_cast<size_t>(r) * a.w_stride + b * kBytes;
-      _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + kTileRows * a.w_stride + 2 * kBytes - 1),
-                   _MM_HINT_T0);
-      if constexpr (kType == GgmlType::Q8_0) {
-        const __m256i q0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-        const __m256i q1 =
-            two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2))
-                : _mm256_setzero_si256();
-        const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(q0), q1, 1);
-        // Lanes start at -128 x their weights' sum, undoing the activations' offset.
-        const __m512i start = _mm512_sub_epi32(
-            _mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, w));
-        v[r] = _mm512_dpbusd_epi32(start, xu, w);
-      } else {
-        v[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(),
-                                   Q4PairNibbles(p + 2, two ? p + kBytes + 2 : nullptr), xs);
-      }
-    }
-    __m512i block_sums = ReduceRowPairs(v);
-    if constexpr (kType == GgmlType::Q4_0) block_sums = _mm512_sub_epi32(block_sums, correction);
-    const __m512 sums = _mm512_cvtepi32_ps(block_sums);
-    const __mmask16 gather_mask =
-        static_cast<__mmask16>(valid | (two ? static_cast<unsigned>(valid) << 8 : 0u));
-    const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gather_mask,
-                                                      scale_offsets, w0 + b * kBytes, 1);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
-    const __m512 dxs = _mm512_insertf32x8(_mm512_set1_ps(dx[8 * b]),
-                                          _mm256_set1_ps(two ? dx[8 * (b + 1)] : 0.0f), 1);
-    const __m512 scale = _mm512_mul_ps(dw, dxs);
-    acc = _mm256_fmadd_ps(_mm512_castps512_ps256(sums), _mm512_castps512_ps256(scale), acc);
-    if (two) {
-      acc = _mm256_fmadd_ps(_mm512_extractf32x8_ps(sums, 1), _mm512_extractf32x8_ps(scale, 1), acc);
-    }
-  }
-  _mm256_mask_storeu_ps(out, valid, acc);
-}
-
 // Longest rows whose weights a tile row unpacks ahead, on the stack (8 x 4096 bytes); longer
 // rows unpack each block as its tiles load it.
 constexpr int kMaxUnpackedCols = 4096;
@@ -341,7 +242,8 @@ template <GgmlType kType>
 void PanelOnTiles(const QuantGemmArgs& a) {
   if (a.num_tokens == 1) {
     for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
-      OneTokenRows<kType>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows, a.out + r0);
+      OneTokenRows<kType, _MM_HINT_T0>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows,
+                                       a.out + r0);
     }
     return;
   }
@@ -379,7 +281,7 @@ void PanelOnTiles(const QuantGemmArgs& a) {
 // ---- Q4_K, Q5_K and Q6_K weights on AMX tiles ----
 //
 // Each (row, token) gets a super-block's exact integer sums S and M and folds them in one float
-// step per super-block, as super_blocks_avx512.inc describes: OneTokenSuperRows (VNNI) for one
+// step per super-block, as quant_products_avx512.inc describes: OneTokenSuperRows (VNNI) for one
 // token, tiles for groups of 16, so these products are batch-invariant too (and give the bits
 // of the VNNI table's).
 //
@@ -395,7 +297,6 @@ bool OnSuperTiles(GgmlType type) {
 
 // A slab of a tile row's weights as A tiles, [super-block][64 elements][lo, hi][8 rows][64
 // bytes] (kSuperSlab super-blocks, 2,048 elements: 32 KiB), with each row's folds.
-static_assert(kSuperRows == kTileRows);
 struct SuperSlab {
   alignas(64) int8_t tiles[kSuperSlab][4][2][kTileRows][64];
   SuperFolds folds;
@@ -509,8 +410,8 @@ void PanelOnSuperTiles(const QuantGemmArgs& a) {
   }
   ConfigureTiles(TileMode::kSuper);
   SuperSlab slab;
-  ForSuperGroups(
-      a, a.num_tokens,
+  ForGroups(
+      a, a.num_tokens, a.k / 256, kSuperSlab, kSuperPackedBytes,
       [&](int r0, int rows, int s0, int count) {
         UnpackSuperSlab<kType>(a, r0, rows, s0, count, &slab);
       },
@@ -691,24 +592,7 @@ void PackActivationsAmx(GgmlType type, const uint8_t* records, size_t record_byt
     PackSuperActivations(records, record_bytes, tokens, k, out);
     return;
   }
-  const int nb = k / 32;
-  const size_t scale_offset = Block32ScaleOffset(k);
-  std::memset(out, 0, PackedGroupBytesAmx(type, k));
-  for (int t = 0; t < tokens; ++t) {
-    const uint8_t* rec = records + static_cast<size_t>(t) * record_bytes;
-    const float* scales = reinterpret_cast<const float*>(rec + scale_offset);
-    for (int b = 0; b < nb; ++b) {
-      uint8_t* block = out + static_cast<size_t>(b) * kPackedBlockBytes;
-      // The records hold q + 128; the tiles multiply signed bytes.
-      const __m256i q =
-          _mm256_xor_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rec + 32 * b)),
-                           _mm256_set1_epi8(static_cast<char>(0x80)));
-      alignas(32) uint32_t words[8];
-      _mm256_store_si256(reinterpret_cast<__m256i*>(words), q);
-      for (int i = 0; i < 8; ++i) std::memcpy(block + 64 * i + 4 * t, &words[i], 4);
-      std::memcpy(block + kBTileBytes + 4 * t, &scales[8 * b], sizeof(float));
-    }
-  }
+  PackBlock32Activations(records, record_bytes, tokens, k, out);
 }
 
 void QuantGemmPanelAmx(const QuantGemmArgs& a) {

@@ -1,25 +1,18 @@
 // Products of quantized weights with quantized activations on AVX-512 VNNI (the avx512vnni
-// table: kAvx512Kernels with this quant_gemm_panel, and the packing of Q4_K/Q5_K/Q6_K
-// activations). Compiled with VNNI for this file only (CMakeLists.txt); called only where the
-// CPU has it (kernel_table.cc).
+// table: kAvx512Kernels with this quant_gemm_panel, and the packing of the activations of
+// products of several tokens). Compiled with VNNI for this file only (CMakeLists.txt); called
+// only where the CPU has it (kernel_table.cc).
 //
-// Q8_0 / Q4_0 (kBlock32): a tile of RB weight rows x TB tokens walks the row 64 elements (two
-// blocks) at a time. The weight bytes of a chunk are unpacked once per tile into one register
-// per row and multiplied with every token's 64 activation bytes by vpdpbusd: 16 int32 lanes,
-// each the exact sum of 4 byte products. The weights are signed and the activations offset by
-// 128 (vpdpbusd multiplies unsigned by signed bytes), so each lane starts from -128 x its
-// weights' sum; lanes are scaled by d_w * d_x of their block into float lanes, which are
-// reduced in ReduceAdd's fixed tree. Every output's operations are the same in every tile
-// shape, so results are batch-invariant.
-//
-// Q4_K / Q5_K / Q6_K (kSuper256): each (row, token) sums a super-block's products exactly into
-// the integers of super_blocks_avx512.inc and folds them there: one token at a time
-// (OneTokenSuperRows), or 16 tokens to a register's lanes (SuperPanel, below).
+// Every (row, token) sums a block's (Q8_0, Q4_0) or super-block's (Q4_K, Q5_K, Q6_K) products
+// exactly into the integers of quant_products_avx512.inc and folds them there, so the results
+// are batch-invariant, and the bits of the AMX table's: one token at a time by OneTokenRows /
+// OneTokenSuperRows (a register's lanes hold 64 positions of the token's row), or 16 tokens at
+// a time with one token per lane (BlockPanel, SuperPanel, below): each vpdpbusd then multiplies
+// 4 weight bytes, broadcast to every lane, with 4 bytes of each of the 16 tokens, so nothing is
+// summed across lanes and each block's sums are folded for 16 tokens at once.
 #include <immintrin.h>
 
-#include <array>
 #include <cstring>
-#include <utility>
 
 #include "worker/backend/cpu/kernel_table.h"
 
@@ -29,12 +22,14 @@ namespace {
 using common::GgmlType;
 
 #include "worker/backend/cpu/avx512_common.inc"
+#include "worker/backend/cpu/quant_products_avx512.inc"
 
 // Asks for the bytes of this block position `kLeadRows` rows further down, into L2: the rows
-// the tiles after this one read (rows are short, a few hundred bytes, so the hardware
-// prefetcher sees no stream long enough to follow). Into L2 (prefetcht1) rather than L1
-// measured Q8_0 decode steps of batch 1 1.6-2x as fast and Q4_K/Q5_K/Q6_K GEMV 15-35% faster on
-// an AMD EPYC (Zen 4) VM in alternating runs, batches of 16 within noise.
+// the next slab unpacks (rows are short, a few hundred bytes, so the hardware prefetcher sees
+// no stream long enough to follow). Into L2 (prefetcht1) rather than L1 measured Q8_0 decode
+// steps of batch 1 1.6-2x as fast and Q4_K/Q5_K/Q6_K GEMV 15-35% faster on an AMD EPYC (Zen 4)
+// VM in alternating runs (with the earlier tiles), batches of 16 within noise. The one-token
+// kernels ask for the same rows into L2 too.
 constexpr int kLeadRows = 8;
 template <size_t kBytes>
 inline void PrefetchAhead(const uint8_t* p, size_t row_stride) {
@@ -43,81 +38,33 @@ inline void PrefetchAhead(const uint8_t* p, size_t row_stride) {
     _mm_prefetch(reinterpret_cast<const char*>(ahead + o), _MM_HINT_T1);
 }
 
-// ---- kBlock32: Q8_0, Q4_0 ----
+// Fewest tokens a group multiplies: fewer (a product of a few tokens, or the last few of a
+// larger one) go one token at a time, rereading the panel's rows from the cache. (Q4_K_M decode
+// steps of 2-8 sequences on Zen 4: the one-token path was as fast as a group at 4 tokens.)
+constexpr int kMinGroupTokens = 5;
 
-// The signed weights of blocks b and b+1 (`two`) or of block b alone (upper half zero), and
-// their scales d in lanes 0-7 and 8-15.
-template <GgmlType kType>
-inline void LoadBlockPair(const uint8_t* p, bool two, __m512i* w, __m512* scale) {
-  constexpr size_t kBytes = QuantBlockBytes(kType);
-  const float d0 = LoadHalf(p), d1 = two ? LoadHalf(p + kBytes) : 0.0f;
-  *scale = _mm512_insertf32x8(_mm512_set1_ps(d0), _mm256_set1_ps(d1), 1);
-  if constexpr (kType == GgmlType::Q8_0) {
-    const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2));
-    const __m256i b1 = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2))
-                           : _mm256_setzero_si256();
-    *w = _mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1);
-  } else {
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2));
-    const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBytes + 2))
-                           : _mm_setzero_si128();
-    const __m256i v = _mm256_set_m128i(q1, q0);
-    const __m256i nib = _mm256_set1_epi8(0x0F);
-    const __m256i lo = _mm256_and_si256(v, nib);                        // elements 0-15
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nib);  // elements 16-31
-    // 128-bit lanes [b0 lo, b1 lo, b0 hi, b1 hi] -> [b0 lo, b0 hi, b1 lo, b1 hi].
-    const __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
-    const __m512i ordered = _mm512_shuffle_i64x2(z, z, _MM_SHUFFLE(3, 1, 2, 0));
-    const __m512i eight = two ? _mm512_set1_epi8(8)
-                              : _mm512_inserti64x4(_mm512_set1_epi8(8), _mm256_setzero_si256(), 1);
-    *w = _mm512_sub_epi8(ordered, eight);
+// A call's products: its full groups of tokens, and the last one if it has at least
+// kMinGroupTokens, by ForGroups (none without packed activations: a call of one token); then
+// each other token by one_token(its args, r0, rows, out) per 8 rows.
+template <typename Unpack, typename Block>
+void GroupsThenSingles(const QuantGemmArgs& a, int units, int slab_units, size_t unit_bytes,
+                       Unpack unpack, Block block,
+                       void (*one_token)(const QuantGemmArgs&, int, int, float*)) {
+  int grouped = 0;
+  if (a.x_packed != nullptr) {
+    const int rest = a.num_tokens % kPackTokens;
+    grouped = a.num_tokens - rest + (rest >= kMinGroupTokens ? rest : 0);
   }
+  ForGroups(a, grouped, units, slab_units, unit_bytes, unpack, block, [&](int r0, int rows) {
+    for (int t = grouped; t < a.num_tokens; ++t) {
+      QuantGemmArgs one = a;
+      one.x = a.x + static_cast<size_t>(t) * a.x_stride;
+      one_token(one, r0, rows, a.out + static_cast<size_t>(t) * a.ldo + r0);
+    }
+  });
 }
 
-template <GgmlType kType, int RB, int TB>
-void TileBlock32(const QuantGemmArgs& a, int r0, int t0) {
-  constexpr size_t kBytes = QuantBlockBytes(kType);
-  __m512 acc[RB][TB];
-  for (int r = 0; r < RB; ++r) {
-    for (int t = 0; t < TB; ++t) acc[r][t] = _mm512_setzero_ps();
-  }
-  const int nb = a.k / 32;
-  const size_t scale_offset = Block32ScaleOffset(a.k);
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(0x80));
-  for (int b = 0; b < nb; b += 2) {
-    const bool two = b + 1 < nb;
-    __m512i w[RB], start[RB];
-    __m512 ws[RB];
-    for (int r = 0; r < RB; ++r) {
-      const uint8_t* p = a.w + static_cast<size_t>(r0 + r) * a.w_stride + b * kBytes;
-      PrefetchAhead<2 * kBytes>(p, a.w_stride);
-      LoadBlockPair<kType>(p, two, &w[r], &ws[r]);
-      // Lanes start at -128 x their weights' sum, undoing the activations' offset.
-      start[r] = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                  _mm512_dpbusd_epi32(_mm512_setzero_si512(), offset, w[r]));
-    }
-    const __mmask64 bytes_mask = two ? ~__mmask64{0} : __mmask64{0xFFFFFFFF};
-    const __mmask16 lanes_mask = two ? __mmask16{0xFFFF} : __mmask16{0x00FF};
-    for (int t = 0; t < TB; ++t) {
-      const uint8_t* rec = a.x + static_cast<size_t>(t0 + t) * a.x_stride;
-      const __m512i xv = _mm512_maskz_loadu_epi8(bytes_mask, rec + 32 * b);
-      const __m512 xs = _mm512_maskz_loadu_ps(
-          lanes_mask, reinterpret_cast<const float*>(rec + scale_offset) + 8 * b);
-      for (int r = 0; r < RB; ++r) {
-        const __m512i dot = _mm512_dpbusd_epi32(start[r], xv, w[r]);
-        acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(ws[r], xs), acc[r][t]);
-      }
-    }
-  }
-  for (int t = 0; t < TB; ++t) {
-    float* out = a.out + static_cast<size_t>(t0 + t) * a.ldo + r0;
-    for (int r = 0; r < RB; ++r) out[r] = ReduceAdd(acc[r][t]);
-  }
-}
-
-// ---- kSuper256: Q4_K, Q5_K, Q6_K ----
-
-#include "worker/backend/cpu/super_blocks_avx512.inc"
+// ---- Q4_K, Q5_K, Q6_K ----
 
 // Groups of kPackTokens tokens (activations packed by PackSuperActivations, one token per
 // lane) multiply 8 rows at a time, with a slab of super-blocks unpacked ahead per 8 rows: each
@@ -137,9 +84,9 @@ void TileBlock32(const QuantGemmArgs& a, int r0, int t0) {
 // A slab of 8 rows' weights (kSuperSlab super-blocks, 2,048 elements: 16 KiB of bytes), with
 // each row's scales, correction and folds.
 struct SuperSlab {
-  alignas(64) int8_t q[kSuperSlab][kSuperRows][256];
-  int32_t scale[kSuperSlab][kSuperRows][16];  // Q4_K/Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16
-  int32_t correction[kSuperSlab][kSuperRows];
+  alignas(64) int8_t q[kSuperSlab][kKernelRows][256];
+  int32_t scale[kSuperSlab][kKernelRows][16];  // Q4_K/Q5_K: 8 sub-blocks of 32; Q6_K: 16 of 16
+  int32_t correction[kSuperSlab][kKernelRows];
   SuperFolds folds;
 };
 
@@ -179,7 +126,7 @@ template <GgmlType kType>
 void UnpackSuperSlab(const QuantGemmArgs& a, int r0, int rows, int sb0, int count,
                      SuperSlab* slab) {
   constexpr size_t kBytes = QuantBlockBytes(kType);
-  for (int r = 0; r < kSuperRows; ++r) {
+  for (int r = 0; r < kKernelRows; ++r) {
     if (r >= rows) {
       for (int j = 0; j < count; ++j) {
         std::memset(slab->q[j][r], 0, sizeof(slab->q[j][r]));
@@ -203,15 +150,15 @@ template <GgmlType kType>
 inline void SuperBlockOnGroup(const SuperSlab& slab, int j, const uint8_t* packed, __m512* acc) {
   constexpr int kDwords = kSubDwords<kType>;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
-  __m512i s[kSuperRows];
-  for (int r = 0; r < kSuperRows; ++r) s[r] = _mm512_setzero_si512();
+  __m512i s[kKernelRows];
+  for (int r = 0; r < kKernelRows; ++r) s[r] = _mm512_setzero_si512();
   for (int sub = 0; sub < 64 / kDwords; ++sub) {
     __m512i x[kDwords];  // dword kDwords * sub + i of the 16 tokens (Q6_K: + 128 per byte)
     for (int i = 0; i < kDwords; ++i) {
       x[i] = _mm512_load_si512(packed + 64 * (kDwords * sub + i));
       if constexpr (kType == GgmlType::Q6_K) x[i] = _mm512_xor_si512(x[i], flip);
     }
-    for (int r = 0; r < kSuperRows; ++r) {
+    for (int r = 0; r < kKernelRows; ++r) {
       const int8_t* w = slab.q[j][r] + 4 * kDwords * sub;
       __m512i dot = _mm512_setzero_si512();
       for (int i = 0; i < kDwords; ++i) {
@@ -227,63 +174,126 @@ inline void SuperBlockOnGroup(const SuperSlab& slab, int j, const uint8_t* packe
           _mm512_add_epi32(s[r], _mm512_mullo_epi32(dot, _mm512_set1_epi32(slab.scale[j][r][sub])));
     }
   }
-  for (int r = 0; r < kSuperRows; ++r) {
+  for (int r = 0; r < kKernelRows; ++r) {
     s[r] = _mm512_sub_epi32(s[r], _mm512_set1_epi32(slab.correction[j][r]));
   }
   FoldGroup<kType>(slab.folds, j, packed, s, acc);
 }
 
-// Fewest tokens a group multiplies: fewer (a product of a few tokens, or the last few of a
-// larger one) go one token at a time, rereading the panel's rows from the cache.
-constexpr int kMinGroupTokens = 5;
-
 template <GgmlType kType>
 void SuperPanel(const QuantGemmArgs& a) {
-  int grouped = 0;
-  if (a.x_packed != nullptr) {
-    const int rest = a.num_tokens % kPackTokens;
-    grouped = a.num_tokens - rest + (rest >= kMinGroupTokens ? rest : 0);
-  }
   SuperSlab slab;
-  ForSuperGroups(
-      a, grouped,
+  GroupsThenSingles(
+      a, a.k / 256, kSuperSlab, kSuperPackedBytes,
       [&](int r0, int rows, int s0, int count) {
         UnpackSuperSlab<kType>(a, r0, rows, s0, count, &slab);
       },
       [&](int j, const uint8_t* packed, __m512* acc) {
         SuperBlockOnGroup<kType>(slab, j, packed, acc);
       },
-      [&](int r0, int rows) {
-        for (int t = grouped; t < a.num_tokens; ++t) {
-          QuantGemmArgs one = a;
-          one.x = a.x + static_cast<size_t>(t) * a.x_stride;
-          OneTokenSuperRows<kType, _MM_HINT_T1>(one, r0, rows,
-                                                a.out + static_cast<size_t>(t) * a.ldo + r0);
-        }
-      });
+      OneTokenSuperRows<kType, _MM_HINT_T1>);
 }
 
-// ---- Q8_0 / Q4_0 tile tables and the panel driver ----
+// ---- Q8_0 / Q4_0 ----
+//
+// Groups of kPackTokens tokens (activations packed by PackBlock32Activations, one token per
+// lane) multiply 8 rows at a time, with a slab of blocks unpacked ahead per 8 rows: each row's
+// weights as signed bytes (Q4_0: q - 8), its d as float, and 128 x the sum of its weights per
+// block. One vpdpbusd multiplies 4 weight bytes, broadcast from the slab, with the activations
+// + 128 of 16 tokens; the block's sums, less the correction, are its exact int32 sums, folded
+// as quant_products_avx512.inc describes (the bits of OneTokenRows and of the AMX tiles).
 
-// Tiles of up to kRowBlock rows x kTokenBlock tokens: a batch's tiles take kTokenBlock tokens
-// and kWideRows rows (each row's unpacked chunk then serves 8 tokens); short batches (one or
-// two tokens: decode of one or two sequences) take kRowBlock rows.
-constexpr int kRowBlock = 4;
-constexpr int kWideRows = 2;
-constexpr int kTokenBlock = 8;
-using TileFn = void (*)(const QuantGemmArgs&, int, int);
-using TileGrid = std::array<std::array<TileFn, kTokenBlock>, kRowBlock>;
+// Blocks per unpacked slab of 8 rows (2,048 elements: 16 KiB of weight bytes).
+constexpr int kBlockSlab = 64;
 
-template <GgmlType kType, int RB, int... T>
-constexpr std::array<TileFn, kTokenBlock> GridRow(std::integer_sequence<int, T...>) {
-  return {&TileBlock32<kType, RB, T + 1>...};
-}
-template <GgmlType kType, int... R>
-constexpr TileGrid Grid(std::integer_sequence<int, R...>) {
-  return {GridRow<kType, R + 1>(std::make_integer_sequence<int, kTokenBlock>{})...};
-}
+struct BlockSlab {
+  alignas(64) int8_t q[kBlockSlab][kKernelRows][32];
+  alignas(64) int32_t correction[kBlockSlab][kKernelRows];
+  alignas(64) float d[kBlockSlab][kKernelRows];
+};
+
+// Blocks [b0, b0 + count) of rows [r0, r0 + rows) into the slab (missing rows zero), two
+// blocks of the 8 rows at a time.
 template <GgmlType kType>
-constexpr TileGrid kGrid = Grid<kType>(std::make_integer_sequence<int, kRowBlock>{});
+void UnpackBlockSlab(const QuantGemmArgs& a, int r0, int rows, int b0, int count, BlockSlab* slab) {
+  constexpr size_t kBytes = QuantBlockBytes(kType);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7);
+  const __m512i scale_offsets = _mm512_add_epi32(
+      _mm512_mullo_epi32(lane, _mm512_set1_epi32(static_cast<int>(a.w_stride))),
+      _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi32(static_cast<int>(kBytes)), 1));
+  const __mmask8 valid = static_cast<__mmask8>((1u << rows) - 1);
+  const uint8_t* w0 = a.w + static_cast<size_t>(r0) * a.w_stride;
+  for (int j = 0; j < count; j += 2) {
+    const bool two = j + 1 < count;
+    const size_t at = static_cast<size_t>(b0 + j) * kBytes;
+    __m512i sums[kKernelRows];
+    for (int r = 0; r < kKernelRows; ++r) {
+      __m512i w = _mm512_setzero_si512();
+      if (r < rows) {
+        const uint8_t* p = w0 + static_cast<size_t>(r) * a.w_stride + at;
+        PrefetchAhead<2 * kBytes>(p, a.w_stride);
+        if constexpr (kType == GgmlType::Q8_0) {
+          const __m256i q1 =
+              two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + kBytes + 2))
+                  : _mm256_setzero_si256();
+          w = _mm512_inserti64x4(
+              _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + 2))),
+              q1, 1);
+        } else {
+          const __m512i eight =
+              two ? _mm512_set1_epi8(8)
+                  : _mm512_inserti64x4(_mm512_set1_epi8(8), _mm256_setzero_si256(), 1);
+          w = _mm512_sub_epi8(Q4PairNibbles(p + 2, two ? p + kBytes + 2 : nullptr), eight);
+        }
+      }
+      _mm256_store_si256(reinterpret_cast<__m256i*>(slab->q[j][r]), _mm512_castsi512_si256(w));
+      if (two) {
+        _mm256_store_si256(reinterpret_cast<__m256i*>(slab->q[j + 1][r]),
+                           _mm512_extracti64x4_epi64(w, 1));
+      }
+      sums[r] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), w);
+    }
+    // Lanes 0-7: block j's rows, 8-15: block j + 1's; correction[j] and [j + 1] are adjacent.
+    const __mmask16 m = two ? __mmask16{0xFFFF} : __mmask16{0x00FF};
+    _mm512_mask_store_epi32(slab->correction[j], m, _mm512_slli_epi32(ReduceRowPairs(sums), 7));
+    const __mmask16 gather = static_cast<__mmask16>(valid | (two ? unsigned{valid} << 8 : 0u));
+    const __m512i words =
+        _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), gather, scale_offsets, w0 + at, 1);
+    _mm512_mask_store_ps(slab->d[j], m, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)));
+  }
+}
+
+// Block j of the slab times a group of 16 tokens into acc (lanes: the tokens).
+inline void BlockOnGroup(const BlockSlab& slab, int j, const uint8_t* packed, __m512* acc) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i x[8];  // dword i of the block's 16 tokens, + 128 per byte
+  for (int i = 0; i < 8; ++i) x[i] = _mm512_xor_si512(_mm512_load_si512(packed + 64 * i), flip);
+  const __m512 dx = _mm512_load_ps(reinterpret_cast<const float*>(packed + kBTileBytes));
+  for (int r = 0; r < kKernelRows; ++r) {
+    const int8_t* w = slab.q[j][r];
+    __m512i dot = _mm512_setzero_si512();
+    for (int i = 0; i < 8; ++i) {
+      int32_t word;
+      std::memcpy(&word, w + 4 * i, sizeof(word));
+      dot = _mm512_dpbusd_epi32(dot, x[i], _mm512_set1_epi32(word));
+    }
+    const __m512i sum = _mm512_sub_epi32(dot, _mm512_set1_epi32(slab.correction[j][r]));
+    acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum),
+                             _mm512_mul_ps(_mm512_set1_ps(slab.d[j][r]), dx), acc[r]);
+  }
+}
+
+template <GgmlType kType>
+void BlockPanel(const QuantGemmArgs& a) {
+  BlockSlab slab;
+  GroupsThenSingles(
+      a, a.k / 32, kBlockSlab, kPackedBlockBytes,
+      [&](int r0, int rows, int b0, int count) {
+        UnpackBlockSlab<kType>(a, r0, rows, b0, count, &slab);
+      },
+      [&](int j, const uint8_t* packed, __m512* acc) { BlockOnGroup(slab, j, packed, acc); },
+      OneTokenRows<kType, _MM_HINT_T1>);
+}
 
 }  // namespace
 
@@ -298,30 +308,32 @@ void QuantGemmPanelAvx512Vnni(const QuantGemmArgs& a) {
     case GgmlType::Q6_K:
       SuperPanel<GgmlType::Q6_K>(a);
       return;
+    case GgmlType::Q8_0:
+      BlockPanel<GgmlType::Q8_0>(a);
+      return;
     default:
-      break;
-  }
-  const TileGrid& grid = a.type == GgmlType::Q8_0 ? kGrid<GgmlType::Q8_0> : kGrid<GgmlType::Q4_0>;
-  for (int t0 = 0; t0 < a.num_tokens; t0 += kTokenBlock) {
-    const int tb = a.num_tokens - t0 < kTokenBlock ? a.num_tokens - t0 : kTokenBlock;
-    const int row_block = tb <= 2 ? kRowBlock : kWideRows;
-    for (int r0 = 0; r0 < a.rows; r0 += row_block) {
-      const int rb = a.rows - r0 < row_block ? a.rows - r0 : row_block;
-      grid[rb - 1][tb - 1](a, r0, t0);
-    }
+      BlockPanel<GgmlType::Q4_0>(a);
+      return;
   }
 }
 
 size_t PackedGroupBytesAvx512Vnni(GgmlType type, int k) {
-  return ActivationFormatFor(type) == ActivationFormat::kSuper256
-             ? static_cast<size_t>(k / 256) * kSuperPackedBytes
-             : 0;
+  switch (ActivationFormatFor(type)) {
+    case ActivationFormat::kSuper256:
+      return static_cast<size_t>(k / 256) * kSuperPackedBytes;
+    case ActivationFormat::kBlock32:
+      return static_cast<size_t>(k / 32) * kPackedBlockBytes;
+    default:
+      return 0;
+  }
 }
 
 void PackActivationsAvx512Vnni(GgmlType type, const uint8_t* records, size_t record_bytes,
                                int tokens, int k, uint8_t* out) {
   if (ActivationFormatFor(type) == ActivationFormat::kSuper256) {
     PackSuperActivations(records, record_bytes, tokens, k, out);
+  } else {
+    PackBlock32Activations(records, record_bytes, tokens, k, out);
   }
 }
 
