@@ -9,10 +9,11 @@
 #   PARTS=serving bench/cpu.sh      # only end to end
 #   PARTS=serving MODELS=F16 LEVELS="1 16" bench/cpu.sh   # some models and stream counts
 #
-# 1. build/bin/cpu_bench (Google Benchmark): FMA peak and read bandwidth of this machine (1 and
-#    all threads), batch-1 GEMV bytes/s and batch-64 GEMM FLOP/s per weight type through the
-#    backend's MatMul, paged attention of a decode batch (FLOP/s at contexts 64 and 512), and
-#    forward-pass decode steps (batch 1, 16, 64) of the issue model.
+# 1. build/bin/cpu_bench (Google Benchmark): FMA peak, byte dot product (VNNI) peak and read
+#    bandwidth of this machine (1 and all threads), batch-1 GEMV bytes/s and batch-64 GEMM
+#    FLOP/s per weight type through the backend's MatMul, paged attention of a decode batch
+#    (FLOP/s at contexts 64 and 512), and forward-pass decode steps (batch 1, 16, 64) of the
+#    issue model.
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
 #    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
 #    at 1, 16 and 64 streams, 32-token prompts, 64 output tokens, greedy, ignore EOS; then TTFT
@@ -51,13 +52,18 @@ def best(prefix, counter):
     vals = [b[counter] for b in runs if b["name"].startswith(prefix)]
     return max(vals) if vals else float("nan")
 fma = best("BM_FmaPeak", "flops")
+int8 = best("BM_Int8DotPeak", "ops")
 bw = best("BM_ReadBandwidth", "bytes")
-print(f"machine: FMA peak {fma/1e9:.1f} GFLOP/s, read bandwidth {bw/1e9:.1f} GB/s (best of 1 and all threads)")
-print(f"{'type':6} {'GEMV GB/s':>10} {'/ bandwidth':>12} {'GEMM64 GFLOP/s':>15} {'/ FMA peak':>11}")
+print(f"machine: FMA peak {fma/1e9:.1f} GFLOP/s, byte dot product (vpdpbusd) peak "
+      f"{int8/1e9:.1f} GOP/s, read bandwidth {bw/1e9:.1f} GB/s (best of 1 and all threads)")
+# Quantized weights multiply bytes (VNNI) where the CPU has it: their GEMM is also shown
+# against the byte dot product peak, the ceiling of those products.
+print(f"{'type':6} {'GEMV GB/s':>10} {'/ bandwidth':>12} {'GEMM64 GFLOP/s':>15} {'/ FMA peak':>11} {'/ int8 peak':>12}")
 gemv = {b["label"]: b["bytes"] for b in runs if b["name"].startswith("BM_Gemv")}
 gemm = {b["label"]: b["flops"] for b in runs if b["name"].startswith("BM_Gemm64")}
 for t in gemv:
-    print(f"{t:6} {gemv[t]/1e9:10.1f} {gemv[t]/bw:12.2f} {gemm[t]/1e9:15.1f} {gemm[t]/fma:11.2f}")
+    int8_ratio = f"{gemm[t]/int8:12.2f}" if int8 > 0 and t.startswith("Q") else f"{'':12}"
+    print(f"{t:6} {gemv[t]/1e9:10.1f} {gemv[t]/bw:12.2f} {gemm[t]/1e9:15.1f} {gemm[t]/fma:11.2f} {int8_ratio}")
 for b in runs:
     if b["name"].startswith("BM_Attention"):
         ctx = int(b["name"].split("/")[1])

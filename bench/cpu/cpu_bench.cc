@@ -105,6 +105,14 @@ void BM_FmaPeak(benchmark::State& state) {
   state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
 }
 
+void BM_Int8DotPeak(benchmark::State& state) {
+  int32_t sink = 0;
+  double ops = 0;
+  for (auto _ : state) ops += Int8DotLoop(1 << 22, &sink);
+  benchmark::DoNotOptimize(sink);
+  state.counters["ops"] = benchmark::Counter(ops, benchmark::Counter::kIsRate);
+}
+
 void BM_ReadBandwidth(benchmark::State& state) {
   // Each thread reads its own share of the working set.
   const size_t n = kWorkingSetBytes / sizeof(float) / static_cast<size_t>(state.threads());
@@ -247,6 +255,7 @@ void BM_DecodeStep(benchmark::State& state) {
 }
 
 BENCHMARK(BM_FmaPeak)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_Int8DotPeak)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_ReadBandwidth)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Gemv)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Gemm64)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);

@@ -6,6 +6,7 @@ namespace pagoda::bench {
 
 double FmaLoopAvx512(int64_t iterations, float* sink);
 double FmaLoopAvx2(int64_t iterations, float* sink);
+double Int8DotLoopVnni(int64_t iterations, int32_t* sink);
 float ReadSumAvx512(const float* data, size_t n);
 float ReadSumAvx2(const float* data, size_t n);
 
@@ -27,6 +28,17 @@ double FmaLoop(int64_t iterations, float* sink) {
       *sink = acc[0] + acc[7];
       return 2.0 * 8 * static_cast<double>(iterations);
     }
+  }
+}
+
+double Int8DotLoop(int64_t iterations, int32_t* sink) {
+  switch (worker::cpu::BestSupportedIsa()) {
+    case CpuIsa::kAvx512Amx:
+    case CpuIsa::kAvx512Vnni:
+      return Int8DotLoopVnni(iterations, sink);
+    default:
+      *sink = 0;
+      return 0.0;
   }
 }
 
