@@ -16,9 +16,13 @@
 #    issue model.
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
 #    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
-#    at 1, 16 and 64 streams, 32-token prompts, 64 output tokens, greedy, ignore EOS; then TTFT
-#    of a 512-token prompt. With LLAMA_SERVER, the same GGUF and load against llama-server
-#    (CPU, -cb -fa, same thread count), driven by a small python3 client over /completion.
+#    at 1, 16 and 64 streams (2 x streams requests, at least 16), 32-token prompts, 64 output
+#    tokens, greedy, ignore EOS; then TTFT of a 512-token prompt. With LLAMA_SERVER, the same
+#    GGUF and load against llama-server (CPU, -cb -fa, same thread count), driven by a small
+#    python3 client over /completion (two warm-up requests, as pagoda-bench sends): both servers
+#    are up together and each level runs on Pagoda, then at once on llama.cpp, with their ratio
+#    printed, so a ratio is taken within a minute (this VM's speed drifts by tens of percent
+#    over several minutes).
 # 3. bench/serving.sh at 64 streams: continuous vs static batching (padded and shrinking
 #    waves; long-tailed output lengths, see that script).
 #
@@ -131,6 +135,10 @@ def stream():
                 return
             left[0] -= 1
         one()
+for _ in range(2):  # warm-up, one at a time, not counted (as pagoda-bench --warmup-requests 2)
+    one()
+ttfts.clear()
+tokens[0] = 0
 t0 = time.time()
 ts = [threading.Thread(target=stream) for _ in range(conc)]
 for t in ts: t.start()
@@ -140,16 +148,46 @@ print(f"{name:28} {tokens[0]/dur:10.1f} tok/s   TTFT p50 {statistics.median(ttft
 PY
 }
 
+# Pagoda's and llama.cpp's rows of one level, and their ratio (output tokens/s).
+both_levels() {
+  local label="$1" level="$2" input="$3" output="$4" requests="$5" port="$6" ours theirs
+  ours="$(pagoda_level "pagoda-$label-$level" "${level#c}" "$input" "$output" "$requests")"
+  echo "$ours"
+  [ -n "$port" ] || return 0
+  theirs="$(llama_level "llama.cpp-$label-$level" "${level#c}" "$input" "$output" "$requests" "$port")"
+  echo "$theirs"
+  awk -v a="$(awk '{print $2}' <<<"$ours")" -v b="$(awk '{print $2}' <<<"$theirs")" \
+    -v n="$label $level" 'BEGIN { printf "%-28s %10.2f  Pagoda / llama.cpp output tokens/s\n", n, a / b }'
+}
+
+llama_pid=""
+stop_servers() {
+  stop_cluster
+  if [ -n "$llama_pid" ]; then
+    kill "$llama_pid" 2>/dev/null || true
+    wait "$llama_pid" 2>/dev/null || true
+  fi
+  llama_pid=""
+}
+
 serve_model() {
-  local label="$1" dtype="$2" model="$build_dir/models/issue16-$2.gguf"
+  local label="$1" dtype="$2" model="$build_dir/models/issue16-$2.gguf" port=""
   [ -f "$model" ] || "$bin/pagoda-make-model" --output "$model" --layers 12 --dim 768 --heads 12 \
     --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 --dtype "$dtype" >/dev/null
-  trap stop_cluster EXIT
+  trap stop_servers EXIT
   start_cluster "$model" "$threads"
+  if [ -n "${LLAMA_SERVER:-}" ]; then
+    port=$(( 20000 + RANDOM % 20000 ))
+    "$LLAMA_SERVER" -m "$model" -t "$threads" -c 16384 -np 64 --kv-unified -cb -fa on \
+      --port "$port" --log-disable >"$out_dir/llama-$label.log" 2>&1 &
+    llama_pid=$!
+    for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
+  fi
   for conc in $levels; do
-    pagoda_level "pagoda-$label-c$conc" "$conc" 32 64 $(( conc * 2 > 8 ? conc * 2 : 8 ))
+    both_levels "$label" "c$conc" 32 64 $(( conc * 2 > 16 ? conc * 2 : 16 )) "$port"
   done
   pagoda_level "pagoda-$label-ttft512" 1 512 1 4
+  [ -z "$port" ] || llama_level "llama.cpp-$label-ttft512" 1 512 1 4 "$port"
   # Resident memory: the file's tensors, the KV arena (--kv-cache-mib, 256 by default, zeroed
   # at start so it is resident) and the rest (workspace, gRPC, code).
   local rss_kib file_bytes
@@ -158,20 +196,7 @@ serve_model() {
   awk -v r="$rss_kib" -v f="$file_bytes" -v l="$label" 'BEGIN {
     printf "%-28s worker RSS %.0f MiB = file %.0f MiB + KV arena 256 MiB + %.0f MiB\n",
       l " memory", r / 1024, f / 1048576, r / 1024 - f / 1048576 - 256 }'
-  stop_cluster
-  if [ -n "${LLAMA_SERVER:-}" ]; then
-    local port=$(( 20000 + RANDOM % 20000 ))
-    "$LLAMA_SERVER" -m "$model" -t "$threads" -c 16384 -np 64 --kv-unified -cb -fa on \
-      --port "$port" --log-disable >"$out_dir/llama-$label.log" 2>&1 &
-    local llama_pid=$!
-    for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
-    for conc in $levels; do
-      llama_level "llama.cpp-$label-c$conc" "$conc" 32 64 $(( conc * 2 > 8 ? conc * 2 : 8 )) "$port"
-    done
-    llama_level "llama.cpp-$label-ttft512" 1 512 1 4 "$port"
-    kill "$llama_pid" 2>/dev/null || true
-    wait "$llama_pid" 2>/dev/null || true
-  fi
+  stop_servers
 }
 
 if [[ "$parts" == *serving* ]]; then
