@@ -21,8 +21,8 @@
 namespace pagoda::worker::cpu {
 
 // kAvx512Vnni: the AVX-512 table with the products of quantized weights done by VNNI byte dot
-// products (vpdpbusd / vpdpwssd), on activations packed for them (pack_activations) for the
-// K-quants' products of several tokens; everything else as kAvx512.
+// products (vpdpbusd / vpdpwssd), on activations packed for them (pack_activations, 16 tokens
+// to a group) for products of several tokens; everything else as kAvx512.
 // kAvx512Amx: kAvx512Vnni with the products of quantized weights (Q8_0, Q4_0, Q4_K, Q5_K,
 // Q6_K) done by AMX tile dot products (tdpbssd / tdpbusd) on activations packed for them
 // (pack_activations), and, where the CPU has AMX-BF16, those of BF16 weights by bfloat16 tile
@@ -191,8 +191,9 @@ const KernelTable& Kernels(CpuIsa isa);
 extern const KernelTable kPortableKernels;
 extern const KernelTable kAvx2Kernels;
 extern const KernelTable kAvx512Kernels;
-// kAvx512Kernels' quant_gemm_panel with VNNI, and the packing of Q4_K/Q5_K/Q6_K products'
-// activations (kernels_avx512_vnni.cc); Kernels() builds its table.
+// kAvx512Kernels' quant_gemm_panel with VNNI, and the packing of the activations of every
+// quantized type's products of several tokens (kernels_avx512_vnni.cc); Kernels() builds its
+// table.
 void QuantGemmPanelAvx512Vnni(const QuantGemmArgs& args);
 size_t PackedGroupBytesAvx512Vnni(common::GgmlType type, int k);
 void PackActivationsAvx512Vnni(common::GgmlType type, const uint8_t* records, size_t record_bytes,
