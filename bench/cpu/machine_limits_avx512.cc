@@ -23,8 +23,8 @@ double FmaLoopAvx512(int64_t iterations, float* sink) {
 }
 
 // Compiled for VNNI in this function only; called only where the CPU has it.
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) double Int8DotLoopVnni(
-    int64_t iterations, int32_t* sink) {
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) double Int8DotLoopVnni(int64_t iterations,
+                                                                              int32_t* sink) {
   constexpr int kChains = 16;  // as the FMA loop: enough to cover latency x ports
   __m512i acc[kChains];
   for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_epi32(i);
