@@ -22,6 +22,7 @@
 #include "testing/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cpu/cpu_kernels.h"
+#include "worker/backend/cpu/thread_pool.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::bench {
@@ -56,13 +57,13 @@ constexpr GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, G
 
 // A matrix of random bytes whose scale fields are small halves (finite, sane values); the
 // kernels' cost does not depend on the values.
-WeightMatrix RandomBytesMatrix(GgmlType type, uint64_t seed) {
+WeightMatrix RandomBytesMatrix(GgmlType type, uint64_t seed, int rows = kRows) {
   WeightMatrix m;
   m.type = type;
-  m.rows = kRows;
+  m.rows = rows;
   m.cols = kCols;
   m.row_bytes = worker::RowBytes(type, kCols);
-  m.bytes.resize(m.row_bytes * kRows);
+  m.bytes.resize(m.row_bytes * rows);
   std::mt19937_64 rng(seed);
   if (type == GgmlType::F32 || type == GgmlType::BF16) {  // random bytes would be denormals
     for (size_t i = 0; i + 4 <= m.bytes.size(); i += 4) {
@@ -97,32 +98,59 @@ WeightMatrix RandomBytesMatrix(GgmlType type, uint64_t seed) {
   return m;
 }
 
+// The machine's limits at 1 thread and at the kernels' thread count (threads:N, where this
+// used to be 1 and 2 whatever the kernels ran on). Several threads run through the backend's
+// own pool and are timed by the wall clock around the whole parallel loop, as the kernels are,
+// rather than Google Benchmark's ->Threads(), which averages each thread's own time.
+void LimitThreadCounts(benchmark::internal::Benchmark* b) {
+  b->ArgName("threads")->Arg(1);
+  if (Threads() > 1) b->Arg(Threads());
+}
+
+// Runs fn(index, thread) for each index in [0, n) on state.range(0) threads, once per iteration.
+template <typename Fn>
+void RunOnThreads(benchmark::State& state, int n, Fn fn) {
+  cpu::ThreadPool pool(static_cast<int>(state.range(0)));
+  for (auto _ : state) {
+    pool.ParallelFor(n, [&](int begin, int end, int thread) {
+      for (int i = begin; i < end; ++i) fn(i, thread);
+    });
+  }
+}
+
+constexpr int kLimitParts = 256;  // parts of one iteration, shared out among the threads
+
 void BM_FmaPeak(benchmark::State& state) {
-  float sink = 0;
-  double flops = 0;
-  for (auto _ : state) flops += FmaLoop(1 << 22, &sink);
-  benchmark::DoNotOptimize(sink);
-  state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
+  std::vector<float> sinks(static_cast<size_t>(state.range(0)));
+  const double per_part = FmaLoop(1 << 16, &sinks[0]);  // also a warm-up
+  RunOnThreads(state, kLimitParts, [&](int, int thread) { FmaLoop(1 << 16, &sinks[thread]); });
+  benchmark::DoNotOptimize(sinks.data());
+  state.counters["flops"] =
+      benchmark::Counter(per_part * kLimitParts * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_Int8DotPeak(benchmark::State& state) {
-  int32_t sink = 0;
-  double ops = 0;
-  for (auto _ : state) ops += Int8DotLoop(1 << 22, &sink);
-  benchmark::DoNotOptimize(sink);
-  state.counters["ops"] = benchmark::Counter(ops, benchmark::Counter::kIsRate);
+  std::vector<int32_t> sinks(static_cast<size_t>(state.range(0)));
+  const double per_part = Int8DotLoop(1 << 16, &sinks[0]);
+  RunOnThreads(state, kLimitParts, [&](int, int thread) { Int8DotLoop(1 << 16, &sinks[thread]); });
+  benchmark::DoNotOptimize(sinks.data());
+  state.counters["ops"] =
+      benchmark::Counter(per_part * kLimitParts * static_cast<double>(state.iterations()),
+                         benchmark::Counter::kIsRate);
 }
 
 void BM_ReadBandwidth(benchmark::State& state) {
-  // Each thread reads its own share of the working set.
-  const size_t n = kWorkingSetBytes / sizeof(float) / static_cast<size_t>(state.threads());
-  std::vector<float> data(n, 1.0f);
-  double bytes = 0;
-  for (auto _ : state) {
-    benchmark::DoNotOptimize(ReadSum(data.data(), n / 64 * 64));
-    bytes += static_cast<double>(n) * sizeof(float);
-  }
-  state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  const size_t n = kWorkingSetBytes / sizeof(float), part = n / kLimitParts;
+  common::AlignedVector<float> data(n, 1.0f);
+  std::vector<float> sinks(static_cast<size_t>(state.range(0)));
+  RunOnThreads(state, kLimitParts,
+               [&](int i, int thread) { sinks[thread] += ReadSum(data.data() + i * part, part); });
+  benchmark::DoNotOptimize(sinks.data());
+  state.counters["bytes"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) *
+                             static_cast<double>(part * kLimitParts) * sizeof(float),
+                         benchmark::Counter::kIsRate);
 }
 
 // Batch-1 GEMV through the backend's MatMul (its pool and kernel table), cycling through
@@ -142,6 +170,26 @@ void BM_Gemv(benchmark::State& state) {
     cpu::MatMul(ctx.get(), p);
     bytes += static_cast<double>(one);
     i = (i + 1) % count;
+  }
+  state.SetLabel(common::GgmlTypeName(type));
+  state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+}
+
+// Batch-1 GEMV of a matrix that stays in the caches (about 256 KiB per thread): the kernel's
+// own rate, what it could stream if memory were no limit.
+void BM_GemvCached(benchmark::State& state) {
+  const GgmlType type = kTypes[state.range(0)];
+  const size_t row_bytes = worker::RowBytes(type, kCols);
+  const int rows =
+      static_cast<int>(std::max<size_t>(64, (size_t{256} << 10) * Threads() / row_bytes)) / 8 * 8;
+  const WeightMatrix m = RandomBytesMatrix(type, 7, rows);
+  cpu::LocalContext ctx(Isa(), Threads(), QuantizeActivations());
+  common::AlignedVector<float> x(kCols, 0.5f), out(rows);
+  double bytes = 0;
+  for (auto _ : state) {
+    const cpu::MatMulParams p[] = {{x.data(), &m, out.data(), 1}};
+    cpu::MatMul(ctx.get(), p);
+    bytes += static_cast<double>(m.bytes.size());
   }
   state.SetLabel(common::GgmlTypeName(type));
   state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
@@ -254,10 +302,11 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["weight_bytes"] = static_cast<double>(model->weight_bytes());
 }
 
-BENCHMARK(BM_FmaPeak)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
-BENCHMARK(BM_Int8DotPeak)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
-BENCHMARK(BM_ReadBandwidth)->ThreadRange(1, 2)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_FmaPeak)->Apply(LimitThreadCounts)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_Int8DotPeak)->Apply(LimitThreadCounts)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_ReadBandwidth)->Apply(LimitThreadCounts)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Gemv)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
+BENCHMARK(BM_GemvCached)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Gemm64)->DenseRange(0, 7)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_Attention)->Arg(64)->Arg(512)->UseRealTime()->MinTime(0.5);
 BENCHMARK(BM_DecodeStep)

@@ -1,7 +1,7 @@
 // The machine's own limits for bench/cpu.sh, measured with the widest vector set this CPU runs:
 // FMA throughput (independent chains, no memory traffic), byte dot product throughput (VNNI),
 // and read bandwidth (a sum over a buffer larger than the caches). Each runs on the calling
-// thread; the benchmark runs one copy per thread.
+// thread; the benchmark runs them on each thread of the backend's pool.
 #pragma once
 
 #include <cstddef>
