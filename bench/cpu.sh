@@ -10,10 +10,11 @@
 #   PARTS=serving MODELS=F16 LEVELS="1 16" bench/cpu.sh   # some models and stream counts
 #
 # 1. build/bin/cpu_bench (Google Benchmark): FMA peak, byte dot product (VNNI) peak and read
-#    bandwidth of this machine (1 and all threads), batch-1 GEMV bytes/s and batch-64 GEMM
-#    FLOP/s per weight type through the backend's MatMul, paged attention of a decode batch
-#    (FLOP/s at contexts 64 and 512), and forward-pass decode steps (batch 1, 16, 64) of the
-#    issue model.
+#    bandwidth of this machine (1 and all threads), batch-1 GEMV bytes/s (from memory, and from
+#    the caches: the kernel's own rate) and batch-64 GEMM FLOP/s per weight type through the
+#    backend's MatMul, paged attention of a decode batch (FLOP/s at contexts 64 and 512), and
+#    forward-pass decode steps (batch 1, 16, 64) of the issue model. Each kernel runs in its own
+#    call right after the limit it is divided by, so the two are seconds apart.
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
 #    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
 #    at 1, 16 and 64 streams (2 x streams requests, at least 16), 32-token prompts, 64 output
@@ -47,39 +48,66 @@ cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "cpu.sh: $cpu_model, $cores cores; worker threads $threads; $(date -u +%F)"
 
 if [[ "$parts" == *kernels* ]]; then
-  PAGODA_BENCH_THREADS="$threads" "$bin/cpu_bench" --benchmark_out="$out_dir/cpu_bench.json" \
-    --benchmark_out_format=json >"$out_dir/cpu_bench.txt"
-  python3 - "$out_dir/cpu_bench.json" <<'PY'
-import json, sys
-runs = json.load(open(sys.argv[1]))["benchmarks"]
-def best(prefix, counter):
+  # Each kernel is run in its own cpu_bench call right after the limit it is compared with, so
+  # a ratio's two numbers are taken seconds apart (this VM's memory bandwidth moves between 28
+  # and 49 GB/s from one minute to the next, its FMA rate by 15%).
+  bench_group() {  # bench_group NAME FILTER
+    PAGODA_BENCH_THREADS="$threads" "$bin/cpu_bench" --benchmark_filter="$2" \
+      --benchmark_out="$out_dir/cpu_bench-$1.json" --benchmark_out_format=json \
+      >"$out_dir/cpu_bench-$1.txt"
+  }
+  for t in 0 1 2 3 4 5 6 7; do
+    bench_group "gemv-$t" "BM_ReadBandwidth|BM_Gemv/$t/|BM_GemvCached/$t/"
+    bench_group "gemm-$t" "BM_FmaPeak|BM_Int8DotPeak|BM_Gemm64/$t/"
+  done
+  bench_group attention "BM_FmaPeak|BM_Attention"
+  for m in 0 1 2; do bench_group "decode-$m" "BM_ReadBandwidth|BM_DecodeStep/$m/"; done
+  python3 - "$out_dir" <<'PY'
+import glob, json, os, sys
+groups = {os.path.basename(f)[len("cpu_bench-"):-len(".json")]: json.load(open(f))["benchmarks"]
+          for f in glob.glob(os.path.join(sys.argv[1], "cpu_bench-*.json"))}
+def best(runs, prefix, counter):
     vals = [b[counter] for b in runs if b["name"].startswith(prefix)]
     return max(vals) if vals else float("nan")
-fma = best("BM_FmaPeak", "flops")
-int8 = best("BM_Int8DotPeak", "ops")
-bw = best("BM_ReadBandwidth", "bytes")
-print(f"machine: FMA peak {fma/1e9:.1f} GFLOP/s, byte dot product (vpdpbusd) peak "
-      f"{int8/1e9:.1f} GOP/s, read bandwidth {bw/1e9:.1f} GB/s (best of 1 and all threads)")
+def one(runs, prefix):
+    return next(b for b in runs if b["name"].startswith(prefix))
+def limits(counter, prefix):
+    vals = [best(r, prefix, counter) for r in groups.values() if any(b["name"].startswith(prefix) for b in r)]
+    return min(vals), max(vals)
+fma, int8, bw = limits("flops", "BM_FmaPeak"), limits("ops", "BM_Int8DotPeak"), limits("bytes", "BM_ReadBandwidth")
+print(f"machine over this run (best of 1 and all threads, measured next to each kernel): FMA peak "
+      f"{fma[0]/1e9:.1f}-{fma[1]/1e9:.1f} GFLOP/s, byte dot product (vpdpbusd) peak "
+      f"{int8[0]/1e9:.1f}-{int8[1]/1e9:.1f} GOP/s, read bandwidth {bw[0]/1e9:.1f}-{bw[1]/1e9:.1f} GB/s")
 # Quantized weights multiply bytes (VNNI) where the CPU has it: their GEMM is also shown
 # against the byte dot product peak, the ceiling of those products.
-print(f"{'type':6} {'GEMV GB/s':>10} {'/ bandwidth':>12} {'GEMM64 GFLOP/s':>15} {'/ FMA peak':>11} {'/ int8 peak':>12}")
-gemv = {b["label"]: b["bytes"] for b in runs if b["name"].startswith("BM_Gemv")}
-gemm = {b["label"]: b["flops"] for b in runs if b["name"].startswith("BM_Gemm64")}
-for t in gemv:
-    int8_ratio = f"{gemm[t]/int8:12.2f}" if int8 > 0 and t.startswith("Q") else f"{'':12}"
-    print(f"{t:6} {gemv[t]/1e9:10.1f} {gemv[t]/bw:12.2f} {gemm[t]/1e9:15.1f} {gemm[t]/fma:11.2f} {int8_ratio}")
-for b in runs:
+print(f"{'type':6} {'GEMV GB/s':>10} {'its BW':>7} {'/ BW':>5} {'cached':>7} "
+      f"{'GEMM64 GFLOP/s':>15} {'its peak':>9} {'/ FMA peak':>11} {'/ int8 peak':>12}")
+for t in range(8):
+    gv, gm = groups[f"gemv-{t}"], groups[f"gemm-{t}"]
+    gemv, cached, gemm = one(gv, "BM_Gemv/"), one(gv, "BM_GemvCached/"), one(gm, "BM_Gemm64/")
+    b, f, i8 = best(gv, "BM_ReadBandwidth", "bytes"), best(gm, "BM_FmaPeak", "flops"), best(gm, "BM_Int8DotPeak", "ops")
+    label = gemv["label"]
+    int8_ratio = f"{gemm['flops']/i8:12.2f}" if i8 > 0 and label.startswith("Q") else f"{'':12}"
+    print(f"{label:6} {gemv['bytes']/1e9:10.1f} {b/1e9:7.1f} {gemv['bytes']/b:5.2f} {cached['bytes']/1e9:7.1f} "
+          f"{gemm['flops']/1e9:15.1f} {f/1e9:9.1f} {gemm['flops']/f:11.2f} {int8_ratio}")
+att = groups["attention"]
+f = best(att, "BM_FmaPeak", "flops")
+for b in att:
     if b["name"].startswith("BM_Attention"):
         ctx = int(b["name"].split("/")[1])
         print(f"attention, 16 tokens x 12 heads (4 KV heads) of 64 at context {ctx}: "
-              f"{b['flops']/1e9:.1f} GFLOP/s, {b['flops']/fma:.2f} of FMA peak")
-print(f"{'model':8} {'batch':>5} {'step ms':>8} {'tokens/s':>9} {'weights GB/s':>13} {'/ bandwidth':>12}")
-for b in runs:
-    if not b["name"].startswith("BM_DecodeStep"):
-        continue
-    batch = int(b["name"].split("/")[2])
-    wbps = b["weight_bytes"] / (b["real_time"] / 1e3)
-    print(f"{b['label']:8} {batch:5} {b['real_time']:8.2f} {b['tokens']:9.1f} {wbps/1e9:13.1f} {wbps/bw:12.2f}")
+              f"{b['flops']/1e9:.1f} GFLOP/s, {b['flops']/f:.2f} of FMA peak")
+print(f"{'model':8} {'batch':>5} {'step ms':>8} {'tokens/s':>9} {'weights GB/s':>13} {'its BW':>7} {'/ BW':>5}")
+for m in range(3):
+    runs = groups[f"decode-{m}"]
+    bw_m = best(runs, "BM_ReadBandwidth", "bytes")
+    for b in runs:
+        if not b["name"].startswith("BM_DecodeStep"):
+            continue
+        batch = int(b["name"].split("/")[2])
+        wbps = b["weight_bytes"] / (b["real_time"] / 1e3)
+        print(f"{b['label']:8} {batch:5} {b['real_time']:8.2f} {b['tokens']:9.1f} {wbps/1e9:13.1f} "
+              f"{bw_m/1e9:7.1f} {wbps/bw_m:5.2f}")
 PY
 fi
 
