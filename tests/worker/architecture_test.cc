@@ -15,6 +15,7 @@
 #include "common/fp16.h"
 #include "common/gguf_reader.h"
 #include "testing/random_model.h"
+#include "tests/worker/reference_forward.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/weight_matrix.h"
@@ -94,11 +95,6 @@ class DenseReference {
     }
     return y;
   }
-  // x with every element rounded to F16 (to nearest even) and back.
-  static Vec ToHalfPrecision(Vec x) {
-    for (double& e : x) e = common::F16ToFloat(common::FloatToF16(static_cast<float>(e)));
-    return x;
-  }
   void Rope(Vec& x, int heads) const {
     const int half = c_.head_dim / 2;
     const bool neox = c_.architecture != "llama";
@@ -133,8 +129,8 @@ class DenseReference {
     Rope(q, c_.n_heads);
     Rope(k, c_.n_kv_heads);
     // The cache holds F16 (the CPU backend's kv_arena.h, llama.cpp's default cache type).
-    k_[l].push_back(ToHalfPrecision(k));
-    v_[l].push_back(ToHalfPrecision(v));
+    k_[l].push_back(pagoda::testing::ToHalfPrecision(k));
+    v_[l].push_back(pagoda::testing::ToHalfPrecision(v));
     Vec attn(c_.q_dim(), 0.0);
     const int group = c_.n_heads / c_.n_kv_heads;
     for (int h = 0; h < c_.n_heads; ++h) {

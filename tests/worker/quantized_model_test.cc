@@ -16,11 +16,12 @@
 namespace pagoda::worker {
 namespace {
 
-// llama.cpp multiplies quantized weights with activations it rounds to 8 bits; Pagoda keeps
-// activations in float32, so log-probabilities differ by a few hundredths (quant/README.md):
-// every compared value within kMaxLogProbGap, and their mean gap within kMeanLogProbGap.
-// Measured (with the F16 KV cache, as llama.cpp's): F32 0.0014 max; quantized files 0.065-0.098
-// max, 0.013-0.024 mean.
+// llama.cpp multiplies quantized weights with activations it rounds to 8 bits. Pagoda does too
+// on the tables with integer products (the default there), with its own rounding, and keeps
+// them float32 elsewhere or when asked (quantize_activations off); either way log-probabilities
+// differ by a few hundredths (quant/README.md): every compared value within kMaxLogProbGap, and
+// their mean gap within kMeanLogProbGap. Measured (with the F16 KV cache, as llama.cpp's): F32
+// 0.0014 max; quantized files 0.065-0.098 max, 0.013-0.024 mean, with either activations.
 constexpr double kMaxLogProbGap = 0.12;
 constexpr double kMeanLogProbGap = 0.03;
 

@@ -14,6 +14,13 @@
 
 namespace pagoda::testing {
 
+// x with every element rounded to F16 (to nearest even) and back: what a KV cache of F16 holds
+// (the CPU backend's kv_arena.h, llama.cpp's default cache type).
+inline std::vector<double> ToHalfPrecision(std::vector<double> x) {
+  for (double& e : x) e = common::F16ToFloat(common::FloatToF16(static_cast<float>(e)));
+  return x;
+}
+
 class ReferenceLlama {
  public:
   explicit ReferenceLlama(const worker::LlamaModel& model)
@@ -78,12 +85,6 @@ class ReferenceLlama {
         x1 = r1;
       }
     }
-  }
-
-  // x with every element rounded to F16 (to nearest even) and back.
-  static std::vector<double> ToHalfPrecision(std::vector<double> x) {
-    for (double& e : x) e = common::F16ToFloat(common::FloatToF16(static_cast<float>(e)));
-    return x;
   }
 
   void Layer(int l, std::vector<double>& x) {
