@@ -68,7 +68,7 @@ void OpenAiCall::Begin() {
   id_ = r->id;
   const bool chat = request_.endpoint == Endpoint::kChat;
   header_ = AnswerHeader{.endpoint = request_.endpoint,
-                         .id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", id_),
+                         .id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", frontend_->id_tag_, "-", id_),
                          .created = absl::ToUnixSeconds(absl::Now()),
                          .model = frontend_->options_.served_model_name,
                          .usage_in_chunks = request_.include_usage};

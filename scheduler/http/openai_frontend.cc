@@ -1,9 +1,11 @@
 #include "scheduler/http/openai_frontend.h"
 
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "scheduler/http/openai_call.h"
@@ -29,6 +31,12 @@ std::string MethodNotAllowed(std::string_view allow, bool keep_alive) {
                       {{"Allow", std::string(allow)}});
 }
 
+std::string RandomTag() {
+  std::random_device device;
+  const uint64_t bits = uint64_t{device()} << 32 | device();
+  return absl::StrFormat("%016x", bits);
+}
+
 }  // namespace
 
 OpenAiFrontend::OpenAiFrontend(Engine* engine, GenerationService* service, const ServedModel* model,
@@ -37,7 +45,8 @@ OpenAiFrontend::OpenAiFrontend(Engine* engine, GenerationService* service, const
       service_(service),
       model_(model),
       options_(std::move(options)),
-      created_(absl::ToUnixSeconds(absl::Now())) {
+      created_(absl::ToUnixSeconds(absl::Now())),
+      id_tag_(RandomTag()) {
   if (options_.chat_template.empty()) {
     chat_template_error_ =
         "the model has no chat template (no tokenizer.chat_template in its GGUF file): start "

@@ -86,6 +86,9 @@ class OpenAiFrontend {
   const ServedModel* const model_;
   const FrontendOptions options_;
   const int64_t created_;  // /v1/models' "created": when the server started
+  // 16 random hex digits drawn at start: response ids are "cmpl-<tag>-<request id>", so they
+  // stay unique across restarts and across replicas behind one load balancer.
+  const std::string id_tag_;
   // The parsed chat template, or why there is none.
   std::optional<text::ChatTemplate> chat_template_;
   std::string chat_template_error_;

@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -108,6 +110,10 @@ TEST_F(HttpE2eTest, GoldenGreedyCompletions) {
   CurlResult models = Curl(dir_, http_, "/v1/models", std::nullopt);
   ASSERT_EQ(models.status, 200);
   EXPECT_EQ(json::parse(models.body)["data"][0]["id"], "stories");
+  // Response ids: "cmpl-", the process's random tag, the request's number; each answer its own,
+  // every chunk of a stream the same.
+  const std::regex id_form("cmpl-[0-9a-f]{16}-[0-9]+");
+  std::set<std::string> ids;
   for (const auto& c : LoadGolden(*golden_)["cases"]) {
     SCOPED_TRACE(c["prompt"].get<std::string>());
     json request = {{"model", "stories"},
@@ -123,6 +129,8 @@ TEST_F(HttpE2eTest, GoldenGreedyCompletions) {
     EXPECT_EQ(answer["usage"]["prompt_tokens"], c["prompt_token_ids"].size());
     EXPECT_EQ(answer["usage"]["completion_tokens"], c["max_tokens"]);
     EXPECT_TRUE(answer["usage"]["prompt_tokens_details"].contains("cached_tokens"));
+    EXPECT_TRUE(std::regex_match(answer["id"].get<std::string>(), id_form)) << answer["id"];
+    EXPECT_TRUE(ids.insert(answer["id"]).second) << answer["id"];
 
     // The same prompt as token ids, streamed with the usage chunk.
     request["prompt"] = c["prompt_token_ids"];
@@ -136,9 +144,11 @@ TEST_F(HttpE2eTest, GoldenGreedyCompletions) {
     EXPECT_TRUE(done);
     ASSERT_GE(events.size(), 2u);
     std::string text;
+    EXPECT_TRUE(ids.insert(events[0]["id"]).second) << events[0]["id"];
     for (size_t i = 0; i + 1 < events.size(); ++i) {
       text += events[i]["choices"][0]["text"].get<std::string>();
       EXPECT_TRUE(events[i]["usage"].is_null());
+      EXPECT_EQ(events[i]["id"], events[0]["id"]);
     }
     EXPECT_EQ(text, c["expected_text"]);
     EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
