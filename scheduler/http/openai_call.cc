@@ -67,8 +67,9 @@ void OpenAiCall::Begin() {
   r->id = engine->NextRequestIds(r->n);
   id_ = r->id;
   const bool chat = request_.endpoint == Endpoint::kChat;
+  std::string answer_id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", frontend_->id_tag_, "-", id_);
   header_ = AnswerHeader{.endpoint = request_.endpoint,
-                         .id = absl::StrCat(chat ? "chatcmpl-" : "cmpl-", frontend_->id_tag_, "-", id_),
+                         .id = std::move(answer_id),
                          .created = absl::ToUnixSeconds(absl::Now()),
                          .model = frontend_->options_.served_model_name,
                          .usage_in_chunks = request_.include_usage};
