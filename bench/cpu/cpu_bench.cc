@@ -120,25 +120,21 @@ void RunOnThreads(benchmark::State& state, int n, Fn fn) {
 
 constexpr int kLimitParts = 256;  // parts of one iteration, shared out among the threads
 
-void BM_FmaPeak(benchmark::State& state) {
-  std::vector<float> sinks(static_cast<size_t>(state.range(0)));
-  const double per_part = FmaLoop(1 << 16, &sinks[0]);  // also a warm-up
-  RunOnThreads(state, kLimitParts, [&](int, int thread) { FmaLoop(1 << 16, &sinks[thread]); });
+// A register-only peak loop (FmaLoop, Int8DotLoop) on state.range(0) threads: the operations
+// it reports per second, as `counter`.
+template <typename Sink>
+void PeakLoop(benchmark::State& state, double (*loop)(int64_t, Sink*), const char* counter) {
+  std::vector<Sink> sinks(static_cast<size_t>(state.range(0)));
+  const double per_part = loop(1 << 16, &sinks[0]);  // also a warm-up
+  RunOnThreads(state, kLimitParts, [&](int, int thread) { loop(1 << 16, &sinks[thread]); });
   benchmark::DoNotOptimize(sinks.data());
-  state.counters["flops"] =
+  state.counters[counter] =
       benchmark::Counter(per_part * kLimitParts * static_cast<double>(state.iterations()),
                          benchmark::Counter::kIsRate);
 }
 
-void BM_Int8DotPeak(benchmark::State& state) {
-  std::vector<int32_t> sinks(static_cast<size_t>(state.range(0)));
-  const double per_part = Int8DotLoop(1 << 16, &sinks[0]);
-  RunOnThreads(state, kLimitParts, [&](int, int thread) { Int8DotLoop(1 << 16, &sinks[thread]); });
-  benchmark::DoNotOptimize(sinks.data());
-  state.counters["ops"] =
-      benchmark::Counter(per_part * kLimitParts * static_cast<double>(state.iterations()),
-                         benchmark::Counter::kIsRate);
-}
+void BM_FmaPeak(benchmark::State& state) { PeakLoop(state, FmaLoop, "flops"); }
+void BM_Int8DotPeak(benchmark::State& state) { PeakLoop(state, Int8DotLoop, "ops"); }
 
 void BM_ReadBandwidth(benchmark::State& state) {
   const size_t n = kWorkingSetBytes / sizeof(float), part = n / kLimitParts;
