@@ -13,9 +13,13 @@
 #    bandwidth of this machine (1 and all threads), batch-1 GEMV bytes/s (from memory, and from
 #    the caches: the kernel's own rate) and batch-64 GEMM FLOP/s per weight type through the
 #    backend's MatMul, paged attention of a decode batch (FLOP/s at contexts 64 and 512), and
-#    forward-pass decode steps (batch 1, 16, 64) of the issue model. Each kernel runs in its own
-#    call right after the limit it is divided by, so the two are seconds apart, and the best of
-#    KERNEL_REPS repetitions (3) of each is taken.
+#    forward-pass decode steps (batch 1, 16, 64) of the issue model. A GEMV or GEMM is divided
+#    by its limit (read bandwidth, FMA peak) as measured between its own iterations in the same
+#    benchmark (a pass of the limit's loop after each one), so both see the same moment of the
+#    machine; a decode step (whose caches such a pass would flush) by the read bandwidth
+#    measured in the same cpu_bench call. Each kernel group runs in its own call beside the
+#    standalone limits, and the best of KERNEL_REPS repetitions (3) of each is taken (a GEMV's
+#    or GEMM's with its own limit).
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
 #    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
 #    at 1, 16 and 64 streams (2 x streams requests, at least 16), 32-token prompts, 64 output
@@ -49,11 +53,12 @@ cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "cpu.sh: $cpu_model, $cores cores; worker threads $threads; $(date -u +%F)"
 
 if [[ "$parts" == *kernels* ]]; then
-  # Each kernel is run in its own cpu_bench call right after the limit it is compared with, so
-  # a ratio's two numbers are taken seconds apart (this VM's memory bandwidth moves between 28
-  # and 49 GB/s from one minute to the next, its FMA rate by 15%, and for seconds at a time
-  # one of its two cores is gone). Each call repeats its benchmarks KERNEL_REPS times (3) and
-  # the table takes the best repetition of the kernel and of its limit alike.
+  # A GEMV's or GEMM's limit is measured between the kernel's own iterations (cpu_bench's
+  # InterleavedLimit), so a ratio's two numbers come from the same seconds: this VM's memory
+  # bandwidth moves between 28 and 49 GB/s from one minute to the next, its FMA rate by 15%,
+  # and for seconds at a time one of its two cores is gone. Each call repeats its benchmarks
+  # KERNEL_REPS times (3); the table takes the kernel's best repetition, with that repetition's
+  # limit. The standalone limits (the first line) show the machine's range over the run.
   bench_group() {  # bench_group NAME FILTER
     PAGODA_BENCH_THREADS="$threads" "$bin/cpu_bench" --benchmark_filter="$2" \
       --benchmark_repetitions="${KERNEL_REPS:-3}" \
@@ -99,7 +104,8 @@ print(f"{'type':6} {'GEMV GB/s':>10} {'its BW':>7} {'/ BW':>5} {'cached':>7} "
 for t in range(8):
     gv, gm = groups[f"gemv-{t}"], groups[f"gemm-{t}"]
     gemv, cached, gemm = one(gv, "BM_Gemv/"), one(gv, "BM_GemvCached/"), one(gm, "BM_Gemm64/")
-    b, f, i8 = best(gv, "BM_ReadBandwidth", "bytes"), best(gm, "BM_FmaPeak", "flops"), best(gm, "BM_Int8DotPeak", "ops")
+    # Each kernel against its limit measured between its own iterations (InterleavedLimit).
+    b, f, i8 = gemv["limit_bytes"], gemm["limit_flops"], best(gm, "BM_Int8DotPeak", "ops")
     label = gemv["label"]
     int8_ratio = f"{gemm['flops']/i8:12.2f}" if i8 > 0 and label.startswith("Q") else f"{'':12}"
     print(f"{label:6} {gemv['bytes']/1e9:10.1f} {b/1e9:7.1f} {gemv['bytes']/b:5.2f} {cached['bytes']/1e9:7.1f} "

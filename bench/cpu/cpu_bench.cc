@@ -8,6 +8,7 @@
 //   activations, whatever the table's default)
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -149,8 +150,68 @@ void BM_ReadBandwidth(benchmark::State& state) {
                          benchmark::Counter::kIsRate);
 }
 
+// The limit a kernel is divided by, measured between that kernel's own iterations (outside the
+// timed region), so that both see the same state of the machine: this VM's read bandwidth jumps
+// between about 30 and 49 GB/s from one minute to the next, and for seconds at a time one of its
+// two cores is gone. After each iteration, Pass() runs one pass of the limit's loop on
+// Threads() threads of a pool of its own (bandwidth: a read of `bytes` from a 1 GiB buffer,
+// moving on through it; FMA: kFmaParts parts of FmaLoop), timed by the wall clock around the
+// whole parallel loop. Report() sets the counter limit_bytes (bandwidth) or limit_flops (FMA)
+// to the work per second over all passes.
+class InterleavedLimit {
+ public:
+  enum Kind { kBandwidth, kFma };
+  InterleavedLimit(benchmark::State& state, Kind kind, size_t bytes = 0)
+      : state_(state), kind_(kind), pool_(Threads()), sinks_(static_cast<size_t>(Threads())) {
+    if (kind_ == kBandwidth) {
+      part_ = std::max<size_t>(64, bytes / sizeof(float) / kLimitParts / 64 * 64);
+      data_.assign(kWorkingSetBytes / sizeof(float), 1.0f);
+    }
+  }
+  void Report() {
+    if (seconds_ > 0) {
+      state_.counters[kind_ == kBandwidth ? "limit_bytes" : "limit_flops"] = work_ / seconds_;
+    }
+  }
+  void Pass() {
+    state_.PauseTiming();
+    const auto start = std::chrono::steady_clock::now();
+    if (kind_ == kBandwidth) {
+      const size_t pass = part_ * kLimitParts;
+      if (offset_ + pass > data_.size()) offset_ = 0;
+      pool_.ParallelFor(kLimitParts, [&](int begin, int end, int thread) {
+        for (int i = begin; i < end; ++i) {
+          sinks_[thread] += ReadSum(data_.data() + offset_ + i * part_, part_);
+        }
+      });
+      offset_ += pass;
+      work_ += static_cast<double>(pass * sizeof(float));
+    } else {
+      std::vector<double> done(sinks_.size(), 0.0);
+      pool_.ParallelFor(kFmaParts, [&](int begin, int end, int thread) {
+        for (int i = begin; i < end; ++i) done[thread] += FmaLoop(1 << 16, &sinks_[thread]);
+      });
+      work_ += std::accumulate(done.begin(), done.end(), 0.0);
+    }
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    benchmark::DoNotOptimize(sinks_.data());
+    state_.ResumeTiming();
+  }
+
+ private:
+  static constexpr int kFmaParts = 64;  // about 15 ms on 2 Zen 4 threads, one GEMM64 call
+  benchmark::State& state_;
+  const Kind kind_;
+  cpu::ThreadPool pool_;
+  std::vector<float> sinks_;
+  common::AlignedVector<float> data_;
+  size_t part_ = 0, offset_ = 0;
+  double work_ = 0, seconds_ = 0;
+};
+
 // Batch-1 GEMV through the backend's MatMul (its pool and kernel table), cycling through
-// matrices that together exceed the caches: weight bytes streamed per second.
+// matrices that together exceed the caches: weight bytes streamed per second, and (limit_bytes)
+// the read bandwidth between its iterations.
 void BM_Gemv(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   const size_t one = worker::RowBytes(type, kCols) * kRows;
@@ -159,6 +220,7 @@ void BM_Gemv(benchmark::State& state) {
   for (size_t i = 0; i < count; ++i) mats.push_back(RandomBytesMatrix(type, i));
   cpu::LocalContext ctx(Isa(), Threads(), QuantizeActivations());
   common::AlignedVector<float> x(kCols, 0.5f), out(kRows);
+  InterleavedLimit limit(state, InterleavedLimit::kBandwidth, one);
   size_t i = 0;
   double bytes = 0;
   for (auto _ : state) {
@@ -166,7 +228,9 @@ void BM_Gemv(benchmark::State& state) {
     cpu::MatMul(ctx.get(), p);
     bytes += static_cast<double>(one);
     i = (i + 1) % count;
+    limit.Pass();
   }
+  limit.Report();
   state.SetLabel(common::GgmlTypeName(type));
   state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
 }
@@ -191,19 +255,23 @@ void BM_GemvCached(benchmark::State& state) {
   state.counters["bytes"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
 }
 
-// Batch-64 GEMM: one matrix, 64 tokens; flops per second.
+// Batch-64 GEMM: one matrix, 64 tokens; flops per second, and (limit_flops) the FMA peak
+// between its iterations.
 void BM_Gemm64(benchmark::State& state) {
   const GgmlType type = kTypes[state.range(0)];
   constexpr int kTokens = 64;
   const WeightMatrix m = RandomBytesMatrix(type, 99);
   cpu::LocalContext ctx(Isa(), Threads(), QuantizeActivations());
   common::AlignedVector<float> x(static_cast<size_t>(kTokens) * kCols, 0.5f), out(kTokens * kRows);
+  InterleavedLimit limit(state, InterleavedLimit::kFma);
   double flops = 0;
   for (auto _ : state) {
     const cpu::MatMulParams p[] = {{x.data(), &m, out.data(), kTokens}};
     cpu::MatMul(ctx.get(), p);
     flops += 2.0 * kTokens * kRows * kCols;
+    limit.Pass();
   }
+  limit.Report();
   state.SetLabel(common::GgmlTypeName(type));
   state.counters["flops"] = benchmark::Counter(flops, benchmark::Counter::kIsRate);
 }
@@ -291,6 +359,9 @@ void BM_DecodeStep(benchmark::State& state) {
   std::vector<int32_t> token(1, 7);
   std::vector<worker::SeqInput> step;
   for (int s = 0; s < batch; ++s) step.push_back({token, 64, pages[s], true});
+  // No InterleavedLimit here: a read pass between steps flushes the caches of everything a step
+  // keeps warm (activations, KV pages, norms, part of the weights), and the pool's threads fall
+  // asleep; Q4_K_M batch-1 steps measured 2.7 ms against 1.7 without it.
   for (auto _ : state) (void)backend->Forward(step, &logits);
   state.SetLabel(common::GgmlTypeName(type) + (mix ? "_M" : ""));
   state.counters["tokens"] = benchmark::Counter(static_cast<double>(batch) * state.iterations(),
