@@ -13,13 +13,12 @@
 #    bandwidth of this machine (1 and all threads), batch-1 GEMV bytes/s (from memory, and from
 #    the caches: the kernel's own rate) and batch-64 GEMM FLOP/s per weight type through the
 #    backend's MatMul, paged attention of a decode batch (FLOP/s at contexts 64 and 512), and
-#    forward-pass decode steps (batch 1, 16, 64) of the issue model. A GEMV or GEMM is divided
-#    by its limit (read bandwidth, FMA peak) as measured between its own iterations in the same
-#    benchmark (a pass of the limit's loop after each one), so both see the same moment of the
-#    machine; a decode step (whose caches such a pass would flush) by the read bandwidth
-#    measured in the same cpu_bench call. Each kernel group runs in its own call beside the
-#    standalone limits, and the best of KERNEL_REPS repetitions (3) of each is taken (a GEMV's
-#    or GEMM's with its own limit).
+#    forward-pass decode steps (batch 1, 16, 64) of the issue model. A GEMV, GEMM or decode step
+#    is divided by its limit (read bandwidth, FMA peak) as measured between its own iterations
+#    in the same benchmark (a pass of the limit's loop after each GEMV or GEMM, after every 8th
+#    decode step, then one untimed step to warm the caches again), so both see the same moment
+#    of the machine. Each kernel group runs in its own call beside the standalone limits, and
+#    the best of KERNEL_REPS repetitions (3) of each is taken, with its own limit.
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
 #    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
 #    at 1, 16 and 64 streams (2 x streams requests, at least 16), 32-token prompts, 64 output
@@ -53,7 +52,7 @@ cpu_model="$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)"
 echo "cpu.sh: $cpu_model, $cores cores; worker threads $threads; $(date -u +%F)"
 
 if [[ "$parts" == *kernels* ]]; then
-  # A GEMV's or GEMM's limit is measured between the kernel's own iterations (cpu_bench's
+  # Each kernel's limit is measured between the kernel's own iterations (cpu_bench's
   # InterleavedLimit), so a ratio's two numbers come from the same seconds: this VM's memory
   # bandwidth moves between 28 and 49 GB/s from one minute to the next, its FMA rate by 15%,
   # and for seconds at a time one of its two cores is gone. Each call repeats its benchmarks
@@ -120,10 +119,10 @@ for b in att:
 print(f"{'model':8} {'batch':>5} {'step ms':>8} {'tokens/s':>9} {'weights GB/s':>13} {'its BW':>7} {'/ BW':>5}")
 for m in range(3):
     runs = groups[f"decode-{m}"]
-    bw_m = best(runs, "BM_ReadBandwidth", "bytes")
     for b in runs:
         if not b["name"].startswith("BM_DecodeStep"):
             continue
+        bw_m = b["limit_bytes"]  # read between its own steps
         batch = int(b["name"].split("/")[2])
         wbps = b["weight_bytes"] / (b["real_time"] / 1e3)
         print(f"{b['label']:8} {batch:5} {b['real_time']:8.2f} {b['tokens']:9.1f} {wbps/1e9:13.1f} "

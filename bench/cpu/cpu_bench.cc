@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -153,8 +154,8 @@ void BM_ReadBandwidth(benchmark::State& state) {
 // The limit a kernel is divided by, measured between that kernel's own iterations (outside the
 // timed region), so that both see the same state of the machine: this VM's read bandwidth jumps
 // between about 30 and 49 GB/s from one minute to the next, and for seconds at a time one of its
-// two cores is gone. After each iteration, Pass() runs one pass of the limit's loop on
-// Threads() threads of a pool of its own (bandwidth: a read of `bytes` from a 1 GiB buffer,
+// two cores is gone. After an iteration (each, or every n-th), Pass() runs one pass of the limit's
+// loop on Threads() threads of a pool of its own (bandwidth: a read of `bytes` from a 1 GiB buffer,
 // moving on through it; FMA: kFmaParts parts of FmaLoop), timed by the wall clock around the
 // whole parallel loop. Report() sets the counter limit_bytes (bandwidth) or limit_flops (FMA)
 // to the work per second over all passes.
@@ -173,7 +174,9 @@ class InterleavedLimit {
       state_.counters[kind_ == kBandwidth ? "limit_bytes" : "limit_flops"] = work_ / seconds_;
     }
   }
-  void Pass() {
+  // `rewarm`, if set, runs after the pass, still outside the timed region: one untimed call of
+  // the kernel, so that the next timed one finds its caches as a run of back-to-back calls does.
+  void Pass(const std::function<void()>& rewarm = nullptr) {
     state_.PauseTiming();
     const auto start = std::chrono::steady_clock::now();
     if (kind_ == kBandwidth) {
@@ -195,6 +198,7 @@ class InterleavedLimit {
     }
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     benchmark::DoNotOptimize(sinks_.data());
+    if (rewarm) rewarm();
     state_.ResumeTiming();
   }
 
@@ -333,7 +337,8 @@ std::shared_ptr<const worker::LlamaModel> IssueModel(GgmlType type, bool k_m_mix
 }
 
 // One decode step of `batch` sequences at context 64 (each step rewrites the same position):
-// output tokens per second of the forward pass alone.
+// output tokens per second of the forward pass alone, and (limit_bytes) the read bandwidth
+// between its steps.
 void BM_DecodeStep(benchmark::State& state) {
   const int type_index = static_cast<int>(state.range(0)), batch = static_cast<int>(state.range(1));
   static const std::pair<GgmlType, bool> kModels[] = {
@@ -359,10 +364,18 @@ void BM_DecodeStep(benchmark::State& state) {
   std::vector<int32_t> token(1, 7);
   std::vector<worker::SeqInput> step;
   for (int s = 0; s < batch; ++s) step.push_back({token, 64, pages[s], true});
-  // No InterleavedLimit here: a read pass between steps flushes the caches of everything a step
-  // keeps warm (activations, KV pages, norms, part of the weights), and the pool's threads fall
-  // asleep; Q4_K_M batch-1 steps measured 2.7 ms against 1.7 without it.
-  for (auto _ : state) (void)backend->Forward(step, &logits);
+  // The bandwidth is read after every kStepsPerPass steps, each pass followed by an untimed
+  // step: a pass flushes the caches of everything a step keeps warm (activations, KV pages,
+  // norms, part of the weights) and lets the pool's threads fall asleep (Q4_K_M batch-1 steps
+  // measured 2.7 ms with a pass before every one, against 1.7 back to back).
+  constexpr int kStepsPerPass = 8;
+  InterleavedLimit limit(state, InterleavedLimit::kBandwidth, model->weight_bytes());
+  int64_t steps = 0;
+  for (auto _ : state) {
+    (void)backend->Forward(step, &logits);
+    if (++steps % kStepsPerPass == 0) limit.Pass([&] { (void)backend->Forward(step, &logits); });
+  }
+  limit.Report();
   state.SetLabel(common::GgmlTypeName(type) + (mix ? "_M" : ""));
   state.counters["tokens"] = benchmark::Counter(static_cast<double>(batch) * state.iterations(),
                                                 benchmark::Counter::kIsRate);
