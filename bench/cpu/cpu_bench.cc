@@ -1,7 +1,9 @@
 // CPU backend benchmarks for bench/cpu.sh: the machine's limits (FMA peak, read bandwidth) and,
 // per weight type, batch-1 GEMV bandwidth, batch-64 GEMM throughput, paged attention of a
 // decode batch, and forward-pass decode steps of the issue-16 model shape. Counters are rates (per
-// second); cpu.sh turns them into ratios of one run.
+// second); a GEMV, GEMM or decode step also reports the limit it is divided by, as measured
+// between its own iterations (limit_bytes, limit_flops: InterleavedLimit). cpu.sh turns them
+// into ratios of one run.
 //
 //   build/bin/cpu_bench [--benchmark_filter=...]   (PAGODA_CPU_KERNELS=avx2 forces a lower set;
 //   PAGODA_CPU_QUANTIZE_ACTIVATIONS=0 / 1 decodes quantized weights to float / multiplies 8-bit
