@@ -111,15 +111,19 @@ void LimitThreadCounts(benchmark::internal::Benchmark* b) {
   if (Threads() > 1) b->Arg(Threads());
 }
 
-// Runs fn(index, thread) for each index in [0, n) on state.range(0) threads, once per iteration.
+// Runs fn(index, thread) for each index in [0, n) on the pool's threads.
+template <typename Fn>
+void ForParts(cpu::ThreadPool& pool, int n, Fn fn) {
+  pool.ParallelFor(n, [&](int begin, int end, int thread) {
+    for (int i = begin; i < end; ++i) fn(i, thread);
+  });
+}
+
+// ForParts on state.range(0) threads, once per iteration.
 template <typename Fn>
 void RunOnThreads(benchmark::State& state, int n, Fn fn) {
   cpu::ThreadPool pool(static_cast<int>(state.range(0)));
-  for (auto _ : state) {
-    pool.ParallelFor(n, [&](int begin, int end, int thread) {
-      for (int i = begin; i < end; ++i) fn(i, thread);
-    });
-  }
+  for (auto _ : state) ForParts(pool, n, fn);
 }
 
 constexpr int kLimitParts = 256;  // parts of one iteration, shared out among the threads
@@ -169,6 +173,8 @@ class InterleavedLimit {
     if (kind_ == kBandwidth) {
       part_ = std::max<size_t>(64, bytes / sizeof(float) / kLimitParts / 64 * 64);
       data_.assign(kWorkingSetBytes / sizeof(float), 1.0f);
+    } else {
+      fma_per_part_ = FmaLoop(1 << 16, &sinks_[0]);  // also a warm-up
     }
   }
   void Report() {
@@ -184,19 +190,14 @@ class InterleavedLimit {
     if (kind_ == kBandwidth) {
       const size_t pass = part_ * kLimitParts;
       if (offset_ + pass > data_.size()) offset_ = 0;
-      pool_.ParallelFor(kLimitParts, [&](int begin, int end, int thread) {
-        for (int i = begin; i < end; ++i) {
-          sinks_[thread] += ReadSum(data_.data() + offset_ + i * part_, part_);
-        }
+      ForParts(pool_, kLimitParts, [&](int i, int thread) {
+        sinks_[thread] += ReadSum(data_.data() + offset_ + i * part_, part_);
       });
       offset_ += pass;
       work_ += static_cast<double>(pass * sizeof(float));
     } else {
-      std::vector<double> done(sinks_.size(), 0.0);
-      pool_.ParallelFor(kFmaParts, [&](int begin, int end, int thread) {
-        for (int i = begin; i < end; ++i) done[thread] += FmaLoop(1 << 16, &sinks_[thread]);
-      });
-      work_ += std::accumulate(done.begin(), done.end(), 0.0);
+      ForParts(pool_, kFmaParts, [&](int, int thread) { FmaLoop(1 << 16, &sinks_[thread]); });
+      work_ += fma_per_part_ * kFmaParts;
     }
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     benchmark::DoNotOptimize(sinks_.data());
@@ -212,7 +213,7 @@ class InterleavedLimit {
   std::vector<float> sinks_;
   common::AlignedVector<float> data_;
   size_t part_ = 0, offset_ = 0;
-  double work_ = 0, seconds_ = 0;
+  double fma_per_part_ = 0, work_ = 0, seconds_ = 0;
 };
 
 // Batch-1 GEMV through the backend's MatMul (its pool and kernel table), cycling through
