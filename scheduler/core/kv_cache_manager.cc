@@ -10,8 +10,14 @@
 namespace pagoda::scheduler {
 
 struct KvCacheManager::Worker {
-  Worker(int32_t num_pages, int32_t size) : page_size(size), pool(num_pages), cache(num_pages) {}
+  Worker(int32_t num_pages, int32_t size, int32_t num_swap)
+      : page_size(size), swap_slots(num_swap), pool(num_pages), cache(num_pages) {
+    for (int32_t slot = num_swap - 1; slot >= 0; --slot) free_slots.push_back(slot);
+  }
   int32_t page_size;
+  int32_t swap_slots;
+  std::vector<int32_t> free_slots;       // swap slots free now
+  std::vector<int32_t> releasing_slots;  // freed by swap-ins of the plan being built
   BlockPool pool;
   PrefixCache cache;
   absl::flat_hash_map<uint64_t, int32_t> computing;  // page hash -> tables computing it
@@ -40,12 +46,14 @@ KvCacheManager::Table& KvCacheManager::NewTable(RequestId seq) {
   return it->second;
 }
 
-void KvCacheManager::AddWorker(WorkerId id, int32_t num_pages, int32_t page_size) {
-  workers_[id] = std::make_unique<Worker>(num_pages, page_size);
+void KvCacheManager::AddWorker(WorkerId id, int32_t num_pages, int32_t page_size,
+                               int32_t num_swap_pages) {
+  workers_[id] = std::make_unique<Worker>(num_pages, page_size, num_swap_pages);
 }
 
 void KvCacheManager::RemoveWorker(WorkerId id) {
   absl::erase_if(tables_, [id](const auto& entry) { return entry.second.worker == id; });
+  absl::erase_if(swapped_, [id](const auto& entry) { return entry.second.worker == id; });
   workers_.erase(id);
 }
 
@@ -259,8 +267,72 @@ void KvCacheManager::Release(RequestId seq) {
 
 void KvCacheManager::Forget(RequestId seq) {
   Release(seq);
+  DropSwapped(seq);
   chains_.erase(seq);
 }
+
+std::optional<std::vector<SwapCopy>> KvCacheManager::SwapOut(RequestId seq, int32_t positions) {
+  Table& table = tables_.at(seq);
+  Worker& w = worker(table.worker);
+  const size_t count = static_cast<size_t>((positions + w.page_size - 1) / w.page_size);
+  if (count == 0 || count > table.pages.size() || count > w.free_slots.size()) return std::nullopt;
+  Swapped out{table.worker, table.salt, {}};
+  std::vector<SwapCopy> copies;
+  copies.reserve(count);
+  for (size_t k = 0; k < count; ++k) {
+    out.slots.push_back(w.free_slots.back());
+    w.free_slots.pop_back();
+    copies.push_back({table.pages[k], out.slots.back()});
+  }
+  Release(seq);
+  swapped_.emplace(seq, std::move(out));
+  return copies;
+}
+
+std::optional<std::vector<SwapCopy>> KvCacheManager::SwapIn(RequestId seq) {
+  auto it = swapped_.find(seq);
+  if (it == swapped_.end()) return std::nullopt;
+  Swapped& from = it->second;
+  Worker& w = worker(from.worker);
+  if (static_cast<int32_t>(from.slots.size()) > AvailablePages(from.worker)) return std::nullopt;
+  Table& table = NewTable(seq);
+  table.worker = from.worker;
+  table.salt = from.salt;
+  std::vector<SwapCopy> copies;
+  copies.reserve(from.slots.size());
+  for (int32_t slot : from.slots) {
+    table.pages.push_back(*TakePage(w));
+    copies.push_back({table.pages.back(), slot});
+    w.releasing_slots.push_back(slot);
+  }
+  swapped_.erase(it);
+  return copies;
+}
+
+void KvCacheManager::DropSwapped(RequestId seq) {
+  auto it = swapped_.find(seq);
+  if (it == swapped_.end()) return;
+  Worker& w = worker(it->second.worker);
+  w.free_slots.insert(w.free_slots.end(), it->second.slots.begin(), it->second.slots.end());
+  swapped_.erase(it);
+}
+
+void KvCacheManager::EndPlan(WorkerId id) {
+  Worker& w = worker(id);
+  w.free_slots.insert(w.free_slots.end(), w.releasing_slots.begin(), w.releasing_slots.end());
+  w.releasing_slots.clear();
+}
+
+int32_t KvCacheManager::swapped_pages(RequestId seq) const {
+  auto it = swapped_.find(seq);
+  return it == swapped_.end() ? 0 : static_cast<int32_t>(it->second.slots.size());
+}
+
+int32_t KvCacheManager::free_swap_slots(WorkerId id) const {
+  return static_cast<int32_t>(worker(id).free_slots.size());
+}
+
+int32_t KvCacheManager::swap_slots(WorkerId id) const { return worker(id).swap_slots; }
 
 namespace {
 
@@ -356,6 +428,42 @@ absl::Status KvCacheManager::CheckInvariants(
     }
     if (!enable_prefix_caching_ && w->cache.num_named() != 0) {
       return Violation(absl::StrFormat("worker %d names pages with caching off", id));
+    }
+  }
+  return CheckSwapInvariants();
+}
+
+absl::Status KvCacheManager::CheckSwapInvariants() const {
+  absl::flat_hash_map<WorkerId, std::vector<int32_t>> owners;
+  for (const auto& [id, w] : workers_) {
+    std::vector<int32_t>& slot_owners = owners[id];
+    slot_owners.assign(w->swap_slots, 0);
+    for (int32_t slot : w->free_slots) ++slot_owners.at(slot);
+    for (int32_t slot : w->releasing_slots) ++slot_owners.at(slot);
+  }
+  for (const auto& [seq, s] : swapped_) {
+    if (tables_.contains(seq)) {
+      return Violation(absl::StrFormat("seq %d is swapped out and holds a table", seq));
+    }
+    auto it = owners.find(s.worker);
+    if (it == owners.end()) {
+      return Violation(
+          absl::StrFormat("seq %d is swapped out to unknown worker %d", seq, s.worker));
+    }
+    for (int32_t slot : s.slots) {
+      if (slot < 0 || slot >= static_cast<int32_t>(it->second.size())) {
+        return Violation(absl::StrFormat("seq %d holds swap slot %d out of range", seq, slot));
+      }
+      ++it->second[slot];
+    }
+  }
+  for (const auto& [id, slot_owners] : owners) {
+    for (size_t slot = 0; slot < slot_owners.size(); ++slot) {
+      if (slot_owners[slot] != 1) {
+        return Violation(absl::StrFormat(
+            "worker %d swap slot %d is free, releasing or held %d times (must be once)", id, slot,
+            slot_owners[slot]));
+      }
     }
   }
   return absl::OkStatus();

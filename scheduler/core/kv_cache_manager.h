@@ -27,6 +27,16 @@
 //  * A removed worker takes its tables and its cache with it. When no sequence runs, every page
 //    is free or parked.
 // With prefix caching off nothing is named: released pages go straight back to the free list.
+//
+// Swap space (swap preemption): a worker may have host swap slots, one page each. SwapOut copies
+// the pages of a table that hold its computed positions to free slots and releases the table as
+// Release does; the sequence then holds slots and no page. SwapIn gives it a new table of fresh
+// pages on the same worker, filled from its slots. The copies are returned for the plan: the
+// worker executes swap-outs before anything else in a plan and swap-ins after its frees, so a
+// page swapped out may be handed out again in the same plan. A slot freed by a swap-in is not
+// handed out again before EndPlan (the plan's swap-outs run first and would overwrite it).
+// Swap invariants: free + used + releasing slots == the swap space; a swapped sequence has no
+// table; each used slot belongs to exactly one swapped sequence.
 #pragma once
 
 #include <cstdint>
@@ -70,7 +80,7 @@ class KvCacheManager {
 
   bool prefix_caching() const { return enable_prefix_caching_; }
 
-  void AddWorker(WorkerId worker, int32_t num_pages, int32_t page_size);
+  void AddWorker(WorkerId worker, int32_t num_pages, int32_t page_size, int32_t num_swap_pages = 0);
   // Drops the worker's pool, cache and every table on it.
   void RemoveWorker(WorkerId worker);
 
@@ -103,6 +113,20 @@ class KvCacheManager {
   // Release, and drops the hash memo: the request is gone for good.
   void Forget(RequestId seq);
 
+  // Swap space (see above). SwapOut: nullopt, with no change, when the worker has fewer free
+  // slots than pages to save. SwapIn: nullopt, with no change, when it has fewer available
+  // pages than the sequence swapped out.
+  std::optional<std::vector<SwapCopy>> SwapOut(RequestId seq, int32_t positions);
+  std::optional<std::vector<SwapCopy>> SwapIn(RequestId seq);
+  // Frees the slots of a swapped sequence that will never be swapped in (finished, cancelled).
+  void DropSwapped(RequestId seq);
+  // The plan being built for `worker` is complete: slots freed by its swap-ins may be reused.
+  void EndPlan(WorkerId worker);
+  bool swapped(RequestId seq) const { return swapped_.contains(seq); }
+  int32_t swapped_pages(RequestId seq) const;
+  int32_t free_swap_slots(WorkerId worker) const;
+  int32_t swap_slots(WorkerId worker) const;
+
   bool has_table(RequestId seq) const { return tables_.contains(seq); }
   const std::vector<PageId>& pages(RequestId seq) const;
   int32_t page_size(WorkerId worker) const;
@@ -129,6 +153,11 @@ class KvCacheManager {
     // tokens), announced in the worker's `computing` map until committed or released.
     std::vector<uint64_t> computing;
   };
+  struct Swapped {
+    WorkerId worker = 0;
+    std::string salt;
+    std::vector<int32_t> slots;  // slot k holds page k of the table it was swapped out of
+  };
   struct Chain {  // memo of a sequence's page hashes for one page size
     int32_t page_size = 0;
     std::string salt;
@@ -136,6 +165,7 @@ class KvCacheManager {
   };
 
   Worker& worker(WorkerId id) const;
+  absl::Status CheckSwapInvariants() const;
   const std::vector<uint64_t>& HashesFor(RequestId seq, const std::vector<int32_t>& tokens,
                                          const std::string& salt, int32_t page_size,
                                          int32_t num_pages);
@@ -150,6 +180,7 @@ class KvCacheManager {
   absl::flat_hash_map<WorkerId, std::unique_ptr<Worker>> workers_;
   absl::flat_hash_map<RequestId, Table> tables_;
   absl::flat_hash_map<RequestId, Chain> chains_;
+  absl::flat_hash_map<RequestId, Swapped> swapped_;
   int64_t queried_tokens_ = 0;
   int64_t hit_tokens_ = 0;
 };

@@ -52,12 +52,11 @@ constexpr int32_t kMaxReservedNewTokens = 16384;
 
 }  // namespace
 
-struct Scheduler::Budget {
-  int32_t tokens;
-};
-
 Scheduler::Scheduler(const SchedulerOptions& options)
-    : options_(options), kv_(options.enable_prefix_caching), waiting_(options.aging_interval) {}
+    : options_(options),
+      kv_(options.enable_prefix_caching),
+      waiting_(options.aging_interval, options.fairness == Fairness::kVtc, options.tenant_weights) {
+}
 Scheduler::~Scheduler() = default;
 
 size_t Scheduler::num_running() const {
@@ -169,8 +168,10 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
         "the queue is full: %d prompt tokens waiting + %d would exceed the limit of %d",
         queued_prompt_tokens_, prompt, options_.max_queued_prompt_tokens));
   }
+  if (absl::Status admit = AdmitByPrediction(*s, now); !admit.ok()) return admit;
   const RequestId id = s->request.id;
-  waiting_.PushBack({id, s->priority(), now});
+  s->tenant = waiting_.Acquire(s->request.tenant);
+  waiting_.PushBack(s->queue_entry());
   queued_prompt_tokens_ += prompt;
   for (int32_t i = 1; i < s->request.n; ++i) {
     // Completion i: its own sequence and seed, waiting to fork from completion 0.
@@ -184,6 +185,7 @@ absl::Status Scheduler::AddRequest(NewRequest request, double now) {
     child->arrival = now;
     child->timings.arrival = now;
     child->fork_parent = id;
+    child->tenant = waiting_.Acquire(child->request.tenant);
     s->fork_children.push_back(id + i);
     seqs_.emplace(id + i, std::move(child));
   }
@@ -204,7 +206,7 @@ void Scheduler::ForkChildren(Sequence& parent, double now) {
       copy = kv_.Fork(parent.request.id, id, parent.num_prompt - 1);
     }
     if (!copy) {  // no room: it queues, to recompute (or hit the prefix cache) like any other
-      waiting_.PushFront({id, child.priority(), child.arrival});
+      waiting_.PushFront(child.queue_entry());
       queued_prompt_tokens_ += static_cast<int64_t>(child.tokens.size());
       continue;
     }
@@ -221,7 +223,7 @@ void Scheduler::ReleaseChildren(Sequence& parent) {
   for (RequestId id : parent.fork_children) {
     Sequence& child = *seqs_.at(id);
     child.fork_parent = 0;
-    waiting_.PushFront({id, child.priority(), child.arrival});
+    waiting_.PushFront(child.queue_entry());
     queued_prompt_tokens_ += static_cast<int64_t>(child.tokens.size());
   }
   parent.fork_children.clear();
@@ -232,8 +234,10 @@ void Scheduler::Finish(RequestId id, FinishReason reason, const std::string& mes
 }
 
 void Scheduler::AddWorker(WorkerId id, const WorkerInfo& info) {
-  workers_.emplace(id, std::make_unique<WorkerState>(id, info));
-  kv_.AddWorker(id, info.num_pages, info.page_size);
+  auto w = std::make_unique<WorkerState>(id, info);
+  w->model.SetSwapPrior(info.swap_seconds_per_page);
+  workers_.emplace(id, std::move(w));
+  kv_.AddWorker(id, info.num_pages, info.page_size, std::max(0, info.num_swap_pages));
 }
 
 void Scheduler::RemoveWorker(WorkerId id) {
@@ -251,11 +255,15 @@ void Scheduler::RemoveWorker(WorkerId id) {
     s.pending_samples = 0;
     ++s.epoch;
     s.state = SeqState::kPreempted;
-    waiting_.PushFront({s.request.id, s.priority(), s.arrival});
+    waiting_.PushFront(s.queue_entry());
     queued_prompt_tokens_ += static_cast<int64_t>(s.tokens.size());
   }
+  // Sequences swapped out to it lose their KV with it: they recompute, wherever they go.
+  for (auto& [sid, s] : seqs_) {
+    if (s->swapped_on == id) s->swapped_on.reset();
+  }
   workers_.erase(it);
-  kv_.RemoveWorker(id);  // its tables and its cache
+  kv_.RemoveWorker(id);  // its tables, its cache and its swap space
 }
 
 void Scheduler::ExpireDeadlines(double now) {
@@ -298,7 +306,15 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
   building_ = {};
   plan.free_seq_ids = std::move(w->pending_frees);
   w->pending_frees.clear();
-  if (plan.steps.empty() && plan.free_seq_ids.empty()) return std::nullopt;
+  plan.swap_out = std::move(w->pending_swap_out);
+  w->pending_swap_out.clear();
+  plan.swap_in = std::move(w->pending_swap_in);
+  w->pending_swap_in.clear();
+  kv_.EndPlan(worker);
+  if (plan.steps.empty() && plan.free_seq_ids.empty() && plan.swap_out.empty() &&
+      plan.swap_in.empty()) {
+    return std::nullopt;
+  }
   plan.iteration = ++w->iteration;
   FlightPlan flight{plan.iteration, {}};
   flight.entries.reserve(plan.steps.size());
@@ -306,7 +322,10 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
     const Sequence& s = *seqs_.at(step.seq_id);
     const int32_t chunk = step.feed_last_sampled ? 1 : static_cast<int32_t>(step.tokens.size());
     flight.entries.push_back({step.seq_id, s.epoch, chunk, step.sample});
+    flight.work += StepModel::Work(step.start_pos, chunk);
   }
+  flight.tokens = plan.num_tokens;
+  flight.swap_pages = static_cast<int32_t>(plan.swap_out.size() + plan.swap_in.size());
   w->flight.push_back(std::move(flight));
   return plan;
 }
@@ -340,28 +359,37 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     Sequence& s = *seqs_.at(entry->id);
     if (!IsPlacedOn(w, s)) return;  // the head waits for a better worker's next plan
     // Another sequence here is computing the head's next prompt pages: wait for them.
-    if (kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt).computing_tokens > 0) {
+    if (!s.swapped_on &&
+        kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt).computing_tokens > 0) {
       return;
     }
-    const int entry_class = waiting_.EffectiveClass(*entry, now);
-    // Make room by preempting lower-class sequences; never overtake the head (FIFO by class).
+    const int entry_class = waiting_.Standing(entry->priority, now);
+    // Make room by preempting lower-class sequences (or, with fair share, sequences of a tenant
+    // holding more than its share of this worker); never overtake the head.
     // A victim's released pages may extend the head's hit, so look up again after each.
     while (!HasRoomToAdmit(w, s, budget)) {
       Sequence* victim = PickVictim(w, entry_class, now);
+      if (victim == nullptr) victim = PickFairShareVictim(w, s, entry_class, now);
       if (victim == nullptr) return;
       Preempt(*victim);
     }
     // By id: a victim of the head's base class (outranked by aging) is now in front of it.
-    waiting_.Remove(entry->id, entry->priority);
+    waiting_.Remove(*entry);
     queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
     s.worker = w.id;
     s.state = SeqState::kPrefilling;
     w.running.push_back(s.request.id);
-    const int32_t cached = kv_.Open(w.id, s.request.id, s.tokens, s.request.cache_salt);
-    s.num_computed = s.num_scheduled = cached;
+    if (s.swapped_on) {
+      SwapIn(w, s);
+    } else {
+      const int32_t cached = kv_.Open(w.id, s.request.id, s.tokens, s.request.cache_salt);
+      s.num_computed = s.num_scheduled = cached;
+    }
     if (s.timings.first_scheduled < 0) {
       s.timings.first_scheduled = now;
-      s.cached_tokens = std::min(cached, s.num_prompt);
+      s.cached_tokens = std::min(s.num_computed, s.num_prompt);
+      const int32_t uncached = s.num_prompt - s.cached_tokens;
+      waiting_.Charge(s.tenant, kPromptTokenCost * uncached, uncached);
     }
     AddStep(w, s, plan, budget, /*may_preempt=*/false);
   }
@@ -370,6 +398,11 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
 bool Scheduler::HasRoomToAdmit(const WorkerState& w, Sequence& s, const Budget& budget) {
   if (w.running.size() >= static_cast<size_t>(options_.max_running)) return false;
   const int32_t ps = w.info.page_size;
+  if (s.swapped_on) {  // its swapped pages come back, plus what its first chunk needs
+    const int32_t chunk = std::min({static_cast<int32_t>(s.tokens.size()) - s.swapped_positions,
+                                    budget.tokens, options_.max_prefill_chunk});
+    return CeilDiv(s.swapped_positions + chunk, ps) <= kv_.AvailablePages(w.id);
+  }
   const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
   const int32_t chunk = std::min({static_cast<int32_t>(s.tokens.size()) - hit.tokens, budget.tokens,
                                   options_.max_prefill_chunk});
@@ -397,6 +430,7 @@ std::tuple<bool, int64_t, int64_t, int64_t> Scheduler::PlacementKey(const Worker
 }
 
 bool Scheduler::IsPlacedOn(const WorkerState& w, Sequence& s) {
+  if (s.swapped_on) return *s.swapped_on == w.id;  // its KV is in that worker's swap space
   if (workers_.size() == 1) return true;
   if (HasBurstShare(w, s)) return true;
   const WorkerState* best = nullptr;
@@ -465,6 +499,7 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
   if (s.pending_copy) {  // a fork's copy of its partial page, before the step writes into it
     plan.page_copies.push_back(*s.pending_copy);
     s.pending_copy.reset();
+    s.kv_arrives_in = w.iteration + 1;
   }
   if (step.first_sight) {
     step.sampling = s.request.sampling;
@@ -497,59 +532,9 @@ bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool
   return true;
 }
 
-Sequence* Scheduler::PickVictim(WorkerState& w, int below_class, double now) {
-  // The victim is the lowest class, then the latest arrival, among the worker's running
-  // sequences (the needy one included: if it ranks lowest, it yields). A sequence preempted
-  // max_preemptions_in_row times without progress is spared. With below_class >= 0 (an
-  // admission), only sequences whose effective class is below it qualify.
-  Sequence* best = nullptr;
-  for (RequestId id : w.running) {
-    Sequence& s = *seqs_.at(id);
-    if (s.preempted_in_row >= options_.max_preemptions_in_row) continue;
-    if (below_class >= 0 &&
-        waiting_.EffectiveClass({id, s.priority(), s.arrival}, now) >= below_class) {
-      continue;
-    }
-    if (best == nullptr || s.priority() < best->priority() ||
-        (s.priority() == best->priority() && s.arrival > best->arrival)) {
-      best = &s;
-    }
-  }
-  return best;
-}
-
-void Scheduler::Preempt(Sequence& s) {
-  // A victim may already have a step in the plan being built: take it out and refund its
-  // tokens. If that step introduced the sequence, the worker never hears of it.
-  if (building_.plan != nullptr) {
-    std::vector<PlanStep>& steps = building_.plan->steps;
-    for (auto it = steps.begin(); it != steps.end();) {
-      if (it->seq_id != s.request.id) {
-        ++it;
-        continue;
-      }
-      const int32_t chunk = it->feed_last_sampled ? 1 : static_cast<int32_t>(it->tokens.size());
-      building_.plan->num_tokens -= chunk;
-      building_.budget->tokens += chunk;
-      if (it->first_sight) s.worker_knows = false;
-      it = steps.erase(it);
-    }
-  }
-  ReleaseFromWorker(s);
-  s.num_computed = s.num_scheduled = 0;
-  s.pending_samples = 0;
-  ++s.epoch;
-  ++s.preemptions;
-  ++s.preempted_in_row;
-  ++total_preemptions_;
-  max_preempted_in_row_ = std::max(max_preempted_in_row_, s.preempted_in_row);
-  s.state = SeqState::kPreempted;
-  waiting_.PushFront({s.request.id, s.priority(), s.arrival});
-  queued_prompt_tokens_ += static_cast<int64_t>(s.tokens.size());
-}
-
 absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
-                                 const std::vector<SampledToken>& sampled, double now) {
+                                 const std::vector<SampledToken>& sampled, double now,
+                                 const StepTimes& times) {
   WorkerState* w = FindWorker(worker);
   if (w == nullptr) return absl::NotFoundError(absl::StrFormat("no worker %d", worker));
   if (w->flight.empty() || w->flight.front().iteration != iteration) {
@@ -559,6 +544,10 @@ absl::Status Scheduler::OnResult(WorkerId worker, uint64_t iteration,
   }
   FlightPlan done = std::move(w->flight.front());
   w->flight.pop_front();
+  if (times.forward_seconds > 0 && done.tokens > 0) {
+    w->model.Observe(done.tokens, done.work, times.forward_seconds);
+  }
+  if (done.swap_pages > 0) w->model.ObserveSwap(done.swap_pages, times.swap_seconds);
   // Workers answer in plan order: match by walking both, with a map only if they differ.
   size_t next = 0;
   absl::flat_hash_map<RequestId, const SampledToken*> by_id;
@@ -610,6 +599,7 @@ void Scheduler::OnPlanFailed(WorkerId worker, const std::string& error, double n
 
 void Scheduler::ApplySample(Sequence& s, const SampledToken& sampled, double now) {
   const int32_t token = sampled.token;
+  waiting_.Charge(s.tenant, kOutputTokenCost, 1);
   if (s.timings.first_token < 0) s.timings.first_token = now;
   s.preempted_in_row = 0;
   const NewRequest& r = s.request;
@@ -662,9 +652,13 @@ void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& m
     siblings.erase(std::find(siblings.begin(), siblings.end(), s.request.id));
   } else if (s.worker) {
     ReleaseFromWorker(s);
-  } else if (waiting_.Remove(s.request.id, s.priority())) {
+  } else if (waiting_.Remove(s.queue_entry())) {
     queued_prompt_tokens_ -= static_cast<int64_t>(s.tokens.size());
   }
+  if (reason != FinishReason::kCancelled && reason != FinishReason::kError) {
+    ObserveOutputLength(s.generated());
+  }
+  waiting_.Release(s.tenant);
   Event e;
   e.kind = Event::Kind::kFinished;
   e.id = s.request.id;
@@ -679,6 +673,45 @@ void Scheduler::FinishSeq(Sequence& s, FinishReason reason, const std::string& m
   events_.push_back(std::move(e));
   kv_.Forget(s.request.id);
   seqs_.erase(s.request.id);  // destroys `s`
+}
+
+int64_t Scheduler::preemptions(PreemptionMode mode) const {
+  return mode == PreemptionMode::kSwap ? swap_preemptions_ : total_preemptions_ - swap_preemptions_;
+}
+
+std::vector<TenantStats> Scheduler::tenant_stats() const {
+  absl::flat_hash_map<TenantId, int32_t> running;
+  for (const auto& [id, w] : workers_) {
+    for (RequestId r : w->running) ++running[seqs_.at(r)->tenant];
+  }
+  std::vector<TenantStats> out;
+  for (const RequestQueue::Tenant* t : waiting_.tenants()) {
+    TenantStats& st = out.emplace_back();
+    st.name = t->name;
+    st.weight = t->weight;
+    st.virtual_counter = t->counter;
+    st.served_tokens = t->served_tokens;
+    st.queued = t->queued;
+  }
+  for (const auto& [tenant, count] : running) {
+    const std::string& name = waiting_.tenant(tenant).name;
+    for (TenantStats& st : out) {
+      if (st.name == name) st.running = count;
+    }
+  }
+  return out;
+}
+
+const char* PreemptionModeName(PreemptionMode mode) {
+  switch (mode) {
+    case PreemptionMode::kAuto:
+      return "auto";
+    case PreemptionMode::kRecompute:
+      return "recompute";
+    case PreemptionMode::kSwap:
+      return "swap";
+  }
+  return "unknown";
 }
 
 std::vector<Event> Scheduler::TakeEvents() {

@@ -55,6 +55,8 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -68,6 +70,16 @@
 #include "scheduler/core/worker_state.h"
 
 namespace pagoda::scheduler {
+
+// Order of admission within a priority class (see RequestQueue).
+enum class Fairness { kNone, kVtc };
+// How a preempted sequence gives its KV back (see Preemption above).
+enum class PreemptionMode { kAuto, kRecompute, kSwap };
+const char* PreemptionModeName(PreemptionMode mode);
+
+// Payload of the RESOURCE_EXHAUSTED statuses of predicted-wait admission: whole seconds (ASCII
+// digits, >= 1) after which the same request would likely be admitted.
+inline constexpr char kRetryAfterPayload[] = "pagoda.dev/retry-after-s";
 
 struct SchedulerOptions {
   int32_t max_batch_tokens = 2048;             // input tokens per iteration per worker
@@ -84,7 +96,31 @@ struct SchedulerOptions {
   // More tokens that end a generation like eos_id (finish reason kEos): the model's end-of-turn
   // and end-of-message tokens (Llama 3's <|eot_id|>, <|eom_id|>; Qwen's <|endoftext|>).
   std::vector<int32_t> more_eos_ids;
+  // Fair share between tenants: kVtc admits, within a class, the backlogged tenant with the
+  // lowest virtual counter first; kNone admits by arrival.
+  Fairness fairness = Fairness::kVtc;
+  absl::flat_hash_map<std::string, double> tenant_weights;  // > 0; absent tenants weigh 1
+  PreemptionMode preemption_mode = PreemptionMode::kAuto;
+  // > 0: AddRequest refuses (RESOURCE_EXHAUSTED, kRetryAfterPayload) a request whose predicted
+  // time to first token is longer, or longer than its deadline is away.
+  double max_predicted_wait = 0;
 };
+
+// A tenant's account (fair share and metrics).
+struct TenantStats {
+  std::string name;
+  double weight = 1;
+  double virtual_counter = 0;  // weighted service (see RequestQueue)
+  int64_t served_tokens = 0;   // uncached prompt tokens + output tokens, unweighted
+  int32_t queued = 0;          // requests waiting
+  int32_t running = 0;         // sequences running
+};
+
+// Fair share: the service a tenant is charged (RequestQueue::Charge), per uncached prompt token
+// at its request's first admission and per output token as it is sampled. Output tokens cost
+// more, as in the VTC paper: each takes a step of its own.
+inline constexpr double kPromptTokenCost = 1;
+inline constexpr double kOutputTokenCost = 2;
 
 // Placement weighs a running sequence as this many prompt tokens still to compute.
 inline constexpr int64_t kDecodeCostTokens = 16;
@@ -110,8 +146,12 @@ class Scheduler {
   // flight. Also drops requests whose deadline has passed.
   std::optional<Plan> Schedule(WorkerId worker, double now);
   // Applies the result of the worker's oldest plan in flight.
+  // `times` feeds the step-time model behind predicted waits and preemption costs.
   absl::Status OnResult(WorkerId worker, uint64_t iteration,
-                        const std::vector<SampledToken>& sampled, double now);
+                        const std::vector<SampledToken>& sampled, double now,
+                        const StepTimes& times = {});
+  // Predicted seconds from `now` until the first token of `request` if it were queued now.
+  double PredictFirstToken(const NewRequest& request, double now);
   // The worker could not execute its oldest plan in flight: its sequences fail.
   void OnPlanFailed(WorkerId worker, const std::string& error, double now);
 
@@ -123,6 +163,13 @@ class Scheduler {
   size_t num_preempted() const;
   size_t num_workers() const { return workers_.size(); }
   int64_t total_preemptions() const { return total_preemptions_; }
+  // Preemptions carried out as kRecompute or kSwap.
+  int64_t preemptions(PreemptionMode mode) const;
+  int64_t swapped_out_pages() const { return swapped_out_pages_; }
+  int64_t swapped_in_pages() const { return swapped_in_pages_; }
+  // Preemptions made to give a tenant its fair share of the running slots.
+  int64_t fair_share_preemptions() const { return fair_share_preemptions_; }
+  std::vector<TenantStats> tenant_stats() const;
   // Preemptions past max_preemptions_in_row, made only to break a stall (see Schedule).
   int64_t forced_preemptions() const { return forced_preemptions_; }
   // The most times one sequence was preempted in a row, over the scheduler's life.
@@ -137,7 +184,9 @@ class Scheduler {
   absl::Status CheckInvariants() const;
 
  private:
-  struct Budget;
+  struct Budget {
+    int32_t tokens;  // input tokens the plan being built may still take
+  };
 
   WorkerState* FindWorker(WorkerId id);
   Sequence* FindSeq(RequestId id);
@@ -153,6 +202,21 @@ class Scheduler {
   bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt);
   bool EnsurePages(WorkerState& w, Sequence& s, int32_t positions, bool may_preempt);
   Sequence* PickVictim(WorkerState& w, int below_class, double now);
+  // Victim order: lowest class, then most-served tenant (fair share), then latest arrival.
+  bool VictimBefore(const Sequence& a, const Sequence& b) const;
+  // Fair share: a running sequence of a tenant over its share of `w`'s slots, for `head`.
+  Sequence* PickFairShareVictim(WorkerState& w, const Sequence& head, int head_class, double now);
+  // Preemption by swap, when the mode and the costs say so and slots are free.
+  bool TrySwapOut(Sequence& s);
+  bool SwapIsCheaper(const WorkerState& w, int32_t positions) const;
+  // Admission of a swapped-out sequence on its worker: its pages come back.
+  void SwapIn(WorkerState& w, Sequence& s);
+  // Predicted-wait admission (scheduler_prediction.cc).
+  absl::Status AdmitByPrediction(Sequence& s, double now);
+  std::vector<const Sequence*> QueuedAhead(const NewRequest& r, double now) const;
+  double ServiceCost(const NewRequest& r) const;
+  double ExpectedOutputTokens(const NewRequest& r) const;
+  void ObserveOutputLength(int32_t tokens);
   void BuildSteps(WorkerState& w, Plan& plan, Budget& budget, double now);
   void Preempt(Sequence& s);
   // n > 1: the parent computed the prompt; its waiting completions fork from its pages.
@@ -175,6 +239,12 @@ class Scheduler {
   // Schedule scans for expired sequences only once `now` reaches it.
   double next_deadline_ = std::numeric_limits<double>::infinity();
   int64_t total_preemptions_ = 0;
+  int64_t swap_preemptions_ = 0;
+  int64_t fair_share_preemptions_ = 0;
+  double mean_output_tokens_ = 0;  // decayed mean output length of finished requests
+  int64_t finished_observed_ = 0;
+  int64_t swapped_out_pages_ = 0;
+  int64_t swapped_in_pages_ = 0;
   int64_t forced_preemptions_ = 0;
   int32_t max_preempted_in_row_ = 0;
   std::vector<Event> events_;

@@ -1,5 +1,7 @@
 // Scheduler::CheckInvariants: the properties the randomized tests assert after every step.
 #include <algorithm>
+#include <optional>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "scheduler/core/scheduler.h"
@@ -57,8 +59,20 @@ absl::Status Scheduler::CheckInvariants() const {
         absl::StrFormat("%d waiting + %d running + %d forking != %d sequences", waiting_.size(),
                         running, forking, seqs_.size()));
   }
+  if (std::optional<std::string> queue = waiting_.CheckInvariants()) {
+    return absl::InternalError("request queue: " + *queue);
+  }
   int64_t queued_tokens = 0;
   for (const auto& [id, s] : seqs_) {
+    // Swap: a swapped-out sequence waits, holds slots on a live worker and no page.
+    if (s->swapped_on.has_value() != kv_.swapped(id)) {
+      return absl::InternalError(absl::StrFormat("seq %d: swap state and swap slots disagree", id));
+    }
+    if (s->swapped_on &&
+        (s->worker || !workers_.contains(*s->swapped_on) ||
+         kv_.swapped_pages(id) * kv_.page_size(*s->swapped_on) < s->swapped_positions)) {
+      return absl::InternalError(absl::StrFormat("seq %d: bad swapped-out state", id));
+    }
     if (s->worker || s->fork_parent != 0) continue;
     if (kv_.has_table(id) || s->num_scheduled != 0) {
       return absl::InternalError(absl::StrFormat("waiting seq %d holds KV", id));

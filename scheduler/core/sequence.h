@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "scheduler/core/request_queue.h"
 #include "scheduler/core/types.h"
 
 namespace pagoda::scheduler {
@@ -44,6 +45,15 @@ struct Sequence {
   int32_t preemptions = 0;               // total
   int32_t preempted_in_row = 0;          // since the last generated token
   RequestTimings timings;
+  TenantId tenant = 0;  // RequestQueue's id of request.tenant
+  // Swap preemption: the worker whose swap space holds the KV of positions
+  // [0, swapped_positions); the sequence resumes there without recomputing them.
+  std::optional<WorkerId> swapped_on;
+  int32_t swapped_positions = 0;
+  // The iteration of the plan that brings KV the sequence counts as computed (its swap-in, or
+  // a fork's copy of its partial page): until that plan has gone out, its pages cannot be
+  // swapped out (the plan's swap-outs run before its swap-ins and copies).
+  uint64_t kv_arrives_in = 0;
 
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }
   // Tokens the worker still has to take as input, counting a pending sample.
@@ -51,6 +61,9 @@ struct Sequence {
     return static_cast<int32_t>(tokens.size()) + pending_samples - num_scheduled;
   }
   Priority priority() const { return request.priority; }
+  RequestQueue::Entry queue_entry() const {
+    return {request.id, request.priority, arrival, tenant};
+  }
 };
 
 }  // namespace pagoda::scheduler

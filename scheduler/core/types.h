@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -16,6 +17,8 @@ namespace pagoda::scheduler {
 using RequestId = uint64_t;  // assigned by the service, unique for the process lifetime
 using WorkerId = uint32_t;   // assigned by the service when a worker attaches
 using PageId = int32_t;      // index into one worker's KV arena
+
+inline constexpr std::string_view kDefaultTenant = "default";
 
 // Scheduling class; admission goes by class, then arrival.
 enum class Priority : int { kLow = 0, kNormal = 1, kHigh = 2, kCritical = 3 };
@@ -71,6 +74,8 @@ struct NewRequest {
   // `id + i` (the caller reserves the ids) and samples with seed `sampling.seed + i`; they share
   // the prompt's pages (see Scheduler).
   int32_t n = 1;
+  // Fair-share account (RequestQueue): requests of one tenant share one virtual counter.
+  std::string tenant = std::string(kDefaultTenant);
 };
 inline constexpr int32_t kMaxCompletions = 16;
 
@@ -79,6 +84,8 @@ struct WorkerInfo {
   int32_t num_pages = 0;
   int32_t page_size = 0;
   int32_t max_batch_tokens = 0;
+  int32_t num_swap_pages = 0;        // host swap space in pages; 0: recompute only
+  double swap_seconds_per_page = 0;  // the worker's measured copy out + in of one page; 0: unknown
 };
 
 // One sequence's work in one iteration (mirrors pagoda.worker.v1.SequenceStep).
@@ -106,12 +113,23 @@ struct PageCopy {
   bool operator==(const PageCopy&) const = default;
 };
 
-// The flat batch for one worker for one iteration.
+// Swap preemption: KV page `page` and swap slot `slot` of one worker (out: page -> slot; in:
+// slot -> page).
+struct SwapCopy {
+  PageId page = 0;
+  int32_t slot = 0;
+  bool operator==(const SwapCopy&) const = default;
+};
+
+// The flat batch for one worker for one iteration. The worker executes, in order: swap_out,
+// free_seq_ids, swap_in, page_copies, steps.
 struct Plan {
   WorkerId worker = 0;
   uint64_t iteration = 0;
   std::vector<RequestId> free_seq_ids;  // applied by the worker before steps
-  std::vector<PageCopy> page_copies;    // applied after the frees, before the steps
+  std::vector<SwapCopy> swap_out;       // applied first
+  std::vector<SwapCopy> swap_in;        // applied after the frees
+  std::vector<PageCopy> page_copies;    // applied after the swap-ins, before the steps
   std::vector<PlanStep> steps;
   int32_t num_tokens = 0;  // input tokens in steps (a feed_last_sampled step counts one)
 };
@@ -135,12 +153,21 @@ struct SampledToken {
   std::optional<TokenLogprob> logprob = std::nullopt;  // when the request asked for logprobs
 };
 
+// What the worker measured while executing a plan (pagoda.worker.v1.IterationResult).
+struct StepTimes {
+  double forward_seconds = 0;  // forward pass and sampling
+  double swap_seconds = 0;     // swap_out + swap_in copies
+};
+
 // Timings of a finished request, from the `now` values the core was given (seconds).
 struct RequestTimings {
   double arrival = 0;
   double first_scheduled = -1;
   double first_token = -1;
   double finished = -1;
+  // Seconds from arrival to the first token, as predicted at arrival (PredictFirstToken); < 0
+  // when no prediction was made (no step measured yet).
+  double predicted_first_token = -1;
 };
 
 // Output of the core, drained by the service after every call.

@@ -194,5 +194,62 @@ TEST(PrefixCacheTest, HashesChainAndCollisionsAreNotHits) {
   EXPECT_FALSE(cache.Insert(1, 77, 5, a)) << "the content is cached already";
 }
 
+// Swap: the computed pages go to slots and the table is released as by Release; a swap-in
+// takes fresh pages, and its slots are reused only after the plan (EndPlan).
+TEST(KvCacheManagerTest, SwapOutReleasesTheTableAndSwapInRefillsNewPages) {
+  KvCacheManager kv(true);
+  kv.AddWorker(1, 16, 4, /*num_swap_pages=*/4);
+  const std::vector<int32_t> a = Tokens(10);
+  auto tokens_of = [&](RequestId) { return &a; };
+  Compute(kv, 1, a);
+  const std::vector<PageId> pages = kv.pages(1);
+  ASSERT_EQ(pages.size(), 3u);
+  std::optional<std::vector<SwapCopy>> out = kv.SwapOut(1, /*positions=*/10);
+  ASSERT_TRUE(out.has_value());
+  ASSERT_EQ(out->size(), 3u);
+  for (size_t k = 0; k < 3; ++k) EXPECT_EQ((*out)[k].page, pages[k]);
+  EXPECT_FALSE(kv.has_table(1));
+  EXPECT_TRUE(kv.swapped(1));
+  EXPECT_EQ(kv.swapped_pages(1), 3);
+  EXPECT_EQ(kv.free_swap_slots(1), 1);
+  EXPECT_EQ(kv.usage(1).held, 0);
+  EXPECT_EQ(kv.usage(1).parked, 2) << "its two full pages stay cached";
+  EXPECT_TRUE(kv.CheckInvariants(tokens_of).ok()) << kv.CheckInvariants(tokens_of);
+  // Too few slots for another three pages: no change.
+  Compute(kv, 2, Tokens(10, 100));
+  EXPECT_FALSE(kv.SwapOut(2, 10).has_value());
+  EXPECT_TRUE(kv.has_table(2));
+  kv.Forget(2);
+
+  std::optional<std::vector<SwapCopy>> in = kv.SwapIn(1);
+  ASSERT_TRUE(in.has_value());
+  ASSERT_EQ(in->size(), 3u);
+  for (size_t k = 0; k < 3; ++k) {
+    EXPECT_EQ((*in)[k].slot, (*out)[k].slot);
+    EXPECT_EQ((*in)[k].page, kv.pages(1)[k]);
+  }
+  EXPECT_FALSE(kv.swapped(1));
+  EXPECT_EQ(kv.free_swap_slots(1), 1) << "released at the end of the plan only";
+  EXPECT_TRUE(kv.CheckInvariants(tokens_of).ok()) << kv.CheckInvariants(tokens_of);
+  kv.EndPlan(1);
+  EXPECT_EQ(kv.free_swap_slots(1), 4);
+  EXPECT_TRUE(kv.CheckInvariants(tokens_of).ok()) << kv.CheckInvariants(tokens_of);
+}
+
+TEST(KvCacheManagerTest, ForgettingASwappedSequenceFreesItsSlotsAndRemovingTheWorkerDropsThem) {
+  KvCacheManager kv(false);
+  kv.AddWorker(1, 16, 4, /*num_swap_pages=*/8);
+  Compute(kv, 1, Tokens(10));
+  ASSERT_TRUE(kv.SwapOut(1, 10).has_value());
+  kv.Forget(1);
+  EXPECT_EQ(kv.free_swap_slots(1), 8);
+  Compute(kv, 2, Tokens(10));
+  ASSERT_TRUE(kv.SwapOut(2, 5).has_value());
+  EXPECT_EQ(kv.swapped_pages(2), 2) << "only the pages of the positions asked for";
+  kv.RemoveWorker(1);
+  EXPECT_FALSE(kv.swapped(2));
+  EXPECT_TRUE(kv.CheckInvariants(kNoTokens).ok()) << kv.CheckInvariants(kNoTokens);
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler

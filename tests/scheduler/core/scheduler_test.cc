@@ -9,88 +9,22 @@
 #include <set>
 #include <string>
 
+#include "tests/scheduler/core/scheduler_fixture.h"
+
 namespace pagoda::scheduler {
 namespace {
 
-constexpr int32_t kEos = 2;
-
-SchedulerOptions Options(int32_t budget = 64, int32_t chunk = 32, int32_t in_flight = 1) {
-  SchedulerOptions o;
-  o.max_batch_tokens = budget;
-  o.max_running = 8;
-  o.max_prefill_chunk = chunk;
-  o.context_length = 256;
-  o.eos_id = kEos;
-  o.max_plans_in_flight = in_flight;
-  return o;
-}
-
-WorkerInfo Worker(int32_t pages, int32_t page_size = 4) {
-  return {.num_pages = pages, .page_size = page_size, .max_batch_tokens = 1024};
-}
-
-NewRequest Request(RequestId id, int32_t prompt_len, int32_t max_tokens,
-                   Priority priority = Priority::kNormal) {
-  NewRequest r;
-  r.id = id;
-  for (int32_t i = 0; i < prompt_len; ++i) r.prompt.push_back(10 + i);
-  r.max_tokens = max_tokens;
-  r.priority = priority;
-  return r;
-}
-
-// The token a scripted worker samples: a function of the sequence and the sample index only,
-// as a real greedy worker's would be, so recomputation after preemption must reproduce it.
-int32_t ScriptedToken(RequestId id, int32_t index) {
-  return 100 + static_cast<int32_t>((id * 7 + index * 3) % 50);
-}
-
-std::vector<SampledToken> Answer(const Plan& plan) {
-  std::vector<SampledToken> out;
-  for (const PlanStep& s : plan.steps) {
-    if (s.sample) out.push_back({s.seq_id, ScriptedToken(s.seq_id, s.sample_index)});
-  }
-  return out;
-}
-
-// Drives one worker to completion; returns tokens and finish events per request.
-struct Outcome {
-  std::map<RequestId, std::vector<int32_t>> tokens;
-  std::map<RequestId, Event> finished;
-};
-
-void Drain(Scheduler& s, WorkerId w, Outcome& out, double& now, int max_steps = 10000) {
-  std::deque<Plan> flight;
-  for (int i = 0; i < max_steps && (s.HasWork() || !flight.empty()); ++i) {
-    while (auto plan = s.Schedule(w, now)) flight.push_back(std::move(*plan));
-    ASSERT_FALSE(flight.empty()) << "work left but no plan";
-    ASSERT_TRUE(s.OnResult(w, flight.front().iteration, Answer(flight.front()), now).ok());
-    flight.pop_front();
-    now += 1;
-    for (Event& e : s.TakeEvents()) {
-      if (e.kind == Event::Kind::kToken) {
-        out.tokens[e.id].push_back(e.token);
-      } else {
-        out.finished[e.id] = e;
-      }
-    }
-    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
-  }
-}
-
-// Runs one request to completion on `worker` (the only one that may take it).
-void RunAlone(Scheduler& s, WorkerId worker, const NewRequest& r, double& now) {
-  ASSERT_TRUE(s.AddRequest(r, now).ok());
-  Outcome out;
-  Drain(s, worker, out, now);
-  ASSERT_TRUE(out.finished.count(r.id));
-}
-
-NewRequest PrefixRequest(RequestId id, int32_t shared, int32_t own, int32_t max_tokens = 2) {
-  NewRequest r = Request(id, shared + own, max_tokens);
-  for (int32_t i = shared; i < shared + own; ++i) r.prompt[i] = 500 + static_cast<int32_t>(id);
-  return r;
-}
+using testing::Answer;
+using testing::Drain;
+using testing::FakeArena;
+using testing::kEos;
+using testing::Options;
+using testing::Outcome;
+using testing::PrefixRequest;
+using testing::Request;
+using testing::RunAlone;
+using testing::ScriptedToken;
+using testing::Worker;
 
 TEST(SchedulerTest, RejectsWhatCanNeverFit) {
   Scheduler s(Options());
@@ -533,56 +467,6 @@ TEST(SchedulerTest, DeadlinesDropQueuedAndRunningRequests) {
   EXPECT_FALSE(s.HasWork());
 }
 
-// A scripted worker's KV arena: each slot remembers the token written at its position, so a
-// step that reads a position (a prefix-cache hit, a page shared by a preempted sequence's
-// successor) can be checked to find exactly the token its own sequence has there.
-class FakeArena {
- public:
-  FakeArena(int32_t pages, int32_t page_size)
-      : page_size_(page_size), slots_(pages * page_size, -1) {}
-
-  // Executes a plan in order, as a worker does; `expected(id, pos)` is the token of sequence
-  // `id` at position `pos`. Returns an error naming the first wrong read or write.
-  std::string Execute(const Plan& plan,
-                      const std::function<int32_t(RequestId, int32_t)>& expected) {
-    for (RequestId id : plan.free_seq_ids) tables_.erase(id);
-    for (const PageCopy& copy : plan.page_copies) {
-      std::copy_n(slots_.begin() + copy.src * page_size_, page_size_,
-                  slots_.begin() + copy.dst * page_size_);
-    }
-    for (const PlanStep& step : plan.steps) {
-      if (step.first_sight) tables_[step.seq_id].clear();
-      std::vector<PageId>& table = tables_[step.seq_id];
-      table.insert(table.end(), step.new_pages.begin(), step.new_pages.end());
-      for (int32_t pos = 0; pos < step.start_pos; ++pos) {
-        if (Slot(table, pos) != expected(step.seq_id, pos)) {
-          return "seq " + std::to_string(step.seq_id) + " reads a wrong token at position " +
-                 std::to_string(pos);
-        }
-      }
-      const int32_t n = step.feed_last_sampled ? 1 : static_cast<int32_t>(step.tokens.size());
-      for (int32_t i = 0; i < n; ++i) {
-        const int32_t pos = step.start_pos + i;
-        const int32_t token = expected(step.seq_id, pos);
-        if (!step.feed_last_sampled && step.tokens[i] != token) return "wrong input token";
-        if (static_cast<size_t>(pos / page_size_) >= table.size()) return "write past the table";
-        slots_[table[pos / page_size_] * page_size_ + pos % page_size_] = token;
-      }
-    }
-    return "";
-  }
-
- private:
-  int32_t Slot(const std::vector<PageId>& table, int32_t pos) const {
-    if (static_cast<size_t>(pos / page_size_) >= table.size()) return -2;
-    return slots_[table[pos / page_size_] * page_size_ + pos % page_size_];
-  }
-
-  int32_t page_size_;
-  std::vector<int32_t> slots_;
-  std::map<RequestId, std::vector<PageId>> tables_;
-};
-
 // Prompts from a few families that share prefixes of every length, so the prefix cache hits.
 NewRequest SharingRequest(std::mt19937& rng, RequestId id, int32_t max_prompt, int32_t max_new) {
   NewRequest r = Request(id, 1 + rng() % max_prompt, 1 + rng() % max_new,
@@ -593,26 +477,35 @@ NewRequest SharingRequest(std::mt19937& rng, RequestId id, int32_t max_prompt, i
   }
   if (rng() % 4 == 0) r.cache_salt = rng() % 2 ? "tenant-a" : "tenant-b";
   if (rng() % 5 == 0) r.n = 1 + static_cast<int32_t>(rng() % 4);
+  static const char* const kTenants[] = {"default", "a", "b", "heavy"};
+  r.tenant = kTenants[rng() % 4];
   return r;
 }
 
-// Random arrivals of mixed sizes and classes sharing prefixes, cancellations, deadlines, worker
-// churn (1 to 3 workers; one dies now and then with its plans in flight) and scripted results
-// with overlap, against pools down to barely enough for one request, with the prefix cache on
-// (and off in every fourth round). Invariants (the scheduler's and the KvCacheManager's) are
-// checked after every operation; a fake KV arena checks every position a step reads holds its
-// own sequence's token; every request finishes with exactly the scripted tokens; the pools end
-// free or cached.
+// Random arrivals of mixed sizes, classes and tenants sharing prefixes, cancellations,
+// deadlines, worker churn (1 to 3 workers; one dies now and then with its plans in flight, and
+// its swap space with it) and scripted results with overlap, against pools down to barely
+// enough for one request, with the prefix cache on (and off in every fourth round), fair share
+// on or off, preemption by recompute, swap (swap spaces from none to plenty) or cost, and
+// sometimes predicted-wait admission. Invariants (the scheduler's, the queue's and the
+// KvCacheManager's, swap included) are checked after every operation; a fake KV arena with a
+// swap space checks every position a step reads holds its own sequence's token; every request
+// finishes with exactly the scripted tokens; the pools end free or cached and the swap spaces
+// free.
 TEST(SchedulerTest, RandomizedInvariants) {
   std::mt19937 rng(1234);
   int64_t total_ops = 0, total_preemptions = 0, total_hits = 0, total_completions = 0;
-  int64_t total_copies = 0;
+  int64_t total_copies = 0, total_swaps = 0, total_predicted_refusals = 0;
   for (int round = 0; round < 16; ++round) {
     SchedulerOptions o = Options(/*budget=*/1 + rng() % 64, /*chunk=*/1 + rng() % 32,
                                  /*in_flight=*/1 + rng() % 2);
     o.max_running = 1 + rng() % 8;
     o.aging_interval = rng() % 2 ? 50 : 0;
     o.enable_prefix_caching = round % 4 != 3;
+    o.fairness = rng() % 3 == 0 ? Fairness::kNone : Fairness::kVtc;
+    o.tenant_weights = {{"a", 1.0}, {"b", 2.0}, {"heavy", 0.5}};
+    o.preemption_mode = static_cast<PreemptionMode>(round % 3);
+    if (round % 5 == 4) o.max_predicted_wait = 20 + rng() % 100;
     Scheduler s(o);
     const int32_t page_size = 1 + rng() % 8;
     const int32_t max_prompt = 40, max_new = 24;
@@ -620,13 +513,18 @@ TEST(SchedulerTest, RandomizedInvariants) {
     const int32_t min_pages = (max_prompt + max_new + page_size - 1) / page_size;
     const int32_t pages = min_pages + (round % 3 == 0 ? 0 : rng() % (2 * min_pages));
     const int num_workers = 1 + round % 3;
+    // None, a few pages (swaps fall back to recompute), or room for everything.
+    const int32_t swap_pages = std::vector<int32_t>{0, 3, 4 * pages}[rng() % 3];
     WorkerId next_worker = 0;
     std::map<WorkerId, std::deque<Plan>> flights;  // live workers and their plans in flight
     std::map<WorkerId, FakeArena> arenas;
     auto add_worker = [&] {
-      s.AddWorker(++next_worker, Worker(pages, page_size));
+      WorkerInfo info = Worker(pages, page_size);
+      info.num_swap_pages = swap_pages;
+      info.swap_seconds_per_page = rng() % 2 ? 0.0 : 0.001 * (1 + rng() % 10);
+      s.AddWorker(++next_worker, info);
       flights[next_worker];
-      arenas.emplace(next_worker, FakeArena(pages, page_size));
+      arenas.emplace(next_worker, FakeArena(pages, page_size, swap_pages));
     };
     for (int i = 0; i < num_workers; ++i) add_worker();
     std::map<RequestId, std::vector<int32_t>> tokens;
@@ -654,7 +552,9 @@ TEST(SchedulerTest, RandomizedInvariants) {
         NewRequest r = SharingRequest(rng, next_id, max_prompt, max_new);
         next_id += r.n;
         if (rng() % 10 == 0) r.deadline = now + rng() % 200;
-        const bool ok = s.AddRequest(r, now).ok();
+        const absl::Status added = s.AddRequest(r, now);
+        const bool ok = added.ok();
+        if (!ok && added.GetPayload(kRetryAfterPayload)) ++total_predicted_refusals;
         for (RequestId c = r.id; c < r.id + r.n; ++c) {
           max_tokens[c] = r.max_tokens;
           prompts[c] = r.prompt;
@@ -682,9 +582,13 @@ TEST(SchedulerTest, RandomizedInvariants) {
       if (std::deque<Plan>& flight = answering->second; !flight.empty() && rng() % 3 != 0) {
         const std::string wrong = arenas.at(answering->first).Execute(flight.front(), expected);
         ASSERT_EQ(wrong, "") << "round " << round << " op " << op;
-        ASSERT_TRUE(
-            s.OnResult(answering->first, flight.front().iteration, Answer(flight.front()), now)
-                .ok());
+        // Step times that grow with the tokens, so the step model sees some spread.
+        const StepTimes times{0.01 + 0.0001 * flight.front().num_tokens * (1 + rng() % 3),
+                              0.0005 * static_cast<double>(flight.front().swap_out.size() +
+                                                           flight.front().swap_in.size())};
+        ASSERT_TRUE(s.OnResult(answering->first, flight.front().iteration, Answer(flight.front()),
+                               now, times)
+                        .ok());
         flight.pop_front();
       }
       for (const Event& e : s.TakeEvents()) {
@@ -717,7 +621,12 @@ TEST(SchedulerTest, RandomizedInvariants) {
       if (!o.enable_prefix_caching) {
         EXPECT_EQ(u.free, pages);
       }
+      EXPECT_EQ(s.kv().free_swap_slots(w), swap_pages);
     }
+    if (o.preemption_mode == PreemptionMode::kRecompute || swap_pages == 0) {
+      EXPECT_EQ(s.preemptions(PreemptionMode::kSwap), 0);
+    }
+    total_swaps += s.preemptions(PreemptionMode::kSwap);
     if (s.forced_preemptions() == 0) {
       EXPECT_LE(s.max_preempted_in_row(), o.max_preemptions_in_row);
     }
@@ -732,6 +641,8 @@ TEST(SchedulerTest, RandomizedInvariants) {
   EXPECT_GT(total_hits, 0) << "shared prefixes must hit the cache";
   EXPECT_GT(total_completions, 0);
   EXPECT_GT(total_copies, 0) << "forks of partial pages must copy them";
+  EXPECT_GT(total_swaps, 0) << "swap spaces must take preempted sequences";
+  EXPECT_GT(total_predicted_refusals, 0) << "predicted-wait admission must refuse some";
 }
 
 // Placement rule 3 (ties): equal cost goes to the most free KV, then the lowest id; a worker the
