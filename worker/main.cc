@@ -5,10 +5,14 @@
 //                 [--dtype bf16|fp16] [--gpu-memory-fraction F] [--device N]
 //                 [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]
 //                 [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--synthetic-step-ms MS]
+//                 [--swap-space-mib N]
 //
 // --backend synthetic computes no model (it reads only the model file's metadata, for the
 // fingerprint and the vocabulary size): it answers each plan after --synthetic-step-ms with
 // deterministic tokens, to measure and test the scheduler; see synthetic_backend.h.
+// --swap-space-mib gives the worker host memory for the KV pages of sequences the scheduler
+// preempts by swap: floor(N MiB / KV bytes of one page) slots, reported at registration with
+// the measured time to copy a page out and back in.
 // SIGTERM or SIGINT stops it promptly: the scheduler re-queues what it was running.
 #include <signal.h>
 #include <unistd.h>
@@ -27,6 +31,7 @@
 #include "common/port_file.h"
 #include "common/signals.h"
 #include "common/startup.h"
+#include "common/status_macros.h"
 #include "worker/backend/factory.h"
 #include "worker/backend/synthetic/synthetic_backend.h"
 #include "worker/model/llama_model.h"
@@ -45,6 +50,9 @@ ABSL_FLAG(double, synthetic_step_ms, 5,
 ABSL_FLAG(int32_t, kv_pages, 0,
           "KV pages in the arena; 0 = fill --kv-cache-mib (cpu) or --gpu-memory-fraction (cuda)");
 ABSL_FLAG(int32_t, kv_cache_mib, 256, "cpu: KV arena size in MiB when --kv-pages is 0");
+ABSL_FLAG(int32_t, swap_space_mib, 0,
+          "host memory in MiB for the KV pages of sequences preempted by swap (whole pages: "
+          "K and V of every layer); 0 = none: the scheduler recomputes preempted sequences");
 ABSL_FLAG(std::string, dtype, "bf16", "cuda: weight, activation and KV type: bf16 or fp16");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "cuda: share of the GPU's memory to use; the KV arena gets what is left after the "
@@ -127,6 +135,7 @@ struct LoadedBackend {
   std::unique_ptr<pagoda::worker::Backend> backend;
   std::string fingerprint;
   pagoda::common::ModelConfig config;
+  size_t page_bytes = 0;  // KV bytes of one page (K and V, every layer): sizes the swap space
 };
 
 // The synthetic backend reads the file's metadata only: no weights are loaded or used.
@@ -155,7 +164,9 @@ absl::StatusOr<LoadedBackend> LoadSynthetic(const std::string& path,
              "synthetic backend: NO MODEL is computed; every plan takes %.3f ms and its tokens "
              "are a hash of each sequence (for measuring and testing the scheduler only)",
              absl::GetFlag(FLAGS_synthetic_step_ms));
-  return LoadedBackend{*std::move(backend), (*file)->Fingerprint(), *config};
+  // The swap space too is sized in a 2-byte-KV GPU's pages.
+  const size_t page_bytes = static_cast<size_t>(pw::KvPageBytes(*config, o.page_size, 2));
+  return LoadedBackend{*std::move(backend), (*file)->Fingerprint(), *config, page_bytes};
 }
 
 absl::StatusOr<LoadedBackend> LoadBackend(const std::string& path,
@@ -165,7 +176,20 @@ absl::StatusOr<LoadedBackend> LoadBackend(const std::string& path,
   if (!model.ok()) return model.status();
   auto backend = pagoda::worker::CreateBackend(*model, options);
   if (!backend.ok()) return backend.status();
-  return LoadedBackend{*std::move(backend), (*model)->fingerprint(), (*model)->config()};
+  const size_t page_bytes = (*backend)->kv_bytes() / static_cast<size_t>((*backend)->num_pages());
+  return LoadedBackend{*std::move(backend), (*model)->fingerprint(), (*model)->config(),
+                       page_bytes};
+}
+
+// Creates the swap space --swap-space-mib asks for (none for 0).
+absl::Status SetUpSwapSpace(pagoda::worker::Backend& backend, size_t page_bytes) {
+  const int64_t mib = absl::GetFlag(FLAGS_swap_space_mib);
+  RETURN_IF_ERROR(pagoda::worker::CreateSwapSpace(backend, mib, page_bytes));
+  if (mib > 0) {
+    PAGODA_LOG(kInfo, "worker", "swap space: %d pages of %.3g MiB in %d MiB of host memory",
+               backend.num_swap_pages(), static_cast<double>(page_bytes) / (1 << 20), mib);
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -188,10 +212,10 @@ int main(int argc, char** argv) {
       pagoda::common::LoadTlsFromFlags(pagoda::common::TlsSide::kClient);
   if (!tls.ok()) return Fail(std::string(tls.status().message()));
   if (page_size <= 0 || max_batch_tokens <= 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
-      absl::GetFlag(FLAGS_kv_cache_mib) <= 0) {
+      absl::GetFlag(FLAGS_kv_cache_mib) <= 0 || absl::GetFlag(FLAGS_swap_space_mib) < 0) {
     return Fail(
         "--page-size, --max-batch-tokens and --kv-cache-mib must be positive, "
-        "--kv-pages >= 0");
+        "--kv-pages and --swap-space-mib >= 0");
   }
 
   pw::HealthServer health;
@@ -237,7 +261,17 @@ int main(int argc, char** argv) {
     metrics.SetDeviceMemoryUsedBytes(static_cast<int64_t>(device));
   }
 
+  if (absl::Status s = SetUpSwapSpace(*backend, loaded->page_bytes); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
   pw::Runner runner(std::move(backend));
+  if (absl::Status s = runner.MeasureSwap(); !s.ok()) {
+    return Fail("measuring the swap space: " + std::string(s.message()));
+  }
+  if (runner.backend().num_swap_pages() > 0) {
+    PAGODA_LOG(kInfo, "worker", "copying one page out to the swap space and back takes %.3g ms",
+               runner.swap_seconds_per_page() * 1e3);
+  }
   runner.SetStepObserver([&](const pw::StepTiming& t) { metrics.ObserveStep(t); });
   pw::LinkClientOptions link;
   link.scheduler_address = absl::GetFlag(FLAGS_scheduler);

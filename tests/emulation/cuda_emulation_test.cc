@@ -216,5 +216,25 @@ TEST(CudaEmulationTest, RejectsInvalidConfigurations) {
             cudaErrorInvalidConfiguration);
 }
 
+// 2D copies (the CUDA backend's KV page swaps) move `height` rows of `width` bytes between
+// pitches, and refuse a pitch past the device's memPitch or narrower than a row.
+TEST(CudaEmulationTest, TwoDimensionalCopiesFollowTheirPitches) {
+  std::vector<uint8_t> src(64), dst(32, 0);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i);
+  ASSERT_EQ(
+      cudaMemcpy2DAsync(dst.data(), 8, src.data() + 2, 16, 4, 3, cudaMemcpyDeviceToHost, nullptr),
+      cudaSuccess);
+  const std::vector<uint8_t> want = {2,  3,  4,  5,  0, 0, 0, 0, 18, 19, 20, 21, 0, 0, 0, 0,
+                                     34, 35, 36, 37, 0, 0, 0, 0, 0,  0,  0,  0,  0, 0, 0, 0};
+  EXPECT_EQ(dst, want);
+  cudaDeviceProp prop;
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_EQ(cudaMemcpy2DAsync(dst.data(), 8, src.data(), prop.memPitch + 1, 4, 1,
+                              cudaMemcpyDeviceToHost, nullptr),
+            cudaErrorInvalidPitchValue);
+  EXPECT_EQ(cudaMemcpy2DAsync(dst.data(), 2, src.data(), 16, 4, 1, cudaMemcpyDeviceToHost, nullptr),
+            cudaErrorInvalidPitchValue);
+}
+
 }  // namespace
 }  // namespace pagoda::worker::cuda

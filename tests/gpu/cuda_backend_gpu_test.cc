@@ -517,6 +517,50 @@ TEST(CudaBackendGpuTest, PageCopiesGiveAForkThePromptKv) {
   EXPECT_GT(RelError(wrong, gpu_full), 1e-2);
 }
 
+// Swap preemption: a prompt's pages go out to pinned host slots, another prompt overwrites them,
+// and they come back into other pages: a decode step over those gives bitwise the logits of the
+// same step unswapped, and a page swapped in and out again gives its slot's bytes back. Both
+// copy paths run: one 2D copy per page, and one copy per layer's K or V where the arena's layers
+// lie further apart than a 2D copy may stride (under the emulator, whose limit is 1 MiB, the
+// arena of 1,100 pages; on a GPU, 2 GiB, neither).
+TEST(CudaBackendGpuTest, SwapRoundTripRestoresTheKv) {
+  SKIP_WITHOUT_GPU();
+  common::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 23);
+  o.dtype = common::GgmlType::F16;
+  auto model = testing::RandomModel(o);
+  ASSERT_NE(model, nullptr);
+  std::vector<int32_t> prompt(20), other(24);
+  std::iota(prompt.begin(), prompt.end(), 40);
+  std::iota(other.begin(), other.end(), 100);
+  const std::vector<int32_t> pages = {3, 9, 4}, moved = {10, 1, 14}, next = {77};
+  for (int num_pages : {16, 1100}) {
+    SCOPED_TRACE(absl::StrCat(num_pages, " pages"));
+    auto gpu = MakeCuda(model, 8, num_pages, DType::kFp16);  // pages of 1 KiB per layer's K
+    ASSERT_NE(gpu, nullptr);
+    const std::vector<SwapCopy> one = {{.page = 0, .slot = 0}};
+    EXPECT_EQ(gpu->SwapOut(one).code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(gpu->InitSwapSpace(4).ok());
+    EXPECT_EQ(gpu->num_swap_pages(), 4);
+    EXPECT_EQ(gpu->InitSwapSpace(4).code(), absl::StatusCode::kFailedPrecondition);
+    std::vector<float> logits, want, got;
+    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{prompt, 0, pages, false}}, &logits).ok());
+    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{next, 20, pages, true}}, &want).ok());
+    ASSERT_TRUE(gpu->SwapOut(std::vector<SwapCopy>{{3, 2}, {9, 0}, {4, 3}}).ok());
+    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{other, 0, pages, false}}, &logits).ok());
+    ASSERT_TRUE(gpu->SwapIn(std::vector<SwapCopy>{{10, 2}, {1, 0}, {14, 3}}).ok());
+    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{next, 20, moved, true}}, &got).ok());
+    EXPECT_EQ(got, want);
+    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{next, 20, pages, true}}, &logits).ok());
+    EXPECT_GT(RelError(logits, want), 1e-3) << "the overwritten pages give other logits";
+    // Page 1 back out to slot 1: the bytes of slot 0, which held page 9, real KV (not poison).
+    ASSERT_TRUE(gpu->SwapOut(std::vector<SwapCopy>{{1, 1}}).ok());
+    const std::span<const std::byte> a = gpu->swap_slot(0), b = gpu->swap_slot(1);
+    ASSERT_EQ(a.size(), gpu->kv_layout().bytes_per_pool_page());
+    EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+    EXPECT_TRUE(std::any_of(a.begin(), a.end(), [](std::byte x) { return x != std::byte{0xff}; }));
+  }
+}
+
 TEST(CudaBackendGpuTest, BadBatchesAreRejected) {
   SKIP_WITHOUT_GPU();
   auto model = testing::RandomModel(testing::SmallRandomOptions(256, 8, 2, 2, 4));

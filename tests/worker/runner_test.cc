@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/testing/test_models.h"
+#include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
 
@@ -177,6 +178,167 @@ TEST(RunnerTest, PageCopiesLetAForkContinueFromSharedPages) {
   copy->set_dst(64);
   r = runner->Execute(plan);
   EXPECT_NE(r.error().find("below 64"), std::string::npos) << r.error();
+}
+
+constexpr int kPage = 4;
+
+// A runner on a small random-weights model (no file needed), with `swap_slots` of swap space.
+std::unique_ptr<Runner> MakeRandomRunner(int page_size, int pages, int swap_slots) {
+  auto model = testing::RandomModel(testing::SmallRandomOptions(64, 4, 2, 2, 7));
+  CpuBackendOptions options;
+  options.page_size = page_size;
+  options.num_pages = pages;
+  options.num_threads = 1;
+  auto backend = CpuBackend::Create(model, options);
+  EXPECT_TRUE(backend.ok()) << backend.status();
+  if (swap_slots > 0) {
+    EXPECT_TRUE((*backend)->InitSwapSpace(swap_slots).ok());
+  }
+  return std::make_unique<Runner>(*std::move(backend));
+}
+
+std::vector<int32_t> Prompt(int n, uint32_t seed) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<int32_t>((seed + 37u * i * i) % 320));
+  return out;
+}
+
+// Decodes sequence 1 (greedy, `seq` its tokens so far) `decodes` more steps on the pages it
+// has, appending each sample to `seq` and `out`.
+void Decode(Runner& runner, uint64_t& iteration, std::vector<int32_t>& seq, int prompt_len,
+            int decodes, std::vector<int32_t>* out) {
+  for (int i = 0; i < decodes; ++i) {
+    wv1::IterationPlan plan;
+    plan.set_iteration(iteration++);
+    const int pos = static_cast<int>(seq.size()) - 1;
+    AddStep(plan, 1, {seq.back()}, pos, {}, true, pos - prompt_len + 1);
+    wv1::IterationResult r = runner.Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    seq.push_back(r.sampled(0).token_id());
+    out->push_back(seq.back());
+  }
+}
+
+// Swap preemption end to end: sequence 1's pages go to swap slots (the same plan frees it and
+// hands its pages to sequence 2, whose prefill overwrites them), then come back into other pages
+// (the same plan resumes it, first sight again): greedy decoding continues with exactly the
+// tokens of an unswapped run. Without the swap in, its new pages hold no KV: other tokens.
+TEST(RunnerTest, SwappedSequenceContinuesWithTheSameTokens) {
+  const std::vector<int32_t> prompt = Prompt(11, 3), other = Prompt(16, 11);
+  const std::vector<uint32_t> first_pages = {3, 7, 5, 9, 2};  // positions [0, 20)
+  std::vector<int32_t> reference;
+  {
+    auto runner = MakeRandomRunner(kPage, 16, 0);
+    wv1::IterationPlan plan;
+    plan.set_iteration(1);
+    AddStep(plan, 1, prompt, 0, first_pages, true, 0);
+    wv1::IterationResult r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(r.sampled(0).token_id());
+    reference.push_back(seq.back());
+    uint64_t iteration = 2;
+    Decode(*runner, iteration, seq, 11, 8, &reference);
+  }
+  for (bool swap_in : {true, false}) {
+    SCOPED_TRACE(swap_in ? "swapped in" : "not swapped in");
+    auto runner = MakeRandomRunner(kPage, 16, 8);
+    std::vector<StepTiming> timings;
+    runner->SetStepObserver([&](const StepTiming& t) { timings.push_back(t); });
+    wv1::IterationPlan plan;
+    plan.set_iteration(1);
+    AddStep(plan, 1, prompt, 0, first_pages, true, 0);
+    wv1::IterationResult r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    std::vector<int32_t> seq = prompt, got;
+    seq.push_back(r.sampled(0).token_id());
+    got.push_back(seq.back());
+    uint64_t iteration = 2;
+    Decode(*runner, iteration, seq, 11, 3, &got);  // positions [0, 14) computed
+    // Preempt: pages 3, 7, 5, 9 (positions [0, 16)) out, and sequence 2 prefills into them.
+    plan.Clear();
+    plan.set_iteration(iteration++);
+    const std::vector<std::pair<uint32_t, uint32_t>> out = {{3, 5}, {7, 0}, {5, 2}, {9, 6}};
+    for (const auto& [page, slot] : out) {
+      auto* c = plan.add_swap_out();
+      c->set_page(page);
+      c->set_slot(slot);
+    }
+    plan.add_free_seq_ids(1);
+    AddStep(plan, 2, other, 0, {9, 5, 7, 3}, true, 0);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    EXPECT_GT(r.swap_seconds(), 0);
+    EXPECT_EQ(runner->num_sequences(), 1u);
+    // Resume into pages 11, 12, 1, 14 (+ 0 for room), feeding its last sample.
+    plan.Clear();
+    plan.set_iteration(iteration++);
+    const std::vector<std::pair<uint32_t, uint32_t>> in = {{11, 5}, {12, 0}, {1, 2}, {14, 6}};
+    for (const auto& [page, slot] : in) {
+      if (!swap_in) break;
+      auto* c = plan.add_swap_in();
+      c->set_page(page);
+      c->set_slot(slot);
+    }
+    const int pos = static_cast<int>(seq.size()) - 1;
+    AddStep(plan, 1, {seq.back()}, pos, {11, 12, 1, 14, 0}, true, pos - 10)->set_first_sight(true);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    seq.push_back(r.sampled(0).token_id());
+    got.push_back(seq.back());
+    Decode(*runner, iteration, seq, 11, 4, &got);
+    if (swap_in) {
+      EXPECT_EQ(got, reference);
+      ASSERT_GE(timings.size(), 6u);
+      EXPECT_EQ(timings[4].pages_swapped_out, 4);
+      EXPECT_EQ(timings[5].pages_swapped_in, 4);
+      EXPECT_GT(timings[5].swap_seconds, 0);
+      EXPECT_EQ(timings[5].pages_swapped_out, 0);
+    } else {
+      EXPECT_NE(got, reference);
+    }
+  }
+}
+
+TEST(RunnerTest, BadSwapsGiveErrorsBeforeAnythingRuns) {
+  auto plan_with = [](const char* list, uint32_t page, uint32_t slot) {
+    wv1::IterationPlan plan;
+    plan.set_iteration(7);
+    auto* c = std::string(list) == "out" ? plan.add_swap_out() : plan.add_swap_in();
+    c->set_page(page);
+    c->set_slot(slot);
+    return plan;
+  };
+  auto none = MakeRandomRunner(kPage, 8, 0);
+  std::string error = none->Execute(plan_with("out", 0, 0)).error();
+  EXPECT_NE(error.find("no swap space"), std::string::npos) << error;
+  auto runner = MakeRandomRunner(kPage, 8, 4);
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  AddStep(plan, 1, Prompt(5, 1), 0, {0, 1}, true, 0);
+  ASSERT_TRUE(runner->Execute(plan).error().empty());
+  error = runner->Execute(plan_with("in", 2, 4)).error();
+  EXPECT_NE(error.find("swap_in entry 0: page 2, slot 4"), std::string::npos) << error;
+  EXPECT_NE(error.find("slots below 4"), std::string::npos) << error;
+  // A bad entry after a good one: the plan's free is not applied either.
+  plan = plan_with("out", 0, 0);
+  auto* bad = plan.add_swap_out();
+  bad->set_page(8);
+  bad->set_slot(1);
+  plan.add_free_seq_ids(1);
+  error = runner->Execute(plan).error();
+  EXPECT_NE(error.find("pages must be below 8"), std::string::npos) << error;
+  EXPECT_EQ(runner->num_sequences(), 1u);
+}
+
+TEST(RunnerTest, MeasuresTheSwapTimeOfOnePage) {
+  auto none = MakeRandomRunner(kPage, 8, 0);
+  ASSERT_TRUE(none->MeasureSwap().ok());
+  EXPECT_EQ(none->swap_seconds_per_page(), 0);
+  auto runner = MakeRandomRunner(kPage, 8, 3);
+  ASSERT_TRUE(runner->MeasureSwap().ok());
+  EXPECT_GT(runner->swap_seconds_per_page(), 0);
+  EXPECT_LT(runner->swap_seconds_per_page(), 1);
 }
 
 }  // namespace

@@ -152,6 +152,46 @@ TEST(SyntheticBackendTest, CopiedPagesCarryTheirTokens) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// Swap preemption: a sequence's pages go to swap slots, other tokens overwrite the pages, and
+// the slots come back into other pages: decoding continues with the unswapped tokens.
+TEST(SyntheticBackendTest, SwappedPagesCarryTheirTokens) {
+  auto b = Make(16);
+  ASSERT_TRUE(b->InitSwapSpace(4).ok());
+  EXPECT_EQ(b->num_swap_pages(), 4);
+  const std::vector<int32_t> prompt = {5, 17, 3, 88, 41, 2};  // 1.5 pages of 4
+  const std::vector<int32_t> reference = Generate(*b, prompt, {0, 1, 3}, 64, 5);
+  ASSERT_EQ(Generate(*b, prompt, {2, 7}, 64, 1), std::vector<int32_t>{reference[0]});
+  ASSERT_TRUE(
+      b->SwapOut(std::vector<SwapCopy>{{.page = 2, .slot = 3}, {.page = 7, .slot = 0}}).ok());
+  Generate(*b, {9, 9, 9, 9, 9, 9, 9}, {7, 2}, 64, 1);  // another sequence takes the pages
+  ASSERT_TRUE(
+      b->SwapIn(std::vector<SwapCopy>{{.page = 10, .slot = 3}, {.page = 5, .slot = 0}}).ok());
+  std::vector<int32_t> seq = prompt;
+  seq.push_back(reference[0]);
+  const std::vector<int32_t> pages = {10, 5, 12};
+  const SampleInput greedy;
+  std::vector<int32_t> tokens, continued;
+  for (int32_t pos = static_cast<int32_t>(prompt.size()); continued.size() < 4; ++pos) {
+    SeqInput in{std::span<const int32_t>(seq.data() + pos, 1), pos, pages, true};
+    ASSERT_TRUE(b->ForwardSample({&in, 1}, {&greedy, 1}, &tokens).ok()) << "position " << pos;
+    continued.push_back(tokens.at(0));
+    seq.push_back(tokens.at(0));
+  }
+  EXPECT_EQ(continued, std::vector<int32_t>(reference.begin() + 1, reference.end()));
+  EXPECT_EQ(b->SwapIn(std::vector<SwapCopy>{{.page = 0, .slot = 4}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->SwapOut(std::vector<SwapCopy>{{.page = 16, .slot = 0}}).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(b->InitSwapSpace(8).code(), absl::StatusCode::kFailedPrecondition);
+  // Without a swap space, swaps are refused and an empty list is nothing to do.
+  auto none = Make(16);
+  EXPECT_EQ(none->num_swap_pages(), 0);
+  EXPECT_TRUE(none->SwapOut({}).ok());
+  EXPECT_EQ(none->SwapOut(std::vector<SwapCopy>{{.page = 0, .slot = 0}}).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(none->InitSwapSpace(0).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SyntheticBackendTest, EveryStepLastsAtLeastTheStepTime) {
   auto b = Make(16, absl::Milliseconds(20));
   const std::vector<int32_t> prompt = {1, 2, 3};

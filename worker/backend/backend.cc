@@ -38,6 +38,23 @@ absl::Status Backend::CopyPages(std::span<const PageCopy> copies) {
       "the %s backend cannot copy KV pages (%d copies asked)", name(), copies.size()));
 }
 
+absl::Status Backend::InitSwapSpace(int64_t num_slots) {
+  return absl::FailedPreconditionError(
+      absl::StrFormat("the %s backend has no swap space (%d slots asked)", name(), num_slots));
+}
+
+absl::Status Backend::SwapOut(std::span<const SwapCopy> copies) {
+  if (copies.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the %s backend has no swap space (%d pages to swap out)", name(), copies.size()));
+}
+
+absl::Status Backend::SwapIn(std::span<const SwapCopy> copies) {
+  if (copies.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "the %s backend has no swap space (%d pages to swap in)", name(), copies.size()));
+}
+
 absl::Status ValidateBatch(std::span<const SeqInput> batch, const common::ModelConfig& c,
                            int page_size, int num_pages) {
   const int64_t ps = page_size;

@@ -19,6 +19,13 @@
 //    default samples on the host with worker/sampling, a GPU backend samples on the device.
 //    Each row's adjustments (logit_bias, penalties) are applied to its logits first; rows with
 //    params.top_logprobs >= 0 also get their SampledLogprobs (worker/sampling/sampler.h).
+//  * Swap space (preemption by swap): host memory of num_swap_pages() slots, each the size of
+//    one KV page (K and V of every layer), created at most once by InitSwapSpace before the
+//    first plan; none by default (num_swap_pages() 0). The scheduler owns the slots as it owns
+//    the pages. SwapOut copies pages into slots, SwapIn slots into pages, in list order, and
+//    each returns when its copies are complete: a SwapOut sees every earlier write to its pages
+//    (Forward, CopyPages), and a later Forward or CopyPages sees what SwapIn wrote. Slots keep
+//    their bytes until the next SwapOut into them. Ids are checked by the caller (the runner).
 #pragma once
 
 #include <cstdint>
@@ -43,6 +50,11 @@ struct SeqInput {                   // one sequence's work in a flat batch
 struct PageCopy {  // copy KV page src into page dst: K and V, every layer, every slot
   int32_t src = 0;
   int32_t dst = 0;
+};
+
+struct SwapCopy {  // one KV page and one swap slot: K and V, every layer, every position
+  int32_t page = 0;
+  int32_t slot = 0;
 };
 
 struct SampleInput {  // how to pick the token of one want_logits sequence
@@ -74,6 +86,15 @@ class Backend {
   // Copies pages in order (copy on write, before a Forward writes into the copy). Page ids are
   // checked by the caller. The default refuses: a backend without a KV arena has none to copy.
   virtual absl::Status CopyPages(std::span<const PageCopy> copies);
+
+  // Creates the swap space: `num_slots` (> 0) slots of one page each. The default refuses
+  // (FailedPrecondition): the backend has no swap space.
+  virtual absl::Status InitSwapSpace(int64_t num_slots);
+  // Device page -> swap slot, then slot -> page (see the contract above). The defaults accept
+  // an empty list and refuse any copy (FailedPrecondition), as a backend without swap space does.
+  virtual absl::Status SwapOut(std::span<const SwapCopy> copies);
+  virtual absl::Status SwapIn(std::span<const SwapCopy> copies);
+  virtual int num_swap_pages() const { return 0; }  // slots of the swap space; 0: none
 
   virtual int page_size() const = 0;
   virtual int num_pages() const = 0;

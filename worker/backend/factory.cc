@@ -1,6 +1,7 @@
 #include "worker/backend/factory.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -55,12 +56,35 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
 
 }  // namespace
 
+int64_t KvPageBytes(const common::ModelConfig& c, int page_size, size_t element_bytes) {
+  return int64_t{2} * c.n_layers * page_size * c.n_kv_heads * c.head_dim *
+         static_cast<int64_t>(element_bytes);
+}
+
 int PagesForBytes(const common::ModelConfig& c, int page_size, size_t element_bytes,
                   int64_t bytes) {
-  const int64_t page_bytes = int64_t{2} * c.n_layers * page_size * c.n_kv_heads * c.head_dim *
-                             static_cast<int64_t>(element_bytes);
+  const int64_t page_bytes = KvPageBytes(c, page_size, element_bytes);
   if (page_bytes <= 0 || bytes <= 0) return 0;
   return static_cast<int>(std::min<int64_t>(bytes / page_bytes, int64_t{1} << 20));
+}
+
+absl::Status CreateSwapSpace(Backend& backend, int64_t mib, size_t page_bytes) {
+  if (mib == 0) return absl::OkStatus();
+  if (page_bytes == 0) return absl::InvalidArgumentError("a KV page of 0 bytes cannot be swapped");
+  if (mib < 0 || mib > (int64_t{1} << 40)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--swap-space-mib %d must be in [0, 2^40]", mib));
+  }
+  const int64_t slots =
+      std::min<int64_t>((mib << 20) / static_cast<int64_t>(page_bytes), int64_t{1} << 20);
+  if (slots == 0) {
+    const double page_mib = static_cast<double>(page_bytes) / (1 << 20);
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--swap-space-mib %d holds no KV page: one page (K and V of every layer) takes %.3f MiB; "
+        "give at least %d, or 0 for no swap space",
+        mib, page_mib, static_cast<int64_t>(std::ceil(page_mib))));
+  }
+  return backend.InitSwapSpace(slots);
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const LlamaModel> model,

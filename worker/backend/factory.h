@@ -35,9 +35,19 @@ struct BackendOptions {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const LlamaModel> model,
                                                        const BackendOptions& options);
 
+// Bytes of one KV page of `page_size` tokens for `config` (K and V, every layer) at
+// `element_bytes` per value.
+int64_t KvPageBytes(const common::ModelConfig& config, int page_size, size_t element_bytes);
+
 // Pages of `page_size` tokens that fit in `bytes` for `config` (K and V, every layer), at
 // `element_bytes` per value, capped at 2^20.
 int PagesForBytes(const common::ModelConfig& config, int page_size, size_t element_bytes,
                   int64_t bytes);
+
+// Creates `backend`'s host swap space for --swap-space-mib `mib`: floor(mib MiB / page_bytes)
+// slots, capped at 2^20, where page_bytes is the KV bytes of one page (K and V, every layer).
+// 0 MiB: no swap space (OK, nothing done). InvalidArgument for a negative size or one that
+// holds no page; the backend's error when it cannot have one.
+absl::Status CreateSwapSpace(Backend& backend, int64_t mib, size_t page_bytes);
 
 }  // namespace pagoda::worker

@@ -70,6 +70,8 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
   reg->set_num_pages(runner_->backend().num_pages());
   reg->set_max_batch_tokens(options_.max_batch_tokens);
   reg->set_backend(options_.backend_name);
+  reg->set_num_swap_pages(static_cast<uint32_t>(runner_->backend().num_swap_pages()));
+  reg->set_swap_seconds_per_page(runner_->swap_seconds_per_page());
   runner_->Reset();
   wv1::SchedulerMessage msg;
   if (stream->Write(hello) && stream->Read(&msg) && msg.has_accepted()) {

@@ -55,6 +55,12 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                    .Help("Plans this worker could not execute (answered with an error).")
                    .Register(r)
                    .Add({});
+  auto& swapped = prometheus::BuildCounter()
+                      .Name("pagoda_worker_swapped_pages_total")
+                      .Help("KV pages copied to the host swap space (out) and back (in).")
+                      .Register(r);
+  swapped_out_ = &swapped.Add({{"direction", "out"}});
+  swapped_in_ = &swapped.Add({{"direction", "in"}});
   kv_arena_bytes_ =
       &AddGauge(r, "pagoda_worker_kv_arena_bytes", "Size of this worker's KV page arena.");
   attached_ = &AddGauge(r, "pagoda_worker_attached",
@@ -64,6 +70,9 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
 WorkerMetrics::~WorkerMetrics() = default;
 
 void WorkerMetrics::ObserveStep(const StepTiming& timing) {
+  // Swaps done count even in a plan that then failed: the pages were copied.
+  swapped_out_->Increment(timing.pages_swapped_out);
+  swapped_in_->Increment(timing.pages_swapped_in);
   if (!timing.ok) {
     failures_->Increment();
     return;

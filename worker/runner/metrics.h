@@ -8,6 +8,8 @@
 //   pagoda_worker_sampling_seconds    histogram  its sampling
 //   pagoda_worker_step_tokens         histogram  input tokens per plan
 //   pagoda_worker_step_failures_total counter    plans that could not be executed
+//   pagoda_worker_swapped_pages_total counter    KV pages copied to the host swap space
+//                                                (direction="out") and back (direction="in")
 //   pagoda_worker_kv_arena_bytes      gauge      size of the KV page arena
 //   pagoda_worker_attached            gauge      1 while attached to the scheduler
 //   pagoda_worker_device_memory_used_bytes  gauge (GPU backends only; absent on CPU)
@@ -40,7 +42,7 @@ class WorkerMetrics {
   WorkerMetrics(const WorkerMetrics&) = delete;
   WorkerMetrics& operator=(const WorkerMetrics&) = delete;
 
-  // Feeds the step histograms; suits Runner::SetStepObserver.
+  // Feeds the step histograms and the swap counters; suits Runner::SetStepObserver.
   void ObserveStep(const StepTiming& timing);
   void SetKvArenaBytes(int64_t bytes);
   void SetAttached(bool attached);
@@ -62,6 +64,8 @@ class WorkerMetrics {
   prometheus::Histogram* sampling_;
   prometheus::Histogram* tokens_;
   prometheus::Counter* failures_;
+  prometheus::Counter* swapped_out_;
+  prometheus::Counter* swapped_in_;
   prometheus::Gauge* kv_arena_bytes_;
   prometheus::Gauge* attached_;
   absl::Mutex device_mu_;

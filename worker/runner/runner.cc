@@ -92,8 +92,7 @@ bool Runner::BuildAdjustments(const SeqState& s) {
 
 absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInput>* batch,
                              std::vector<SampleInput>* samples) {
-  for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
-  RETURN_IF_ERROR(CopyPages(plan));
+  RETURN_IF_ERROR(ApplyEdits(plan));
   // First every state change, then the batch: spans into seqs_ must not see a rehash.
   for (const wv1::SequenceStep& step : plan.steps()) {
     if (step.first_sight()) RETURN_IF_ERROR(FirstSight(step));
@@ -148,6 +147,69 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
   return absl::OkStatus();
 }
 
+absl::Status Runner::ApplyEdits(const wv1::IterationPlan& plan) {
+  RETURN_IF_ERROR(ValidateSwaps(plan));
+  RETURN_IF_ERROR(Swap(plan.swap_out(), /*out=*/true));
+  for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
+  RETURN_IF_ERROR(Swap(plan.swap_in(), /*out=*/false));
+  return CopyPages(plan);
+}
+
+absl::Status Runner::ValidateSwaps(const wv1::IterationPlan& plan) const {
+  const int swaps = plan.swap_out_size() + plan.swap_in_size();
+  const uint32_t pages = static_cast<uint32_t>(backend_->num_pages());
+  const uint32_t slots = static_cast<uint32_t>(backend_->num_swap_pages());
+  if (swaps > 0 && slots == 0) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("plan %d swaps %d pages out and %d in, but this worker has no swap space "
+                        "(--swap-space-mib 0)",
+                        plan.iteration(), plan.swap_out_size(), plan.swap_in_size()));
+  }
+  for (const auto* list : {&plan.swap_out(), &plan.swap_in()}) {
+    for (int i = 0; i < list->size(); ++i) {
+      const wv1::SwapCopy& c = list->Get(i);
+      if (c.page() >= pages || c.slot() >= slots) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "plan %d swap_%s entry %d: page %d, slot %d; pages must be below %d and slots below %d",
+            plan.iteration(), list == &plan.swap_out() ? "out" : "in", i, c.page(), c.slot(), pages,
+            slots));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Runner::Swap(const google::protobuf::RepeatedPtrField<wv1::SwapCopy>& list, bool out) {
+  if (list.empty()) return absl::OkStatus();
+  swaps_.clear();
+  for (const wv1::SwapCopy& c : list) {
+    swaps_.push_back({static_cast<int32_t>(c.page()), static_cast<int32_t>(c.slot())});
+  }
+  const absl::Time start = absl::Now();
+  RETURN_IF_ERROR(out ? backend_->SwapOut(swaps_) : backend_->SwapIn(swaps_));
+  swapped_.seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  (out ? swapped_.out : swapped_.in) += static_cast<int32_t>(swaps_.size());
+  return absl::OkStatus();
+}
+
+absl::Status Runner::MeasureSwap() {
+  constexpr int kPages = 8, kRounds = 3;
+  const int n = std::min({kPages, backend_->num_pages(), backend_->num_swap_pages()});
+  swap_seconds_per_page_ = 0;
+  if (n <= 0) return absl::OkStatus();
+  std::vector<SwapCopy> copies;
+  for (int i = 0; i < n; ++i) copies.push_back({i, i});
+  absl::Duration total;
+  for (int round = 0; round <= kRounds; ++round) {  // round 0 warms up, untimed
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(backend_->SwapOut(copies));
+    RETURN_IF_ERROR(backend_->SwapIn(copies));
+    if (round > 0) total += absl::Now() - start;
+  }
+  swap_seconds_per_page_ = absl::ToDoubleSeconds(total) / (kRounds * n);
+  return absl::OkStatus();
+}
+
 absl::Status Runner::CopyPages(const wv1::IterationPlan& plan) {
   if (plan.page_copies().empty()) return absl::OkStatus();
   copies_.clear();
@@ -163,13 +225,23 @@ absl::Status Runner::CopyPages(const wv1::IterationPlan& plan) {
   return backend_->CopyPages(copies_);
 }
 
+void Runner::Observe(StepTiming timing) const {
+  if (!observer_) return;
+  timing.swap_seconds = swapped_.seconds;
+  timing.pages_swapped_out = swapped_.out;
+  timing.pages_swapped_in = swapped_.in;
+  observer_(timing);
+}
+
 wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   const absl::Time start = absl::Now();
   wv1::IterationResult result;
   result.set_iteration(plan.iteration());
   std::vector<SeqInput> batch;
   std::vector<SampleInput> samples;
+  swapped_ = {};
   absl::Status status = Prepare(plan, &batch, &samples);
+  result.set_swap_seconds(swapped_.seconds);
   const absl::Time t0 = absl::Now();
   tokens_.clear();
   const bool want_logprobs = std::any_of(samples.begin(), samples.end(), [](const SampleInput& s) {
@@ -182,7 +254,7 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   const absl::Time t1 = absl::Now();
   if (!status.ok()) {
     result.set_error(std::string(status.message()));
-    if (observer_) observer_(Timing(batch, start, t0, t1, t1, /*ok=*/false));
+    Observe(Timing(batch, start, t0, t1, t1, /*ok=*/false));
     return result;
   }
   size_t row = 0;
@@ -206,7 +278,7 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   const absl::Time t2 = absl::Now();
   result.set_forward_seconds(absl::ToDoubleSeconds(t1 - t0));
   result.set_sample_seconds(absl::ToDoubleSeconds(t2 - t1));
-  if (observer_) observer_(Timing(batch, start, t0, t1, t2, /*ok=*/true));
+  Observe(Timing(batch, start, t0, t1, t2, /*ok=*/true));
   return result;
 }
 

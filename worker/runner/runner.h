@@ -1,6 +1,8 @@
 // Runner: executes IterationPlans on a Backend and samples.
 //
-// Order within a plan: frees, page copies (copy on write), then the batch.
+// Order within a plan: swap_out (pages -> host swap slots), frees, swap_in (slots -> pages),
+// page copies (copy on write), then the batch. Every swap is checked against the arena and the
+// swap space before the first one runs; their time is the result's swap_seconds.
 // State per live sequence: its block table (grown by each plan's new_pages), its sampling
 // parameters and logit_bias (sent on first sight), its last sampled token, which a
 // feed_last_sampled step takes as input (the scheduler sent that plan before it saw the token:
@@ -28,8 +30,11 @@ struct StepTiming {
   double step_seconds = 0;  // all of Execute: plan bookkeeping, forward pass, sampling
   double forward_seconds = 0;
   double sampling_seconds = 0;
-  int32_t tokens = 0;  // input tokens in the batch
-  bool ok = true;      // false when the plan could not be executed (the result has `error`)
+  int32_t tokens = 0;             // input tokens in the batch
+  double swap_seconds = 0;        // swap_out and swap_in copies (inside step_seconds)
+  int32_t pages_swapped_out = 0;  // copies done, also when the plan then failed
+  int32_t pages_swapped_in = 0;
+  bool ok = true;  // false when the plan could not be executed (the result has `error`)
 };
 
 class Runner {
@@ -42,6 +47,11 @@ class Runner {
   }
 
   pagoda::worker::v1::IterationResult Execute(const pagoda::worker::v1::IterationPlan& plan);
+  // Measures the time to copy one page out to the swap space and back in (0 without swap space)
+  // on scratch: call before the first plan. It copies a few pages [0, n) out to slots [0, n)
+  // and back, which leaves the pages as they were and overwrites the slots.
+  absl::Status MeasureSwap();
+  double swap_seconds_per_page() const { return swap_seconds_per_page_; }  // MeasureSwap's
   // Forgets every sequence (after the link to the scheduler was re-established).
   void Reset() { seqs_.clear(); }
 
@@ -70,11 +80,26 @@ class Runner {
   // Appends the adjustments of sequence `s`'s next sample to adjustments_; false when none.
   bool BuildAdjustments(const SeqState& s);
 
+  // Swaps, frees and page copies, in the plan's order, before its steps.
+  absl::Status ApplyEdits(const pagoda::worker::v1::IterationPlan& plan);
+  // Checks every swap of the plan against the arena and the swap space.
+  absl::Status ValidateSwaps(const pagoda::worker::v1::IterationPlan& plan) const;
+  // Executes one swap list (out: pages -> slots), counted and timed in swapped_.
+  absl::Status Swap(const google::protobuf::RepeatedPtrField<pagoda::worker::v1::SwapCopy>& list,
+                    bool out);
   // Validates and executes the plan's page copies.
   absl::Status CopyPages(const pagoda::worker::v1::IterationPlan& plan);
+  // Calls the observer, if any, with `timing` and the plan's swaps.
+  void Observe(StepTiming timing) const;
 
   std::unique_ptr<Backend> backend_;
   std::vector<PageCopy> copies_;  // scratch
+  std::vector<SwapCopy> swaps_;   // scratch
+  struct SwapStats {
+    double seconds = 0;
+    int32_t out = 0, in = 0;  // pages
+  } swapped_;                 // of the current plan
+  double swap_seconds_per_page_ = 0;
   absl::flat_hash_map<uint64_t, SeqState> seqs_;
   std::vector<int32_t> tokens_;  // sampled tokens of the current plan, reused across plans
   std::vector<SampledLogprobs> logprobs_;     // their logprobs, when some step asked

@@ -24,6 +24,10 @@ namespace {
 // The emulated device's memory: room for a --gpu-memory-fraction arena beside the 256 MiB
 // reserve (arena_layout.h), small enough to fill at once.
 constexpr size_t kTotalMemory = size_t{4} << 30;
+// The widest stride a 2D copy may take (cudaDeviceProp::memPitch; 2 GiB on a GPU): small, so
+// that the backend tests meet both the 2D copies of KV pages and the per-row ones an arena
+// with layers further apart takes.
+constexpr size_t kMaxPitch = size_t{1} << 20;
 
 struct Stream {
   bool capturing = false;
@@ -61,6 +65,7 @@ constexpr ErrorText kErrors[] = {
     {cudaErrorLaunchFailure, "cudaErrorLaunchFailure",
      "unspecified launch failure (emulation: see the message on stderr)"},
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+    {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
 };
 
 ErrorText Describe(cudaError_t error) {
@@ -101,6 +106,7 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) 
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;
   prop->multiProcessorCount = 132;  // an H100's: the backend sizes decode attention grids by it
+  prop->memPitch = kMaxPitch;
   return cudaSuccess;
 }
 
@@ -154,6 +160,21 @@ cudaError_t CUDARTAPI cudaMemcpyAsync(void* dst, const void* src, size_t bytes, 
   // Captured copies read `src` when the graph runs, as on the GPU.
   return emulation::Enqueue(stream, [=] {
     if (bytes > 0) std::memmove(dst, src, bytes);
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                                        size_t width, size_t height, cudaMemcpyKind,
+                                        cudaStream_t stream) {
+  if (width > dpitch || width > spitch || dpitch > kMaxPitch || spitch > kMaxPitch) {
+    return cudaErrorInvalidPitchValue;
+  }
+  return emulation::Enqueue(stream, [=] {
+    for (size_t r = 0; r < height && width > 0; ++r) {
+      std::memmove(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch,
+                   width);
+    }
     return cudaSuccess;
   });
 }

@@ -1,7 +1,9 @@
 #include "worker/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <limits>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -172,6 +174,32 @@ void CpuBackend::ComputeLogits(std::vector<float>* logits) {
   logits->resize(static_cast<size_t>(rows) * c.vocab_size);
   const cpu::MatMulParams product[] = {{xn_.data(), &model_->output(), logits->data(), rows}};
   cpu::MatMul(ctx_, product);
+}
+
+absl::Status CpuBackend::InitSwapSpace(int64_t num_slots) {
+  if (swap_) return absl::FailedPreconditionError("the cpu backend's swap space exists already");
+  if (num_slots <= 0 || num_slots > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("swap space of %d slots: must be in [1, 2^31)", num_slots));
+  }
+  cpu::KvArenaShape shape = arena_.shape();
+  shape.num_pages = static_cast<int>(num_slots);
+  ASSIGN_OR_RETURN(cpu::KvArena swap,
+                   cpu::KvArena::Create(shape, std::numeric_limits<size_t>::max()));
+  swap_ = std::move(swap);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SwapOut(std::span<const SwapCopy> copies) {
+  if (!swap_) return Backend::SwapOut(copies);
+  for (const SwapCopy& c : copies) cpu::KvArena::CopyPage(arena_, c.page, *swap_, c.slot);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::SwapIn(std::span<const SwapCopy> copies) {
+  if (!swap_) return Backend::SwapIn(copies);
+  for (const SwapCopy& c : copies) cpu::KvArena::CopyPage(*swap_, c.slot, arena_, c.page);
+  return absl::OkStatus();
 }
 
 absl::Status CpuBackend::Forward(std::span<const SeqInput> batch, std::vector<float>* logits) {

@@ -7,7 +7,8 @@
 // logits are bitwise identical whatever else shares its batch, however its pages are laid out,
 // and however many threads run, for every kernel table. Weight matrices are read once per
 // Forward (all tokens of the batch go through each weight panel together: one GEMM per weight).
-// Not thread-safe: one caller at a time.
+// Not thread-safe: one caller at a time. The swap space (InitSwapSpace) is a second KvArena of
+// the same page shape in host memory, its pages the slots; swaps copy each layer's K and V.
 //
 // The forward pass is a sequence of named steps (Embed, then per layer AttentionBlock =
 // NormInput, ProjectQkv, PositionEncode, AttendOverPages, ProjectOutput; FeedForwardBlock; then
@@ -55,6 +56,10 @@ class CpuBackend : public Backend {
     for (const PageCopy& c : copies) arena_.CopyPage(c.src, c.dst);
     return absl::OkStatus();
   }
+  absl::Status InitSwapSpace(int64_t num_slots) override;
+  absl::Status SwapOut(std::span<const SwapCopy> copies) override;
+  absl::Status SwapIn(std::span<const SwapCopy> copies) override;
+  int num_swap_pages() const override { return swap_ ? swap_->shape().num_pages : 0; }
   int page_size() const override { return options_.page_size; }
   // Whether quantized weights multiply 8-bit activations (CpuBackendOptions, resolved).
   bool quantizes_activations() const { return ctx_.quantize_activations; }
@@ -90,6 +95,7 @@ class CpuBackend : public Backend {
   common::AlignedVector<uint8_t> activations_;  // quantized activations (ExecContext)
   cpu::ExecContext ctx_;
   cpu::KvArena arena_;
+  std::optional<cpu::KvArena> swap_;  // the swap space, once InitSwapSpace made it
 
   // Per-Forward scratch, reused across calls. T = tokens in the batch.
   int num_tokens_ = 0;

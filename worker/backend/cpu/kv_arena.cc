@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdio>
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
@@ -37,13 +39,20 @@ absl::StatusOr<KvArena> KvArena::Create(const KvArenaShape& s, size_t max_bytes)
   return arena;
 }
 
-void KvArena::CopyPage(int src, int dst) {
-  const size_t page = static_cast<size_t>(shape_.page_size) * shape_.n_kv_heads * shape_.head_dim;
-  for (auto* kv : {&k_, &v_}) {
-    for (common::AlignedVector<uint16_t>& layer : *kv) {
-      std::copy_n(layer.begin() + static_cast<ptrdiff_t>(page * src), page,
-                  layer.begin() + static_cast<ptrdiff_t>(page * dst));
-    }
+void KvArena::CopyPage(const KvArena& from, int src, KvArena& to, int dst) {
+  const KvArenaShape& a = from.shape_;
+  const KvArenaShape& b = to.shape_;
+  if (a.n_layers != b.n_layers || a.page_size != b.page_size || a.n_kv_heads != b.n_kv_heads ||
+      a.head_dim != b.head_dim) {
+    std::fprintf(stderr, "KvArena::CopyPage between arenas of different page shapes\n");
+    std::abort();
+  }
+  const size_t page = static_cast<size_t>(a.page_size) * a.n_kv_heads * a.head_dim;
+  for (size_t l = 0; l < static_cast<size_t>(a.n_layers); ++l) {
+    std::copy_n(from.k_[l].begin() + static_cast<ptrdiff_t>(page * src), page,
+                to.k_[l].begin() + static_cast<ptrdiff_t>(page * dst));
+    std::copy_n(from.v_[l].begin() + static_cast<ptrdiff_t>(page * src), page,
+                to.v_[l].begin() + static_cast<ptrdiff_t>(page * dst));
   }
 }
 

@@ -3,7 +3,8 @@
 // Contract: storage only. Page ids are assigned by the scheduler; the arena neither tracks nor
 // validates ownership. Layout per layer and per K/V: [num_pages][page_size][n_kv_heads][head_dim]
 // IEEE half (F16, as llama.cpp's default cache: half the bytes that attention reads per position
-// of float32), zero-initialized. Sizes are fixed at Create(); the arena is move-only.
+// of float32), zero-initialized. Sizes are fixed at Create(); the arena is move-only. The CPU
+// backend's swap space is a second arena of the same shape whose pages are the swap slots.
 #pragma once
 
 #include <cstddef>
@@ -41,7 +42,10 @@ class KvArena {
   uint16_t* v(int layer) { return v_[static_cast<size_t>(layer)].data(); }
   size_t bytes() const;
   // Copies page `src` into page `dst` in every layer, K and V (ids unchecked: the caller's).
-  void CopyPage(int src, int dst);
+  void CopyPage(int src, int dst) { CopyPage(*this, src, *this, dst); }
+  // Copies page `src` of `from` into page `dst` of `to`, arenas whose shapes differ at most in
+  // num_pages (checked: aborts otherwise; ids unchecked).
+  static void CopyPage(const KvArena& from, int src, KvArena& to, int dst);
 
  private:
   KvArena() = default;

@@ -67,6 +67,7 @@ CudaBackend::~CudaBackend() {
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
   gemm_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  if (swap_stream_ != nullptr) cudaStreamDestroy(swap_stream_);
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
@@ -112,6 +113,9 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(
       CudaStatus(cudaGetDeviceProperties(&prop, options_.device), "cudaGetDeviceProperties"));
   multiprocessors_ = prop.multiProcessorCount;
+  max_pitch_ = prop.memPitch;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&swap_stream_, cudaStreamNonBlocking),
+                             "cudaStreamCreate"));
   ASSIGN_OR_RETURN(gemm_, Gemm::Create(stream_, dtype_));
   const int T = options_.max_batch_tokens;
   limits_.max_tokens = T;
@@ -553,6 +557,74 @@ absl::Status CudaBackend::CopyPages(std::span<const PageCopy> copies) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CudaBackend::InitSwapSpace(int64_t num_slots) {
+  if (num_swap_pages_ > 0) {
+    return absl::FailedPreconditionError("the cuda backend's swap space exists already");
+  }
+  if (num_slots <= 0 || num_slots > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("swap space of %d slots: must be in [1, 2^31)", num_slots));
+  }
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  ASSIGN_OR_RETURN(swap_, PinnedBuffer::Allocate(size_t(num_slots) * layout_.bytes_per_pool_page(),
+                                                 "the swap space"));
+  num_swap_pages_ = static_cast<int>(num_slots);
+  return absl::OkStatus();
+}
+
+std::span<const std::byte> CudaBackend::swap_slot(int slot) const {
+  const size_t bytes = layout_.bytes_per_pool_page();
+  return {swap_.get<std::byte>() + bytes * size_t(slot), bytes};
+}
+
+absl::Status CudaBackend::EnqueueSwapCopy(const SwapCopy& c, bool out) {
+  // The page's rows are each layer's K and V: layer_bytes apart in the arena, back to back in
+  // the slot.
+  const size_t page = layout_.page_bytes(), pitch = layout_.layer_bytes();
+  const size_t rows = 2 * size_t(layout_.n_layers);
+  char* device = arena_.get<char>() + page * size_t(c.page);
+  char* host = swap_.get<char>() + layout_.bytes_per_pool_page() * size_t(c.slot);
+  const cudaMemcpyKind kind = out ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice;
+  if (pitch <= max_pitch_) {
+    const cudaError_t err =
+        out ? cudaMemcpy2DAsync(host, page, device, pitch, page, rows, kind, swap_stream_)
+            : cudaMemcpy2DAsync(device, pitch, host, page, page, rows, kind, swap_stream_);
+    return CudaStatus(err, "KV page swap");
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    char* d = device + r * pitch;
+    char* h = host + r * page;
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(out ? h : d, out ? d : h, page, kind, swap_stream_),
+                               "KV page swap"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::Swap(std::span<const SwapCopy> copies, bool out) {
+  if (copies.empty()) return absl::OkStatus();
+  if (num_swap_pages_ == 0) return out ? Backend::SwapOut(copies) : Backend::SwapIn(copies);
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(options_.device), "cudaSetDevice"));
+  // Page copies may still be queued on the compute stream: they read or write pages first.
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "KV page swap"));
+  absl::Status status;
+  for (const SwapCopy& c : copies) {
+    status = EnqueueSwapCopy(c, out);
+    if (!status.ok()) break;
+  }
+  // Drained even after a failed enqueue: no copy outlives the call.
+  const absl::Status synced = CudaStatus(cudaStreamSynchronize(swap_stream_), "KV page swap");
+  if (!status.ok() || !synced.ok()) cudaGetLastError();
+  return status.ok() ? synced : status;
+}
+
+absl::Status CudaBackend::SwapOut(std::span<const SwapCopy> copies) {
+  return Swap(copies, /*out=*/true);
+}
+
+absl::Status CudaBackend::SwapIn(std::span<const SwapCopy> copies) {
+  return Swap(copies, /*out=*/false);
 }
 
 }  // namespace pagoda::worker::cuda

@@ -4,6 +4,11 @@
 // Memory: the weights (DeviceWeights, one allocation), a fixed workspace sized for
 // max_batch_tokens, and the KV arena: one allocation of K and V pages for every layer
 // (arena_layout.h), sized by num_pages or by what gpu_memory_fraction leaves. Plain cudaMalloc.
+// The swap space (InitSwapSpace) is pinned host memory of whole pages, one slot after another,
+// each laid out [layer][K, V][page_size][n_kv_heads][head_dim]. Swaps run on a stream of their
+// own: they first wait for the compute stream (queued page copies), and return once their
+// copies are done, so no Forward overlaps them (one 2D copy per page; one copy per layer's K
+// or V where the arena's layers are further apart than a 2D copy may stride).
 //
 // A Forward pass is cut into micro-batches that fit the workspace (step_plan.h); each stages its
 // packed inputs with one host-to-device copy, runs embedding → layers (RMSNorm, fused QKV GEMM,
@@ -20,6 +25,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -70,6 +76,12 @@ class CudaBackend : public Backend {
 
   // Device-to-device copies on the backend's stream, ordered before the next Forward.
   absl::Status CopyPages(std::span<const PageCopy> copies) override;
+  absl::Status InitSwapSpace(int64_t num_slots) override;
+  absl::Status SwapOut(std::span<const SwapCopy> copies) override;
+  absl::Status SwapIn(std::span<const SwapCopy> copies) override;
+  int num_swap_pages() const override { return num_swap_pages_; }
+  // The host bytes of swap slot `slot` (< num_swap_pages()), for tests.
+  std::span<const std::byte> swap_slot(int slot) const;
   int page_size() const override { return options_.page_size; }
   int num_pages() const override { return layout_.num_pages; }
   const common::ModelConfig& config() const override { return weights_.config(); }
@@ -104,16 +116,23 @@ class CudaBackend : public Backend {
   // partitions: of partition_tokens positions each (decode attention's grid).
   absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions, int partition_tokens);
   absl::StatusOr<cudaGraphExec_t> GraphFor(const GraphShape& shape, const StepInputs& s);
+  // Copies between pages and swap slots (out: page -> slot) on swap_stream_, and waits for them.
+  absl::Status Swap(std::span<const SwapCopy> copies, bool out);
+  absl::Status EnqueueSwapCopy(const SwapCopy& c, bool out);  // one page, on swap_stream_
 
   CudaBackendOptions options_;
   DeviceWeights weights_;
   DType dtype_;
   cudaStream_t stream_ = nullptr;
+  cudaStream_t swap_stream_ = nullptr;  // swap copies only
+  size_t max_pitch_ = 0;                // the widest stride a 2D copy may take (memPitch)
   std::unique_ptr<Gemm> gemm_;
   StepLimits limits_;
   int multiprocessors_ = 0;  // of the device: sizes the decode attention grid
   KvArenaLayout layout_;
   DeviceBuffer arena_;
+  PinnedBuffer swap_;  // [num_swap_pages_][bytes_per_pool_page]
+  int num_swap_pages_ = 0;
 
   // Workspace, sized for limits_ (T tokens, R rows).
   DeviceBuffer x_;        // [T][dim] float32 residual stream

@@ -1,6 +1,7 @@
 #include "worker/backend/synthetic/synthetic_backend.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -71,6 +72,49 @@ absl::Status SyntheticBackend::CopyPages(std::span<const PageCopy> copies) {
     std::copy_n(slots_.begin() + c.src * ps, ps, slots_.begin() + c.dst * ps);
   }
   return absl::OkStatus();
+}
+
+absl::Status SyntheticBackend::InitSwapSpace(int64_t num_slots) {
+  if (num_swap_pages_ > 0) {
+    return absl::FailedPreconditionError("synthetic backend: the swap space exists already");
+  }
+  if (num_slots <= 0 || num_slots > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "synthetic backend: swap space of %d slots, must be in [1, 2^31)", num_slots));
+  }
+  swap_.assign(static_cast<size_t>(num_slots) * options_.page_size, -1);
+  num_swap_pages_ = static_cast<int>(num_slots);
+  return absl::OkStatus();
+}
+
+absl::Status SyntheticBackend::Swap(std::span<const SwapCopy> copies, bool out) {
+  if (num_swap_pages_ == 0) return out ? Backend::SwapOut(copies) : Backend::SwapIn(copies);
+  for (const SwapCopy& c : copies) {
+    if (c.page < 0 || c.page >= options_.num_pages || c.slot < 0 || c.slot >= num_swap_pages_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("swap of page %d and slot %d: pages must be in [0, %d), slots in [0, %d)",
+                          c.page, c.slot, options_.num_pages, num_swap_pages_));
+    }
+  }
+  const size_t ps = static_cast<size_t>(options_.page_size);
+  for (const SwapCopy& c : copies) {
+    int32_t* page = slots_.data() + c.page * ps;
+    int32_t* slot = swap_.data() + c.slot * ps;
+    if (out) {
+      std::copy_n(page, ps, slot);
+    } else {
+      std::copy_n(slot, ps, page);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyntheticBackend::SwapOut(std::span<const SwapCopy> copies) {
+  return Swap(copies, /*out=*/true);
+}
+
+absl::Status SyntheticBackend::SwapIn(std::span<const SwapCopy> copies) {
+  return Swap(copies, /*out=*/false);
 }
 
 absl::Status SyntheticBackend::Step(std::span<const SeqInput> batch, std::vector<int32_t>* tokens) {

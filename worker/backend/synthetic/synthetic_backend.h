@@ -14,6 +14,10 @@
 //  * Reading a slot that no Forward wrote is InvalidArgument naming the entry and position.
 //  * CopyPages copies each page's slots (the token ids, unwritten ones included) in order, as
 //    the KV of a real backend would be copied (n > 1: copy on write of a shared partial page).
+//  * Its swap space (InitSwapSpace) holds slots of page_size token ids; SwapOut and SwapIn copy
+//    a page's ids (unwritten ones included) to a slot and back, as a real backend copies its
+//    KV, so a swapped sequence continues with the tokens it would have had. Ids out of range
+//    are InvalidArgument (the runner checks them first).
 //  * Forward's logits are one-hot at the synthetic token (greedy sampling gives the same token);
 //    ForwardSample ignores temperature, top-k/p and min-p: every request behaves as greedy.
 //    A batch where some row has adjustments (logit_bias, penalties) or asks for logprobs is
@@ -56,6 +60,10 @@ class SyntheticBackend final : public Backend {
                              std::vector<int32_t>* tokens,
                              std::vector<SampledLogprobs>* logprobs) override;
   absl::Status CopyPages(std::span<const PageCopy> copies) override;
+  absl::Status InitSwapSpace(int64_t num_slots) override;
+  absl::Status SwapOut(std::span<const SwapCopy> copies) override;
+  absl::Status SwapIn(std::span<const SwapCopy> copies) override;
+  int num_swap_pages() const override { return num_swap_pages_; }
 
   int page_size() const override { return options_.page_size; }
   int num_pages() const override { return options_.num_pages; }
@@ -69,10 +77,14 @@ class SyntheticBackend final : public Backend {
   absl::Status Step(std::span<const SeqInput> batch, std::vector<int32_t>* tokens);
   absl::StatusOr<int32_t> NextToken(const SeqInput& in, size_t entry);
   int32_t& Slot(const SeqInput& in, int32_t position);
+  // Copies between pages and swap slots (out: page -> slot), after checking every id.
+  absl::Status Swap(std::span<const SwapCopy> copies, bool out);
 
   const common::ModelConfig config_;
   const SyntheticBackendOptions options_;
-  std::vector<int32_t> slots_;    // [num_pages * page_size]: the token at each slot, -1 unwritten
+  std::vector<int32_t> slots_;  // [num_pages * page_size]: the token at each slot, -1 unwritten
+  std::vector<int32_t> swap_;   // [num_swap_pages_ * page_size]: swapped-out token ids
+  int num_swap_pages_ = 0;
   std::vector<int32_t> history_;  // scratch: one sequence's tokens read back from its pages
 };
 
