@@ -8,6 +8,8 @@
 //                    [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--max-request-bytes N]
 //                    [--http-listen HOST:PORT [--served-model-name NAME] [--api-key-file FILE]
 //                     [--chat-template FILE] [--http-max-body-bytes N]]
+//                    [--tenant-weights FILE] [--fairness vtc|none] [--max-tenant-labels N]
+//                    [--preemption-mode auto|recompute|swap] [--max-predicted-wait-s S]
 //
 // --http-listen adds the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
 // /v1/models, /health) on its own port, served by the same engine as the gRPC API.
@@ -15,6 +17,7 @@
 // SIGTERM or SIGINT drains: readiness turns NOT_SERVING, new requests get UNAVAILABLE, the
 // admitted ones finish within --drain-timeout (the rest end with UNAVAILABLE), then the server
 // stops and the process exits 0. A second signal cuts the drain short.
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <fstream>
@@ -22,15 +25,17 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/strings/ascii.h"
+#include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
 #include "common/port_file.h"
 #include "common/signals.h"
 #include "common/startup.h"
 #include "scheduler/server/server.h"
+#include "scheduler/service/tenants.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the workers must load the same file)");
@@ -80,8 +85,24 @@ ABSL_FLAG(std::string, served_model_name, "",
           "the model's id in the HTTP API (/v1/models, the requests' \"model\"); empty = the "
           "GGUF's general.name, else the file name without .gguf");
 ABSL_FLAG(std::string, api_key_file, "",
-          "file holding the key HTTP API clients must send as \"Authorization: Bearer KEY\" "
-          "(empty: no authentication)");
+          "file of the keys HTTP API clients must send as \"Authorization: Bearer KEY\", one per "
+          "line; a line \"KEY tenant=NAME\" serves that key's requests as tenant NAME unless "
+          "they send X-Pagoda-Tenant; blank and # lines skipped (empty: no authentication)");
+ABSL_FLAG(std::string, tenant_weights, "",
+          "file of tenant weights for fair share, \"TENANT WEIGHT\" per line (WEIGHT > 0; blank "
+          "lines and # comments allowed); tenants not named weigh 1");
+ABSL_FLAG(std::string, fairness, "vtc",
+          "admission order within a priority class: vtc (the backlogged tenant served least, "
+          "by weight, first) or none (arrival order)");
+ABSL_FLAG(std::string, preemption_mode, "auto",
+          "how a preempted sequence gives its KV back: auto (the cheaper of the two per victim), "
+          "recompute, or swap (to the worker's host swap space)");
+ABSL_FLAG(double, max_predicted_wait_s, 0,
+          "refuse a request whose predicted time to first token is longer (RESOURCE_EXHAUSTED, "
+          "HTTP 429, with a retry-after estimate); 0 = off");
+ABSL_FLAG(int32_t, max_tenant_labels, 32,
+          "tenants not named in --tenant-weights that get a metrics label of their own (first "
+          "seen first); the others are summed under tenant=\"other\"");
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; empty = the GGUF's "
           "tokenizer.chat_template");
@@ -136,16 +157,49 @@ std::string HttpOptions(pagoda::scheduler::ServerOptions* options) {
   options->http_max_body_bytes = static_cast<size_t>(max_body);
   options->served_model_name = absl::GetFlag(FLAGS_served_model_name);
   if (const std::string path = absl::GetFlag(FLAGS_api_key_file); !path.empty()) {
-    std::optional<std::string> key = ReadFile(path);
-    if (!key) return "cannot read --api-key-file " + path;
-    options->api_key = std::string(absl::StripAsciiWhitespace(*key));
-    if (options->api_key.empty()) return "--api-key-file " + path + " is empty";
+    std::optional<std::string> text = ReadFile(path);
+    if (!text) return "cannot read --api-key-file " + path;
+    absl::StatusOr<std::vector<pagoda::scheduler::ApiKey>> keys =
+        pagoda::scheduler::ParseApiKeys(*text, path);
+    if (!keys.ok()) return std::string(keys.status().message());
+    options->api_keys = *std::move(keys);
   }
   if (const std::string path = absl::GetFlag(FLAGS_chat_template); !path.empty()) {
     std::optional<std::string> source = ReadFile(path);
     if (!source) return "cannot read --chat-template " + path;
     if (source->empty()) return "--chat-template " + path + " is empty";
     options->chat_template = *std::move(source);
+  }
+  return "";
+}
+
+// The fair-share, preemption and admission options from the flags; an error message, or "".
+std::string TenancyOptions(pagoda::scheduler::ServerOptions* options) {
+  pagoda::scheduler::SchedulerOptions& o = options->scheduler;
+  if (const std::string path = absl::GetFlag(FLAGS_tenant_weights); !path.empty()) {
+    std::optional<std::string> text = ReadFile(path);
+    if (!text) return "cannot read --tenant-weights " + path;
+    auto weights = pagoda::scheduler::ParseTenantWeights(*text, path);
+    if (!weights.ok()) return std::string(weights.status().message());
+    o.tenant_weights = *std::move(weights);
+  }
+  absl::StatusOr<pagoda::scheduler::Fairness> fairness =
+      pagoda::scheduler::ParseFairness(absl::GetFlag(FLAGS_fairness));
+  if (!fairness.ok()) return std::string(fairness.status().message());
+  o.fairness = *fairness;
+  absl::StatusOr<pagoda::scheduler::PreemptionMode> mode =
+      pagoda::scheduler::ParsePreemptionMode(absl::GetFlag(FLAGS_preemption_mode));
+  if (!mode.ok()) return std::string(mode.status().message());
+  o.preemption_mode = *mode;
+  const double wait = absl::GetFlag(FLAGS_max_predicted_wait_s);
+  if (!std::isfinite(wait) || wait < 0) {
+    return absl::StrFormat(
+        "--max-predicted-wait-s must be a finite number of seconds >= 0 (0 = off), got %g", wait);
+  }
+  o.max_predicted_wait = wait;
+  options->max_tenant_labels = absl::GetFlag(FLAGS_max_tenant_labels);
+  if (options->max_tenant_labels < 0) {
+    return absl::StrFormat("--max-tenant-labels must be >= 0, got %d", options->max_tenant_labels);
   }
   return "";
 }
@@ -204,6 +258,7 @@ int main(int argc, char** argv) {
     return Fail("--drain-timeout and --shutdown-grace-s must be >= 0 seconds");
   }
   if (const std::string err = HttpOptions(&options); !err.empty()) return Fail(err);
+  if (const std::string err = TenancyOptions(&options); !err.empty()) return Fail(err);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   if (options.metrics_listen.empty() && !absl::GetFlag(FLAGS_metrics_port_file).empty()) {
     return Fail("--metrics-port-file needs --metrics-listen");

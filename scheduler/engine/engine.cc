@@ -158,7 +158,7 @@ void Engine::DetachWorker(WorkerId id) {
 
 void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
                             const std::vector<SampledToken>& sampled, const std::string& error,
-                            absl::Time received) {
+                            const StepTimes& times, absl::Time received) {
   if (received == absl::InfiniteFuture()) received = absl::Now();
   // The worker waits for its next plan, the clients for their tokens: plan first, hand the
   // plans out, then route the tokens (a second, short hold of the lock) and flush the sinks.
@@ -171,7 +171,7 @@ void Engine::OnWorkerResult(WorkerId id, uint64_t iteration,
       PAGODA_LOG(kError, "scheduler", "worker %d failed iteration %d: %s", id, iteration, error);
       scheduler_.OnPlanFailed(id, "worker error: " + error, now);
     } else {
-      absl::Status status = scheduler_.OnResult(id, iteration, sampled, now);
+      absl::Status status = scheduler_.OnResult(id, iteration, sampled, now, times);
       if (!status.ok()) {
         PAGODA_LOG(kError, "scheduler", "result from worker %d rejected: %s", id,
                    std::string(status.message()));
@@ -231,6 +231,10 @@ void Engine::ObserveFinished(const Tracked& t, const Event& e) {
   metrics_->OnRequestFinished(
       timings.finished - timings.arrival,
       timings.first_scheduled >= 0 ? timings.first_scheduled - timings.arrival : -1);
+  if (timings.predicted_first_token > 0 && timings.first_token >= 0) {
+    metrics_->OnFirstTokenPredicted(timings.first_token - timings.arrival,
+                                    timings.predicted_first_token);
+  }
 }
 
 void Engine::PlanLocked(double now, Outgoing* out) {
@@ -267,6 +271,11 @@ EngineStatus Engine::Status() {
   status.preemptions_total = scheduler_.total_preemptions();
   status.prefix_cache_queried_tokens = scheduler_.kv().queried_tokens();
   status.prefix_cache_hit_tokens = scheduler_.kv().hit_tokens();
+  status.preemptions_recompute = scheduler_.preemptions(PreemptionMode::kRecompute);
+  status.preemptions_swap = scheduler_.preemptions(PreemptionMode::kSwap);
+  status.swapped_out_pages = scheduler_.swapped_out_pages();
+  status.swapped_in_pages = scheduler_.swapped_in_pages();
+  status.tenants = scheduler_.tenant_stats();
   for (const auto& [id, worker] : workers_) {
     const KvUsage kv = scheduler_.kv_usage(id);
     WorkerStatus w;

@@ -16,7 +16,9 @@
 // and hands them to the channel in that order (outside it).
 //
 // Metrics (optional, injected): the engine times each Scheduler::Schedule call, the turnaround
-// from a worker's result to its next plan, and reports plans, tokens and finished requests.
+// from a worker's result to its next plan, and reports plans, tokens and finished requests
+// (with the ratio of actual to predicted time to first token, when the core predicted one).
+// The worker's own step times (StepTimes) go to the core, which predicts waits from them.
 //
 // Drain: after StartDrain() Submit refuses with UNAVAILABLE; what was submitted before runs on,
 // and WaitIdle() tells when it is all done. Workers stay attached throughout.
@@ -61,6 +63,12 @@ struct EngineStatus {
   int64_t preemptions_total = 0;
   int64_t prefix_cache_queried_tokens = 0;  // prompt tokens looked up at admissions
   int64_t prefix_cache_hit_tokens = 0;      // of those, tokens found cached
+  // Of preemptions_total, those that recomputed and those that swapped (Scheduler::preemptions).
+  int64_t preemptions_recompute = 0;
+  int64_t preemptions_swap = 0;
+  int64_t swapped_out_pages = 0;     // KV pages copied to the workers' swap space, running total
+  int64_t swapped_in_pages = 0;      // and back
+  std::vector<TenantStats> tenants;  // every tenant the core keeps an account of
   std::vector<WorkerStatus> workers;
 };
 
@@ -96,10 +104,12 @@ class Engine {
   void AttachWorker(WorkerId id, const std::string& name, const WorkerInfo& info,
                     std::shared_ptr<WorkerChannel> channel);
   void DetachWorker(WorkerId id);
-  // A worker's result. `received` is when it arrived (absl::InfiniteFuture(): now), the start
-  // of the turnaround that ends when this worker's next plan is handed to its channel.
+  // A worker's result. `times` is what the worker measured (forward + sampling, swaps), for the
+  // core's step-time model. `received` is when it arrived (absl::InfiniteFuture(): now), the
+  // start of the turnaround that ends when this worker's next plan is handed to its channel.
   void OnWorkerResult(WorkerId id, uint64_t iteration, const std::vector<SampledToken>& sampled,
-                      const std::string& error, absl::Time received = absl::InfiniteFuture());
+                      const std::string& error, const StepTimes& times = {},
+                      absl::Time received = absl::InfiniteFuture());
 
   EngineStatus Status();
   // Called (outside the lock) whenever the number of attached workers changes.

@@ -45,7 +45,7 @@ ApiError BadRequest(std::string message, std::string param) {
   return MakeError(400, std::move(message), "invalid_request_error", std::move(param));
 }
 
-ApiError FromStatus(const absl::Status& status) {
+ApiError FromStatus(const absl::Status& status, std::optional<int64_t> retry_after_s) {
   ApiError e = MakeError(400, std::string(status.message()));
   switch (status.code()) {
     case absl::StatusCode::kInvalidArgument:
@@ -66,7 +66,8 @@ ApiError FromStatus(const absl::Status& status) {
     case absl::StatusCode::kResourceExhausted:
       e.status = 429;
       e.type = "rate_limit_error";
-      e.code = "queue_full";
+      e.code = retry_after_s ? "predicted_wait_too_long" : "queue_full";
+      if (retry_after_s) e.retry_after_s = *retry_after_s;
       break;
     case absl::StatusCode::kUnavailable:
       e.status = 503;

@@ -1,5 +1,6 @@
 #include "scheduler/http/http_message.h"
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +36,10 @@ HttpRequest FromBeast(BeastRequest&& request) {
   out.target = target.substr(0, target.find('?'));
   if (auto it = request.find(beast::http::field::authorization); it != request.end()) {
     out.authorization = std::string(it->value().data(), it->value().size());
+  }
+  if (auto it = request.find(beast::string_view(kTenantHeader.data(), kTenantHeader.size()));
+      it != request.end()) {
+    out.tenant = std::string(it->value().data(), it->value().size());
   }
   out.keep_alive = request.keep_alive();
   out.body = std::move(request.body());
@@ -116,7 +121,9 @@ std::string HttpResponse(int status, std::string_view content_type, std::string_
 
 std::string ErrorResponse(const ApiError& error, bool keep_alive) {
   std::vector<std::pair<std::string, std::string>> headers;
-  if (error.status == 429) headers.emplace_back("Retry-After", "1");
+  if (error.status == 429) {
+    headers.emplace_back("Retry-After", absl::StrCat(std::max<int64_t>(1, error.retry_after_s)));
+  }
   if (error.status == 401) headers.emplace_back("WWW-Authenticate", "Bearer");
   return HttpResponse(error.status, "application/json", error.Body(), keep_alive, headers);
 }

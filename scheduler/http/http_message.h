@@ -19,9 +19,13 @@ struct HttpRequest {
   std::string method;  // "GET", "POST", ...
   std::string target;  // "/v1/completions" (query string stripped)
   std::string authorization;
+  std::string tenant;  // the X-Pagoda-Tenant header (kTenantHeader); empty when absent
   std::string body;
   bool keep_alive = true;
 };
+
+// Names the tenant a request is served as (checked by the front end, not here).
+inline constexpr std::string_view kTenantHeader = "X-Pagoda-Tenant";
 
 struct HttpLimits {
   size_t max_body_bytes = size_t{8} << 20;
@@ -40,7 +44,8 @@ std::string_view StatusText(int status);
 std::string HttpResponse(int status, std::string_view content_type, std::string_view body,
                          bool keep_alive,
                          const std::vector<std::pair<std::string, std::string>>& headers = {});
-// An error answer: the error's JSON, plus Retry-After on 429 and WWW-Authenticate on 401.
+// An error answer: the error's JSON, plus Retry-After (error.retry_after_s) on 429 and
+// WWW-Authenticate on 401.
 std::string ErrorResponse(const ApiError& error, bool keep_alive);
 // The head of a server-sent-event stream (chunked transfer encoding).
 std::string EventStreamHead(bool keep_alive);

@@ -112,7 +112,8 @@ void OpenAiCall::Refuse(const absl::Status& status) {
   done_ = true;
   writing_ = true;
   std::shared_ptr<OpenAiCall> self = shared_from_this();
-  responder_->Write(ErrorResponse(FromStatus(status), keep_alive_),
+  // A predicted-wait refusal's Retry-After is the core's estimate.
+  responder_->Write(ErrorResponse(FromStatus(status, RetryAfterSeconds(status)), keep_alive_),
                     [self](bool ok) { self->Done(ok && self->keep_alive_); });
 }
 

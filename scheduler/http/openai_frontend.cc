@@ -73,19 +73,46 @@ absl::Status CheckChatTemplate(const std::string& source) {
 
 OpenAiFrontend::~OpenAiFrontend() = default;
 
+const ApiKey* OpenAiFrontend::FindKey(std::string_view authorization) const {
+  constexpr std::string_view kBearer = "Bearer ";
+  if (!authorization.starts_with(kBearer)) return nullptr;
+  authorization.remove_prefix(kBearer.size());
+  const ApiKey* found = nullptr;
+  // Every key is compared, so that the time taken tells nothing of which one matched.
+  for (const ApiKey& key : options_.api_keys) {
+    if (SameKey(authorization, key.key) && found == nullptr) found = &key;
+  }
+  return found;
+}
+
+std::optional<ApiError> OpenAiFrontend::SetTenant(const HttpRequest& request, const ApiKey* key,
+                                                  pagoda::v1::GenerateRequest* generate) const {
+  if (!request.tenant.empty()) {
+    const std::string what = "the " + std::string(kTenantHeader) + " header";
+    if (absl::Status s = CheckTenantName(request.tenant, what); !s.ok()) {
+      return BadRequest(std::string(s.message()), std::string(kTenantHeader));
+    }
+    generate->set_tenant(request.tenant);
+  } else if (key != nullptr && !key->tenant.empty()) {
+    generate->set_tenant(key->tenant);
+  } else {
+    generate->clear_tenant();  // the default tenant
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> OpenAiFrontend::Route(const HttpRequest& request,
-                                                 std::optional<Endpoint>* endpoint) {
+                                                 std::optional<Endpoint>* endpoint,
+                                                 const ApiKey** key) {
   const bool keep = request.keep_alive;
   const std::string& path = request.target;
   if (path == "/health") {
     if (request.method != "GET" && request.method != "HEAD") return MethodNotAllowed("GET", keep);
     return Health(keep);
   }
-  if (!options_.api_key.empty()) {
-    const std::string kBearer = "Bearer ";
-    const std::string& auth = request.authorization;
-    if (!absl::StartsWith(auth, kBearer) ||
-        !SameKey(std::string_view(auth).substr(kBearer.size()), options_.api_key)) {
+  if (!options_.api_keys.empty()) {
+    *key = FindKey(request.authorization);
+    if (*key == nullptr) {
       return ErrorResponse(
           MakeError(401, "missing or wrong API key: send \"Authorization: Bearer KEY\"",
                     "authentication_error", "", "invalid_api_key"),
@@ -118,7 +145,8 @@ std::optional<std::string> OpenAiFrontend::Route(const HttpRequest& request,
 
 void OpenAiFrontend::Handle(HttpRequest request, std::shared_ptr<Responder> responder) {
   std::optional<Endpoint> endpoint;
-  std::optional<std::string> answer = Route(request, &endpoint);
+  const ApiKey* key = nullptr;
+  std::optional<std::string> answer = Route(request, &endpoint, &key);
   const bool keep = request.keep_alive;
   auto reply = [&](std::string bytes) {
     responder->Write(std::move(bytes),
@@ -138,6 +166,9 @@ void OpenAiFrontend::Handle(HttpRequest request, std::shared_ptr<Responder> resp
                                keep));
   }
   parsed.generate.set_request_id("");
+  if (std::optional<ApiError> e = SetTenant(request, key, &parsed.generate)) {
+    return reply(ErrorResponse(*e, keep));
+  }
   if (parsed.endpoint == Endpoint::kChat) {
     if (absl::Status s = RenderChat(&parsed); !s.ok()) {
       return reply(ErrorResponse(FromStatus(s), keep));

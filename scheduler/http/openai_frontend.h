@@ -11,14 +11,20 @@
 //                              it holds, then OpenAiCall
 //
 // Errors are OpenAI's error JSON: 404 for an unknown path or model, 405 for a known path with
-// the wrong method, 401 without the Bearer key when one is configured (/health needs none),
-// 400/429/503 from the request's parse, validation and submission. The front end tracks its
-// calls so that a drain can wait for them and abort what is left.
+// the wrong method, 401 without a Bearer key when keys are configured (/health needs none),
+// 400/429/503 from the request's parse, validation and submission (429 with Retry-After: the
+// queue is full, or predicted-wait admission refused; then Retry-After is its estimate). The
+// front end tracks its calls so that a drain can wait for them and abort what is left.
+//
+// Tenant (fair share, SchedulerOptions::tenant_weights): the X-Pagoda-Tenant header when
+// present and not empty (a bad name is a 400 naming the header), else the tenant of the API key
+// used (--api-key-file ... tenant=NAME), else "default".
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
@@ -31,6 +37,7 @@
 #include "scheduler/http/responder.h"
 #include "scheduler/service/generation_service.h"
 #include "scheduler/service/served_model.h"
+#include "scheduler/service/tenants.h"
 #include "scheduler/text/chat_template.h"
 
 namespace pagoda::scheduler::http {
@@ -39,8 +46,9 @@ class OpenAiCall;
 
 struct FrontendOptions {
   std::string served_model_name;  // the id of /v1/models; requests may name it or omit it
-  std::string api_key;            // required as "Authorization: Bearer KEY"; empty = none
-  std::string chat_template;      // Jinja source; empty = the model has none
+  // One of them is required as "Authorization: Bearer KEY"; empty = no authentication.
+  std::vector<ApiKey> api_keys;
+  std::string chat_template;  // Jinja source; empty = the model has none
 };
 
 // Parses a chat template given with --chat-template: an error names the flag and the problem.
@@ -69,8 +77,14 @@ class OpenAiFrontend {
   friend class OpenAiCall;
 
   // The answer to a request that is not a generation (health, models, errors); nullopt when
-  // `request` is a generation the caller must start.
-  std::optional<std::string> Route(const HttpRequest& request, std::optional<Endpoint>* endpoint);
+  // `request` is a generation the caller must start. `key` is set to the API key it presented.
+  std::optional<std::string> Route(const HttpRequest& request, std::optional<Endpoint>* endpoint,
+                                   const ApiKey** key);
+  // The key `authorization` presents ("Bearer KEY"); null when none matches.
+  const ApiKey* FindKey(std::string_view authorization) const;
+  // The request's tenant (see Tenant above) into `generate`; a 400 for a bad header.
+  std::optional<ApiError> SetTenant(const HttpRequest& request, const ApiKey* key,
+                                    pagoda::v1::GenerateRequest* generate) const;
   std::string Models(bool keep_alive) const;
   nlohmann::json ModelJson() const;  // the served model's entry in /v1/models
   std::string Health(bool keep_alive);

@@ -1,6 +1,8 @@
 #include "scheduler/link/link_service.h"
 
 #include <atomic>
+#include <climits>
+#include <cmath>
 #include <deque>
 #include <memory>
 #include <optional>
@@ -106,7 +108,8 @@ class LinkService::Link final
       if (!Register()) return;
     } else if (in_.has_result()) {
       const wv1::IterationResult& r = in_.result();
-      service_->engine_->OnWorkerResult(id_, r.iteration(), DecodeSampled(r), r.error(), received);
+      service_->engine_->OnWorkerResult(id_, r.iteration(), DecodeSampled(r), r.error(),
+                                        DecodeStepTimes(r), received);
     }
     StartRead(&in_);
   }
@@ -159,6 +162,8 @@ class LinkService::Link final
     info.num_pages = static_cast<int32_t>(reg.num_pages());
     info.page_size = static_cast<int32_t>(reg.page_size());
     info.max_batch_tokens = static_cast<int32_t>(reg.max_batch_tokens());
+    info.num_swap_pages = static_cast<int32_t>(reg.num_swap_pages());
+    info.swap_seconds_per_page = reg.swap_seconds_per_page();
     id_ = service_->engine_->NextWorkerId();
     auto accepted = std::make_unique<Outgoing>();
     accepted->message->mutable_accepted()->set_worker_id(id_);
@@ -233,6 +238,14 @@ grpc::Status LinkService::ValidateRegister(const wv1::Register& reg) const {
                         absl::StrFormat("page_size (%d), num_pages (%d) and max_batch_tokens "
                                         "(%d) must all be positive",
                                         reg.page_size(), reg.num_pages(), reg.max_batch_tokens()));
+  }
+  if (reg.num_swap_pages() > static_cast<uint32_t>(INT32_MAX) ||
+      !std::isfinite(reg.swap_seconds_per_page()) || reg.swap_seconds_per_page() < 0) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("num_swap_pages (%d) must be at most %d and "
+                        "swap_seconds_per_page (%g) finite and >= 0",
+                        reg.num_swap_pages(), INT32_MAX, reg.swap_seconds_per_page()));
   }
   return grpc::Status::OK;
 }

@@ -2,12 +2,14 @@
 // API: no thread per worker for the stream, and no blocking I/O anywhere.
 //
 // Each Attach is one reactor (a Link). It validates the Register message (the model fingerprint
-// must equal the scheduler's), takes a worker id from the Engine, queues the Accepted message,
+// must equal the scheduler's; its swap space, num_swap_pages and swap_seconds_per_page, goes
+// into WorkerInfo), takes a worker id from the Engine, queues the Accepted message,
 // then attaches the worker: Accepted is first in the link's write queue, so it precedes every
 // plan without any write happening under the engine's lock. Results are handed to the Engine
-// from the read reaction; plans come back through the Link's WorkerChannel side, which only
-// queues and starts the next write when none is in flight (one write at a time, in order). A
-// read that fails (the worker left, the stream broke or was cancelled) detaches the worker.
+// from the read reaction, with the worker's timings (forward + sampling, swaps: StepTimes); plans
+// come back through the Link's WorkerChannel side, which only queues and starts the next write when
+// none is in flight (one write at a time, in order). A read that fails (the worker left, the stream
+// broke or was cancelled) detaches the worker.
 //
 // With a link token, an Attach without the right one ends UNAUTHENTICATED before anything is
 // read. With a worker timeout, a watchdog cancels a link that has been silent (no result and

@@ -1,10 +1,22 @@
 #include "scheduler/link/plan_codec.h"
 
+#include <cmath>
+
 namespace pagoda::scheduler {
 
 void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
   out->set_iteration(plan.iteration);
   out->mutable_free_seq_ids()->Add(plan.free_seq_ids.begin(), plan.free_seq_ids.end());
+  for (const SwapCopy& swap : plan.swap_out) {
+    auto* c = out->add_swap_out();
+    c->set_page(static_cast<uint32_t>(swap.page));
+    c->set_slot(static_cast<uint32_t>(swap.slot));
+  }
+  for (const SwapCopy& swap : plan.swap_in) {
+    auto* c = out->add_swap_in();
+    c->set_page(static_cast<uint32_t>(swap.page));
+    c->set_slot(static_cast<uint32_t>(swap.slot));
+  }
   for (const PageCopy& copy : plan.page_copies) {
     auto* c = out->add_page_copies();
     c->set_src(static_cast<uint32_t>(copy.src));
@@ -58,6 +70,20 @@ std::vector<SampledToken> DecodeSampled(const pagoda::worker::v1::IterationResul
     for (const auto& top : t.top()) lp.top.push_back({top.token_id(), top.logprob()});
   }
   return out;
+}
+
+namespace {
+
+// A measured duration, or 0 when it is none (negative, NaN or infinite).
+double Seconds(double value) { return std::isfinite(value) && value > 0 ? value : 0; }
+
+}  // namespace
+
+StepTimes DecodeStepTimes(const pagoda::worker::v1::IterationResult& result) {
+  StepTimes times;
+  times.forward_seconds = Seconds(result.forward_seconds()) + Seconds(result.sample_seconds());
+  times.swap_seconds = Seconds(result.swap_seconds());
+  return times;
 }
 
 }  // namespace pagoda::scheduler

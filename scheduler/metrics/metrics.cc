@@ -9,6 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
+#include <algorithm>
 #include <exception>
 
 #include "absl/strings/str_format.h"
@@ -41,6 +42,10 @@ const Histogram::BucketBoundaries kTurnaroundBuckets = {5e-6, 1e-5,   2e-5, 3e-5
                                                         1e-4, 1.5e-4, 2e-4, 3e-4, 5e-4, 7.5e-4,
                                                         1e-3, 2e-3,   5e-3, 1e-2, 5e-2};
 
+// Actual over predicted time to first token: 1 is a perfect prediction.
+const Histogram::BucketBoundaries kPredictionRatioBuckets = {0.25, 0.5,  0.75, 0.9, 1.0,
+                                                             1.1,  1.25, 1.5,  2.0, 4.0};
+
 prometheus::Gauge& AddGauge(prometheus::Registry& r, const std::string& name,
                             const std::string& help) {
   return prometheus::BuildGauge().Name(name).Help(help).Register(r).Add({});
@@ -71,7 +76,9 @@ class SchedulerMetrics::ScrapeView : public prometheus::Collectable {
   const SchedulerMetrics* metrics_;
 };
 
-SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+SchedulerMetrics::SchedulerMetrics(MetricsOptions options)
+    : registry_(std::make_shared<prometheus::Registry>()),
+      max_tenant_labels_(std::max(0, options.max_tenant_labels)) {
   prometheus::Registry& r = *registry_;
   running_ = &AddGauge(r, "pagoda_num_requests_running",
                        "Requests running on a worker (holding KV pages), all workers together.");
@@ -83,7 +90,36 @@ SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Re
   kv_usage_ = &AddGauge(r, "pagoda_kv_cache_usage_ratio",
                         "KV pages in use over KV pages attached, all workers together (0 to 1).");
   preemptions_ = &AddCounter(r, "pagoda_preemptions_total",
-                             "Sequences preempted (pages freed, recomputed on resume).");
+                             "Sequences preempted (pages freed, recomputed or swapped back in on "
+                             "resume), whatever the mode.");
+  auto& by_mode = prometheus::BuildCounter()
+                      .Name("pagoda_preemptions_by_mode_total")
+                      .Help(
+                          "Sequences preempted, by mode: recompute (pages freed, recomputed on "
+                          "resume) or swap (pages copied to the worker's host swap space).")
+                      .Register(r);
+  preempted_recompute_ = &by_mode.Add({{"mode", "recompute"}});
+  preempted_swap_ = &by_mode.Add({{"mode", "swap"}});
+  auto& swapped = prometheus::BuildCounter()
+                      .Name("pagoda_swapped_pages_total")
+                      .Help("KV pages copied to the workers' swap space (out) and back (in).")
+                      .Register(r);
+  swapped_out_ = &swapped.Add({{"direction", "out"}});
+  swapped_in_ = &swapped.Add({{"direction", "in"}});
+  tenant_served_family_ = &prometheus::BuildCounter()
+                               .Name("pagoda_tenant_served_tokens_total")
+                               .Help(
+                                   "Tokens served per tenant: prompt tokens computed (not "
+                                   "cached) plus tokens generated, unweighted.")
+                               .Register(r);
+  tenant_queued_family_ = &prometheus::BuildGauge()
+                               .Name("pagoda_tenant_queued_requests")
+                               .Help("Requests waiting for admission, per tenant.")
+                               .Register(r);
+  tenant_running_family_ = &prometheus::BuildGauge()
+                                .Name("pagoda_tenant_running_sequences")
+                                .Help("Sequences running on a worker, per tenant.")
+                                .Register(r);
   kv_used_family_ = &prometheus::BuildGauge()
                          .Name("pagoda_kv_cache_pages_used")
                          .Help("KV pages held by sequences, per worker.")
@@ -133,6 +169,19 @@ SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Re
                               "A worker's result received to that worker's next plan handed to "
                               "the transport (decode, apply, plan, encode).",
                               kTurnaroundBuckets);
+  ttft_ratio_ = &AddHistogram(r, "pagoda_ttft_prediction_ratio",
+                              "Actual over predicted time to first token, for requests whose wait "
+                              "was predicted at arrival (1 = exact; see --max-predicted-wait-s).",
+                              kPredictionRatioBuckets);
+  {
+    absl::MutexLock lock(&refresh_mu_);
+    // The tenant of every request that names none is always shown too.
+    options.named_tenants.emplace_back(kDefaultTenant);
+    for (const std::string& tenant : options.named_tenants) {
+      tenant_labels_[tenant] = tenant;
+      TenantSeriesFor(tenant);  // shown from the start, at 0
+    }
+  }
   scrape_view_ = std::make_shared<ScrapeView>(this);
 }
 
@@ -158,6 +207,10 @@ void SchedulerMetrics::OnToken(double inter_token_seconds) {
 void SchedulerMetrics::OnRequestFinished(double e2e_seconds, double queue_seconds) {
   e2e_->Observe(e2e_seconds);
   if (queue_seconds >= 0) queue_->Observe(queue_seconds);
+}
+
+void SchedulerMetrics::OnFirstTokenPredicted(double actual_seconds, double predicted_seconds) {
+  if (predicted_seconds > 0) ttft_ratio_->Observe(actual_seconds / predicted_seconds);
 }
 
 void SchedulerMetrics::OnRequestSucceeded(FinishReason reason) {
@@ -192,7 +245,60 @@ void SchedulerMetrics::Refresh() const {
   follow(preemptions_, g.preemptions_total, preemptions_seen_);
   follow(prefix_queries_, g.prefix_cache_queries, prefix_queries_seen_);
   follow(prefix_hits_, g.prefix_cache_hits, prefix_hits_seen_);
+  follow(preempted_recompute_, g.preemptions_recompute, recompute_seen_);
+  follow(preempted_swap_, g.preemptions_swap, swap_seen_);
+  follow(swapped_out_, g.swapped_out_pages, swapped_out_seen_);
+  follow(swapped_in_, g.swapped_in_pages, swapped_in_seen_);
   RefreshWorkers(g.workers);
+  RefreshTenants(g.tenants);
+}
+
+const std::string& SchedulerMetrics::TenantLabel(const std::string& tenant) const {
+  static const std::string kOther = kOtherTenantsLabel;
+  if (auto it = tenant_labels_.find(tenant); it != tenant_labels_.end()) return it->second;
+  if (other_labels_given_ >= max_tenant_labels_) return kOther;
+  ++other_labels_given_;
+  return tenant_labels_[tenant] = tenant;
+}
+
+SchedulerMetrics::TenantSeries& SchedulerMetrics::TenantSeriesFor(const std::string& label) const {
+  TenantSeries& series = tenant_series_[label];
+  if (series.served == nullptr) {
+    series.served = &tenant_served_family_->Add({{"tenant", label}});
+    series.queued = &tenant_queued_family_->Add({{"tenant", label}});
+    series.running = &tenant_running_family_->Add({{"tenant", label}});
+  }
+  return series;
+}
+
+void SchedulerMetrics::RefreshTenants(const std::vector<EngineGauges::Tenant>& tenants) const {
+  struct Sums {
+    int64_t queued = 0, running = 0;
+  };
+  absl::flat_hash_map<std::string, Sums> sums;  // by label
+  absl::flat_hash_map<std::string, int64_t> served_now;
+  for (const EngineGauges::Tenant& t : tenants) {
+    const std::string& label = TenantLabel(t.name);
+    TenantSeries& series = TenantSeriesFor(label);
+    Sums& sum = sums[label];
+    sum.queued += t.queued;
+    sum.running += t.running;
+    // A total below the one seen is a new account (the core forgot the tenant meanwhile).
+    const auto seen = served_seen_.find(t.name);
+    const int64_t before =
+        seen == served_seen_.end() || seen->second > t.served_tokens ? 0 : seen->second;
+    if (t.served_tokens > before) {
+      series.served->Increment(static_cast<double>(t.served_tokens - before));
+    }
+    served_now[t.name] = t.served_tokens;
+  }
+  // Only the tenants the core still keeps are remembered: the map stays as small as its list.
+  served_seen_ = std::move(served_now);
+  for (auto& [label, series] : tenant_series_) {
+    const auto it = sums.find(label);
+    series.queued->Set(it == sums.end() ? 0.0 : static_cast<double>(it->second.queued));
+    series.running->Set(it == sums.end() ? 0.0 : static_cast<double>(it->second.running));
+  }
 }
 
 void SchedulerMetrics::RefreshWorkers(const std::vector<EngineGauges::Worker>& workers) const {

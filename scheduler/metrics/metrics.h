@@ -2,8 +2,12 @@
 //
 // Names carry the prefix pagoda_, base units (seconds; tokens and pages are counts) and the
 // meanings vLLM users know (vllm:num_requests_running -> pagoda_num_requests_running, ...).
-// Labels are low-cardinality only: the worker's name, a finish reason, a gRPC code name; never
-// a request id.
+// Labels are low-cardinality only: the worker's name, a finish reason, a gRPC code name, a
+// preemption mode, a swap direction, a tenant; never a request id. Tenants are bounded
+// (MetricsOptions): "default" and those named in --tenant-weights always have their own label
+// (shown from the start), the others get
+// one in first-seen order up to max_tenant_labels, and the rest are summed under
+// tenant="other" (a tenant named "other" shares that series). A label once given is kept.
 //
 // Two kinds of sources:
 //  * events, pushed by the Engine (tokens, plans, finished requests) and the GenerationService
@@ -45,8 +49,19 @@ struct EngineGauges {
   size_t waiting = 0;
   size_t preempted = 0;  // waiting again after a preemption (a subset of waiting)
   int64_t preemptions_total = 0;
-  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, running total
-  int64_t prefix_cache_hits = 0;     // of those, tokens found cached
+  int64_t prefix_cache_queries = 0;   // prompt tokens looked up in the prefix cache, running total
+  int64_t prefix_cache_hits = 0;      // of those, tokens found cached
+  int64_t preemptions_recompute = 0;  // of preemptions_total, by mode
+  int64_t preemptions_swap = 0;
+  int64_t swapped_out_pages = 0;  // running totals
+  int64_t swapped_in_pages = 0;
+  struct Tenant {
+    std::string name;
+    int64_t served_tokens = 0;  // running total (TenantStats::served_tokens)
+    int32_t queued = 0;         // requests waiting
+    int32_t running = 0;        // sequences running
+  };
+  std::vector<Tenant> tenants;  // a tenant absent here is one the core no longer keeps
   struct Worker {
     std::string name;
     int32_t pages_total = 0;
@@ -56,9 +71,19 @@ struct EngineGauges {
   std::vector<Worker> workers;
 };
 
+struct MetricsOptions {
+  // Tenants that always get a label of their own (those named in --tenant-weights).
+  std::vector<std::string> named_tenants;
+  // Other tenants get a label of their own in first-seen order up to this many
+  // (--max-tenant-labels); the rest are summed under tenant="other".
+  int32_t max_tenant_labels = 32;
+};
+
+inline constexpr char kOtherTenantsLabel[] = "other";
+
 class SchedulerMetrics {
  public:
-  SchedulerMetrics();
+  explicit SchedulerMetrics(MetricsOptions options = {});
   ~SchedulerMetrics();
   SchedulerMetrics(const SchedulerMetrics&) = delete;
   SchedulerMetrics& operator=(const SchedulerMetrics&) = delete;
@@ -74,6 +99,9 @@ class SchedulerMetrics {
   void OnToken(double inter_token_seconds);
   // A request left the core, for any reason. `queue_seconds` < 0: it was never scheduled.
   void OnRequestFinished(double e2e_seconds, double queue_seconds);
+  // A request whose time to first token the core predicted at arrival (> 0) got its first
+  // token after `actual_seconds`: observes actual / predicted.
+  void OnFirstTokenPredicted(double actual_seconds, double predicted_seconds);
 
   // --- events from the GenerationService: how each Generate call ended ---
   void OnRequestSucceeded(FinishReason reason);
@@ -97,9 +125,22 @@ class SchedulerMetrics {
     prometheus::Gauge* cached = nullptr;
   };
 
+  struct TenantSeries {
+    prometheus::Counter* served = nullptr;
+    prometheus::Gauge* queued = nullptr;
+    prometheus::Gauge* running = nullptr;
+  };
+
   // Copies the snapshot into the state gauges; called by every scrape.
   void Refresh() const;
   void RefreshWorkers(const std::vector<EngineGauges::Worker>& workers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(refresh_mu_);
+  void RefreshTenants(const std::vector<EngineGauges::Tenant>& tenants) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(refresh_mu_);
+  // The label `tenant` is shown under, given on first sight (see the header comment).
+  const std::string& TenantLabel(const std::string& tenant) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(refresh_mu_);
+  TenantSeries& TenantSeriesFor(const std::string& label) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(refresh_mu_);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -116,6 +157,13 @@ class SchedulerMetrics {
   prometheus::Family<prometheus::Gauge>* kv_cached_family_;
   prometheus::Counter* prefix_queries_;
   prometheus::Counter* prefix_hits_;
+  prometheus::Counter* preempted_recompute_;
+  prometheus::Counter* preempted_swap_;
+  prometheus::Counter* swapped_out_;
+  prometheus::Counter* swapped_in_;
+  prometheus::Family<prometheus::Counter>* tenant_served_family_;
+  prometheus::Family<prometheus::Gauge>* tenant_queued_family_;
+  prometheus::Family<prometheus::Gauge>* tenant_running_family_;
 
   // Events.
   prometheus::Counter* prompt_tokens_;
@@ -129,6 +177,9 @@ class SchedulerMetrics {
   prometheus::Histogram* iteration_tokens_;
   prometheus::Histogram* planning_;
   prometheus::Histogram* turnaround_;
+  prometheus::Histogram* ttft_ratio_;
+
+  const int32_t max_tenant_labels_;
 
   mutable absl::Mutex refresh_mu_;
   std::function<EngineGauges()> source_ ABSL_GUARDED_BY(refresh_mu_);
@@ -137,6 +188,18 @@ class SchedulerMetrics {
   mutable int64_t prefix_hits_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
   mutable absl::flat_hash_map<std::string, WorkerGauges> worker_gauges_
       ABSL_GUARDED_BY(refresh_mu_);
+  // Running totals already added to the counters (follow the engine's totals).
+  mutable int64_t recompute_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  mutable int64_t swap_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  mutable int64_t swapped_out_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  mutable int64_t swapped_in_seen_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  // Tenants: label by tenant (the named ones and those given one; others map to "other"),
+  // series by label, the served tokens already counted by tenant (of the last snapshot only).
+  mutable absl::flat_hash_map<std::string, std::string> tenant_labels_ ABSL_GUARDED_BY(refresh_mu_);
+  mutable int32_t other_labels_given_ ABSL_GUARDED_BY(refresh_mu_) = 0;
+  mutable absl::flat_hash_map<std::string, TenantSeries> tenant_series_
+      ABSL_GUARDED_BY(refresh_mu_);
+  mutable absl::flat_hash_map<std::string, int64_t> served_seen_ ABSL_GUARDED_BY(refresh_mu_);
 
   std::shared_ptr<ScrapeView> scrape_view_;
   std::unique_ptr<prometheus::Exposer> exposer_;

@@ -36,6 +36,15 @@ int TransportLimit(size_t max_request_bytes) {
   return static_cast<int>(std::min<size_t>(limit, INT_MAX));
 }
 
+// The tenants named in --tenant-weights keep their own metrics label whatever the bound.
+MetricsOptions ToMetricsOptions(const ServerOptions& o) {
+  MetricsOptions m;
+  for (const auto& [tenant, weight] : o.scheduler.tenant_weights) m.named_tenants.push_back(tenant);
+  std::sort(m.named_tenants.begin(), m.named_tenants.end());
+  m.max_tenant_labels = o.max_tenant_labels;
+  return m;
+}
+
 EngineGauges ToGauges(const EngineStatus& s) {
   EngineGauges g;
   g.running = s.running;
@@ -44,6 +53,13 @@ EngineGauges ToGauges(const EngineStatus& s) {
   g.preemptions_total = s.preemptions_total;
   g.prefix_cache_queries = s.prefix_cache_queried_tokens;
   g.prefix_cache_hits = s.prefix_cache_hit_tokens;
+  g.preemptions_recompute = s.preemptions_recompute;
+  g.preemptions_swap = s.preemptions_swap;
+  g.swapped_out_pages = s.swapped_out_pages;
+  g.swapped_in_pages = s.swapped_in_pages;
+  for (const TenantStats& t : s.tenants) {
+    g.tenants.push_back({t.name, t.served_tokens, t.queued, t.running});
+  }
   for (const WorkerStatus& w : s.workers) {
     g.workers.push_back(
         {w.name, w.info.num_pages, w.info.num_pages - w.free_pages, w.cached_pages});
@@ -57,6 +73,7 @@ struct SchedulerServer::Impl {
   Impl(ServerOptions opts, ServedModel served)
       : options(std::move(opts)),
         model(std::move(served)),
+        metrics(ToMetricsOptions(options)),
         engine(
             options.scheduler,
             [start = absl::Now()] { return absl::ToDoubleSeconds(absl::Now() - start); }, &metrics),
@@ -153,7 +170,7 @@ absl::Status SchedulerServer::StartHttp() {
   http::FrontendOptions frontend;
   frontend.served_model_name =
       o.served_model_name.empty() ? DefaultServedName(impl_->model) : o.served_model_name;
-  frontend.api_key = o.api_key;
+  frontend.api_keys = o.api_keys;
   frontend.chat_template =
       o.chat_template.empty() ? impl_->model.tokenizer.chat_template() : o.chat_template;
   impl_->http_frontend = std::make_unique<http::OpenAiFrontend>(&impl_->engine, &impl_->generation,
@@ -167,7 +184,7 @@ absl::Status SchedulerServer::StartHttp() {
   impl_->http_port = impl_->http_server->port();
   PAGODA_LOG(kInfo, "scheduler", "HTTP API serves the model as '%s'%s",
              impl_->http_frontend->options().served_model_name,
-             o.api_key.empty() ? "" : " (Bearer key required)");
+             o.api_keys.empty() ? "" : " (Bearer key required)");
   return absl::OkStatus();
 }
 

@@ -26,12 +26,14 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "common/tls.h"
 #include "scheduler/core/scheduler.h"
 #include "scheduler/service/served_model.h"
+#include "scheduler/service/tenants.h"
 
 namespace pagoda::scheduler {
 
@@ -43,12 +45,16 @@ struct ServerOptions {
   common::TlsConfig tls;                                 // disabled = plaintext
   size_t max_request_bytes = size_t{4} << 20;            // largest Generate/Tokenize request
   SchedulerOptions scheduler;  // context_length and eos_id are filled from the model
+  // Tenants not in scheduler.tenant_weights with a metrics label of their own, at most.
+  int32_t max_tenant_labels = 32;
   // The OpenAI-compatible HTTP API (scheduler/http): served when http_listen is set.
   std::string http_listen;  // HOST:PORT; empty = off
   size_t http_max_body_bytes = size_t{8} << 20;
   std::string served_model_name;  // /v1/models' id; empty = general.name or the file stem
-  std::string api_key;            // HTTP clients must send it as a Bearer token; empty = none
-  std::string chat_template;      // overrides the GGUF's tokenizer.chat_template when set
+  // HTTP clients must send one as a Bearer token; each may name its requests' tenant. Empty =
+  // no authentication.
+  std::vector<ApiKey> api_keys;
+  std::string chat_template;  // overrides the GGUF's tokenizer.chat_template when set
 };
 
 // What a drain did, for the log and the caller.

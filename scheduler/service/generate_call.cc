@@ -4,6 +4,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
@@ -125,6 +126,9 @@ void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status&
     {
       absl::MutexLock lock(&mu_);
       submitted_ = false;
+    }
+    if (std::optional<int64_t> after = RetryAfterSeconds(s)) {
+      context_->AddTrailingMetadata(kRetryAfterTrailer, absl::StrCat(*after));
     }
     return Refuse(ToGrpcStatus(s));
   }

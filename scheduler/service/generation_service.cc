@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -13,6 +14,7 @@
 #include "scheduler/metrics/metrics.h"
 #include "scheduler/service/generate_call.h"
 #include "scheduler/service/request_decoder.h"
+#include "scheduler/service/tenants.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -163,6 +165,17 @@ absl::Status ValidateStops(const v1::GenerateRequest& request) {
 
 }  // namespace
 
+std::optional<int64_t> RetryAfterSeconds(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kResourceExhausted) return std::nullopt;
+  const std::string_view url = kRetryAfterPayload;
+  const auto payload = status.GetPayload(absl::string_view(url.data(), url.size()));
+  int64_t seconds = 0;
+  if (!payload || !absl::SimpleAtoi(std::string(*payload), &seconds) || seconds < 1) {
+    return std::nullopt;
+  }
+  return seconds;
+}
+
 GenerationService::GenerationService(Engine* engine, const ServedModel* model,
                                      SchedulerMetrics* metrics, GenerationLimits limits)
     : engine_(engine), model_(model), metrics_(metrics), limits_(limits) {
@@ -276,6 +289,10 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
   if (request.request_id().size() > kMaxClientIdBytes) {
     return Invalid(absl::StrFormat("request_id has %d bytes; the limit is %d",
                                    request.request_id().size(), kMaxClientIdBytes));
+  }
+  if (!request.tenant().empty()) {
+    RETURN_IF_ERROR(CheckTenantName(request.tenant(), "tenant"));
+    r.tenant = request.tenant();
   }
   return r;
 }

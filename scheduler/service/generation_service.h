@@ -13,6 +13,10 @@
 // a string field or unparsable bytes get INVALID_ARGUMENT naming the limit or the field instead
 // of gRPC's RESOURCE_EXHAUSTED or INTERNAL.
 //
+// A Generate refused by predicted-wait admission (--max-predicted-wait-s) ends with the core's
+// RESOURCE_EXHAUSTED and the trailing metadata entry retry-after-s (kRetryAfterTrailer); the
+// tenant (GenerateRequest.tenant) is checked by Validate (tenants.h).
+//
 // Every Generate call ends with one log line (id, status code, tokens, timings, finish reason)
 // and one count in SchedulerMetrics: success by finish reason, failure by gRPC code.
 //
@@ -57,6 +61,14 @@ struct GenerateOutcome {
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
+
+// Trailing metadata of a Generate call refused by predicted-wait admission: whole seconds (>= 1)
+// after which the same request would likely be admitted (HTTP: the Retry-After header).
+inline constexpr char kRetryAfterTrailer[] = "retry-after-s";
+
+// The seconds of a predicted-wait refusal: a RESOURCE_EXHAUSTED carrying the core's
+// kRetryAfterPayload (ASCII digits, >= 1); nullopt for any other status (a full queue, say).
+std::optional<int64_t> RetryAfterSeconds(const absl::Status& status);
 
 // A grpc::Service registering pagoda.v1.Generation's four methods itself, as callback methods
 // (the generated CallbackService would parse Generate and Tokenize requests before we can).

@@ -92,6 +92,22 @@ TEST_F(ValidateTest, RejectsBadFieldsWithPreciseMessages) {
   Check(r, "the prompt has 512 tokens; the model context is 512 tokens");
 }
 
+// GenerateRequest.tenant: empty is the default tenant; otherwise the name rule, naming the field.
+TEST_F(ValidateTest, TenantDefaultsAndIsChecked) {
+  absl::StatusOr<NewRequest> out = service_->Validate(Text("Hi"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->tenant, "default");
+  v1::GenerateRequest r = Text("Hi");
+  r.set_tenant("org:team-a.prod_1");
+  out = service_->Validate(r);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->tenant, "org:team-a.prod_1");
+  r.set_tenant("team a");
+  Check(r, "tenant must be 1 to 64 bytes of [A-Za-z0-9._:-]; got byte 0x20 at offset 4");
+  r.set_tenant(std::string(65, 't'));
+  Check(r, "tenant must be 1 to 64 bytes of [A-Za-z0-9._:-]; got 65 bytes");
+}
+
 TEST_F(ValidateTest, SamplingSurfaceIsCheckedAndResolved) {
   auto with = [](auto set) {
     v1::GenerateRequest r = Text("Once upon a time");

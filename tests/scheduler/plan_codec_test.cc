@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+
 namespace pagoda::scheduler {
 namespace {
 
@@ -72,6 +75,50 @@ TEST(PlanCodecTest, ResultsCarryLogprobsOnlyWhenSet) {
   EXPECT_EQ(*got[0].logprob, (TokenLogprob{0.0f, {{5, 0.0f}}}));
   EXPECT_EQ(got[1].token, 6);
   EXPECT_FALSE(got[1].logprob.has_value());
+}
+
+// Swaps travel in their own lists, in the core's order; the worker runs them around the frees.
+TEST(PlanCodecTest, SwapsCarryPagesAndSlotsInOrder) {
+  Plan plan;
+  plan.iteration = 9;
+  plan.swap_out = {{.page = 5, .slot = 0}, {.page = 6, .slot = 1}};
+  plan.free_seq_ids = {3};
+  plan.swap_in = {{.page = 5, .slot = 7}};
+  plan.page_copies = {{.src = 1, .dst = 2}};
+  wv1::IterationPlan out;
+  EncodePlan(plan, &out);
+  ASSERT_EQ(out.swap_out_size(), 2);
+  EXPECT_EQ(out.swap_out(0).page(), 5u);
+  EXPECT_EQ(out.swap_out(0).slot(), 0u);
+  EXPECT_EQ(out.swap_out(1).page(), 6u);
+  EXPECT_EQ(out.swap_out(1).slot(), 1u);
+  ASSERT_EQ(out.swap_in_size(), 1);
+  EXPECT_EQ(out.swap_in(0).page(), 5u);
+  EXPECT_EQ(out.swap_in(0).slot(), 7u);
+  EXPECT_EQ(out.free_seq_ids_size(), 1);
+  EXPECT_EQ(out.page_copies_size(), 1);
+  wv1::IterationPlan none;
+  EncodePlan(Plan{}, &none);
+  EXPECT_EQ(none.swap_out_size(), 0);
+  EXPECT_EQ(none.swap_in_size(), 0);
+}
+
+// forward_seconds is the forward pass plus sampling; broken values count as unmeasured (0).
+TEST(PlanCodecTest, StepTimesAddSamplingToTheForwardPass) {
+  wv1::IterationResult result;
+  result.set_forward_seconds(0.020);
+  result.set_sample_seconds(0.001);
+  result.set_swap_seconds(0.004);
+  StepTimes times = DecodeStepTimes(result);
+  EXPECT_DOUBLE_EQ(times.forward_seconds, 0.021);
+  EXPECT_DOUBLE_EQ(times.swap_seconds, 0.004);
+  result.set_forward_seconds(-1);
+  result.set_sample_seconds(std::nan(""));
+  result.set_swap_seconds(std::numeric_limits<double>::infinity());
+  times = DecodeStepTimes(result);
+  EXPECT_EQ(times.forward_seconds, 0);
+  EXPECT_EQ(times.swap_seconds, 0);
+  EXPECT_EQ(DecodeStepTimes(wv1::IterationResult()).forward_seconds, 0);
 }
 
 }  // namespace

@@ -62,6 +62,11 @@ TEST(RequestDecoderTest, IllFormedUtf8NamesTheFieldAndTheByte) {
   r.clear_stop();
   r.set_request_id("\xc3");  // truncated character
   ExpectInvalid(Bytes(r), 1 << 20, "field request_id");
+  // The tenant too is checked here first; its name rule is Validate's (tenants.h).
+  v1::GenerateRequest t;
+  t.set_tenant("team\xff");
+  ExpectInvalid(Bytes(t), 1 << 20,
+                "field tenant is not valid UTF-8: ill-formed byte 0xff at offset 4");
 
   const std::optional<IllFormedUtf8Field> found =
       FindIllFormedUtf8Field(Bytes(r), v1::GenerateRequest::descriptor());

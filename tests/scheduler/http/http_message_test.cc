@@ -30,6 +30,17 @@ TEST(HttpMessageTest, ParsesRequestsWithLengthOrChunks) {
   EXPECT_FALSE(r.keep_alive);
 }
 
+TEST(HttpMessageTest, TakesTheTenantHeaderWhateverItsCase) {
+  HttpLimits limits;
+  HttpRequest r;
+  ASSERT_FALSE(ParseHttpRequest(
+      "POST /v1/completions HTTP/1.1\r\nx-pagoda-tenant: team-a\r\nContent-Length: 0\r\n\r\n",
+      limits, &r));
+  EXPECT_EQ(r.tenant, "team-a");
+  ASSERT_FALSE(ParseHttpRequest("GET /health HTTP/1.1\r\n\r\n", limits, &r));
+  EXPECT_EQ(r.tenant, "") << "absent: empty (the front end then falls back)";
+}
+
 TEST(HttpMessageTest, RefusesWhatBreaksTheLimitsOrTheSyntax) {
   HttpLimits limits;
   limits.max_body_bytes = 4;
@@ -72,8 +83,29 @@ TEST(HttpMessageTest, ErrorsFromStatuses) {
             "temperature");
   EXPECT_EQ(FromStatus(absl::InvalidArgumentError("the prompt is empty")).param, "");
   EXPECT_EQ(FromStatus(absl::ResourceExhaustedError("queue")).status, 429);
+  EXPECT_EQ(FromStatus(absl::ResourceExhaustedError("queue")).code, "queue_full");
   EXPECT_EQ(FromStatus(absl::UnavailableError("draining")).status, 503);
   EXPECT_EQ(FromStatus(absl::InternalError("boom")).status, 500);
+}
+
+// A predicted-wait refusal: 429, Retry-After its estimate, OpenAI's error shape with the message.
+TEST(HttpMessageTest, PredictedWaitRefusalCarriesItsRetryAfter) {
+  const absl::Status refused = absl::ResourceExhaustedError(
+      "predicted time to first token 12.5 s exceeds --max-predicted-wait-s 2 s");
+  const ApiError e = FromStatus(refused, 13);
+  EXPECT_EQ(e.status, 429);
+  EXPECT_EQ(e.type, "rate_limit_error");
+  EXPECT_EQ(e.code, "predicted_wait_too_long");
+  EXPECT_EQ(e.retry_after_s, 13);
+  const std::string answer = ErrorResponse(e, true);
+  EXPECT_NE(answer.find("HTTP/1.1 429 Too Many Requests\r\n"), std::string::npos);
+  EXPECT_NE(answer.find("Retry-After: 13\r\n"), std::string::npos) << answer;
+  EXPECT_EQ(answer.find("Retry-After: 1\r\n"), std::string::npos) << "one header only";
+  EXPECT_NE(answer.find(R"("message":"predicted time to first token 12.5 s exceeds)"),
+            std::string::npos)
+      << answer;
+  // The estimate applies only to 429s.
+  EXPECT_EQ(FromStatus(absl::UnavailableError("draining"), 13).status, 503);
 }
 
 }  // namespace
