@@ -39,7 +39,10 @@ void RequestQueue::Release(TenantId tenant) { --tenants_[tenant].live; }
 void RequestQueue::Prune() {
   for (TenantId id = 0; id < static_cast<TenantId>(tenants_.size()); ++id) {
     Tenant& t = tenants_[id];
-    if (t.name.empty() || t.live > 0 || t.queued > 0 || weights_.contains(t.name)) continue;
+    if (t.name.empty() || t.live > 0 || t.queued > 0 || t.running > 0 ||
+        weights_.contains(t.name)) {
+      continue;
+    }
     by_name_.erase(t.name);
     t = Tenant{};
     free_ids_.push_back(id);
@@ -103,7 +106,13 @@ const RequestQueue::Keyed* RequestQueue::Candidate(int c, double* oldest) const 
       continue;
     }
     if (fair_share_) {
-      const double x = tenants_[tenant].counter, y = tenants_[best->entry.tenant].counter;
+      const Tenant& a = tenants_[tenant];
+      const Tenant& b = tenants_[best->entry.tenant];
+      if (a.counter != b.counter) {
+        if (a.counter < b.counter) best = &head;
+        continue;
+      }
+      const double x = a.running / a.weight, y = b.running / b.weight;
       if (x != y) {
         if (x < y) best = &head;
         continue;
@@ -191,7 +200,9 @@ std::optional<std::string> RequestQueue::CheckInvariants() const {
       return absl::StrFormat("tenant %d counts %d queued, %d are", t, tenants_[t].queued,
                              queued[t]);
     }
-    if (tenants_[t].live < 0) return absl::StrFormat("tenant %d has negative live count", t);
+    if (tenants_[t].live < 0 || tenants_[t].running < 0) {
+      return absl::StrFormat("tenant %d has a negative live or running count", t);
+    }
   }
   return std::nullopt;
 }

@@ -8,11 +8,13 @@
 //    Serving Large Language Models", OSDI 2024): every tenant has a virtual counter, the
 //    service it received divided by its weight (Charge). The candidate is the queue-order head
 //    of the tenant with the lowest counter among those with requests queued in the class; ties
-//    go to queue order. A tenant that was not backlogged (no request queued in any class) when
-//    a request of its arrives (PushBack) is lifted to the lowest counter among the backlogged
-//    tenants (or, when none is, to the counter of the tenant that left the backlog last), so
-//    idle time is never banked as credit. Two backlogged tenants' counters then stay within
-//    about one request's service of each other: each is served in proportion to its weight.
+//    go to the tenant running fewer sequences per unit of weight (one just lifted to another's
+//    counter goes before the tenant that holds the machine), then to queue order. A tenant that was
+//    not backlogged (no request queued in any class) when a request of its arrives (PushBack) is
+//    lifted to the lowest counter among the backlogged tenants (or, when none is, to the counter of
+//    the tenant that left the backlog last), so idle time is never banked as credit. Two backlogged
+//    tenants' counters then stay within about one request's service of each other: each is served
+//    in proportion to its weight.
 //
 // Classes and aging, above the counters: a class competes at its standing, its base class
 // raised by one for every `aging_interval` seconds its oldest request has waited (with
@@ -60,6 +62,7 @@ class RequestQueue {
     double counter = 0;         // virtual counter: weighted service
     int64_t served_tokens = 0;  // unweighted service (what Charge was given)
     int32_t queued = 0;         // entries in the queue
+    int32_t running = 0;        // sequences running (AddRunning)
     int32_t live = 0;           // Acquire - Release: requests the scheduler holds
   };
 
@@ -79,6 +82,8 @@ class RequestQueue {
   }
   // One live request of `tenant` fewer (it finished).
   void Release(TenantId tenant);
+  // `tenant` has `delta` more sequences running (the tie-break between equal counters).
+  void AddRunning(TenantId tenant, int32_t delta) { tenants_[tenant].running += delta; }
   // `tenant` received `service` (unweighted) and `tokens` tokens of it: its counter rises by
   // service / weight.
   void Charge(TenantId tenant, double service, int64_t tokens);

@@ -216,6 +216,7 @@ void Scheduler::ForkChildren(Sequence& parent, double now) {
     child.pending_copy = *copy;
     child.timings.first_scheduled = now;
     w.running.push_back(id);
+    waiting_.AddRunning(child.tenant, 1);
   }
 }
 
@@ -247,6 +248,7 @@ void Scheduler::RemoveWorker(WorkerId id) {
   // Re-queue in reverse so the earliest admitted ends up first in its class.
   for (auto rit = w.running.rbegin(); rit != w.running.rend(); ++rit) {
     Sequence& s = *seqs_.at(*rit);
+    waiting_.AddRunning(s.tenant, -1);
     s.worker.reset();
     s.worker_knows = false;
     s.pages_sent = 0;
@@ -379,6 +381,7 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
     s.worker = w.id;
     s.state = SeqState::kPrefilling;
     w.running.push_back(s.request.id);
+    waiting_.AddRunning(s.tenant, 1);
     if (s.swapped_on) {
       SwapIn(w, s);
     } else {
@@ -636,6 +639,7 @@ void Scheduler::ReleaseFromWorker(Sequence& s) {
   if (w != nullptr) {
     kv_.Release(s.request.id);
     w->running.erase(std::find(w->running.begin(), w->running.end(), s.request.id));
+    waiting_.AddRunning(s.tenant, -1);
     if (s.worker_knows) w->pending_frees.push_back(s.request.id);
   }
   s.worker.reset();
@@ -680,10 +684,6 @@ int64_t Scheduler::preemptions(PreemptionMode mode) const {
 }
 
 std::vector<TenantStats> Scheduler::tenant_stats() const {
-  absl::flat_hash_map<TenantId, int32_t> running;
-  for (const auto& [id, w] : workers_) {
-    for (RequestId r : w->running) ++running[seqs_.at(r)->tenant];
-  }
   std::vector<TenantStats> out;
   for (const RequestQueue::Tenant* t : waiting_.tenants()) {
     TenantStats& st = out.emplace_back();
@@ -692,12 +692,7 @@ std::vector<TenantStats> Scheduler::tenant_stats() const {
     st.virtual_counter = t->counter;
     st.served_tokens = t->served_tokens;
     st.queued = t->queued;
-  }
-  for (const auto& [tenant, count] : running) {
-    const std::string& name = waiting_.tenant(tenant).name;
-    for (TenantStats& st : out) {
-      if (st.name == name) st.running = count;
-    }
+    st.running = t->running;
   }
   return out;
 }

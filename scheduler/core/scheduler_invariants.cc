@@ -62,6 +62,18 @@ absl::Status Scheduler::CheckInvariants() const {
   if (std::optional<std::string> queue = waiting_.CheckInvariants()) {
     return absl::InternalError("request queue: " + *queue);
   }
+  absl::flat_hash_map<TenantId, int32_t> running_of;
+  for (const auto& [wid, w] : workers_) {
+    for (RequestId id : w->running) ++running_of[seqs_.at(id)->tenant];
+  }
+  for (const auto& [id, s] : seqs_) {
+    const int32_t counted = waiting_.tenant(s->tenant).running;
+    if (counted != running_of[s->tenant]) {
+      return absl::InternalError(absl::StrFormat("tenant %s counts %d running, %d are",
+                                                 waiting_.tenant(s->tenant).name, counted,
+                                                 running_of[s->tenant]));
+    }
+  }
   int64_t queued_tokens = 0;
   for (const auto& [id, s] : seqs_) {
     // Swap: a swapped-out sequence waits, holds slots on a live worker and no page.

@@ -39,13 +39,12 @@ bool Scheduler::VictimBefore(const Sequence& a, const Sequence& b) const {
 
 Sequence* Scheduler::PickFairShareVictim(WorkerState& w, const Sequence& head, int head_class,
                                          double now) {
-  // Fair share of the running slots: the head's tenant, once admitted, must still hold a smaller
-  // weighted share of this worker's running sequences than the victim's tenant keeps after the
-  // preemption: (running[head] + 1) / weight[head] < (running[victim] - 1) / weight[victim]
-  // would be too strict to ever let two tenants of 1 and 2 running settle, so the rule is
-  // (running[head] + 1) / weight[head] < running[victim] / weight[victim], which cannot
-  // alternate: after the preemption the two sides have swapped at most one sequence.
-  // Victims come from classes not above the head's, most-served tenant first.
+  // Fair share of the worker's running slots: a sequence of another tenant is preempted for the
+  // head when the head's tenant, even with the head admitted, would hold a smaller share of the
+  // worker's running sequences per unit of weight than that tenant holds now:
+  //   (running[head] + 1) / weight[head] < running[victim] / weight[victim].
+  // Strict, so two tenants at their shares never trade sequences back and forth. Victims come
+  // from classes not above the head's, most-served tenant first, then the latest arrival.
   if (!waiting_.fair_share()) return nullptr;
   absl::flat_hash_map<TenantId, int32_t> running;
   for (RequestId id : w.running) ++running[seqs_.at(id)->tenant];

@@ -406,6 +406,9 @@ grpc::Status GenerationService::GetServerStatus(v1::ServerStatus* response) {
   response->set_requests_running(static_cast<uint32_t>(s.running));
   response->set_requests_preempted(static_cast<uint32_t>(s.preempted));
   response->set_preemptions_total(static_cast<uint64_t>(s.preemptions_total));
+  response->set_preemptions_swap(static_cast<uint64_t>(s.preemptions_swap));
+  response->set_swapped_out_pages(static_cast<uint64_t>(s.swapped_out_pages));
+  response->set_swapped_in_pages(static_cast<uint64_t>(s.swapped_in_pages));
   response->set_prefix_cache_queried_tokens(static_cast<uint64_t>(s.prefix_cache_queried_tokens));
   response->set_prefix_cache_hit_tokens(static_cast<uint64_t>(s.prefix_cache_hit_tokens));
   for (const WorkerStatus& w : s.workers) {

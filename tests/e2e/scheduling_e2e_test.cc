@@ -12,13 +12,18 @@ namespace {
 
 namespace v1 = pagoda::v1;
 
-// A KV pool far too small for the load: sequences are preempted and recomputed many times,
-// and every greedy output still equals the same request served alone.
-TEST_F(TrainedModelTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
+// A KV pool far too small for the load: sequences are preempted many times, by recompute, by
+// swap to the worker's host memory, or by whichever costs less, and every greedy output still
+// equals the same request served alone.
+class PreemptionModeTest : public TrainedModelTest,
+                           public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(PreemptionModeTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
   // 20 pages of 4 tokens: room for one longest request (about 12 prompt + 56 generated
   // tokens) and a bit; 12 concurrent requests must take turns.
-  StartCluster({"--max-batch-tokens", "64", "--max-prefill-chunk", "16"},
-               {"--page-size", "4", "--kv-pages", "20"});
+  const std::string mode = GetParam();
+  StartCluster({"--max-batch-tokens", "64", "--max-prefill-chunk", "16", "--preemption-mode", mode},
+               {"--page-size", "4", "--kv-pages", "20", "--swap-space-mib", "1"});
   const auto cases = LoadGolden(*golden_)["cases"];
   std::vector<v1::GenerateRequest> requests;
   for (int i = 0; i < 12; ++i) {
@@ -47,8 +52,21 @@ TEST_F(TrainedModelTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
   RecordProperty("preemptions", static_cast<int>(preemptions));
   EXPECT_GE(preemptions, 5u) << "the pool was meant to force many preemptions";
   EXPECT_EQ(status.preemptions_total(), preemptions);
+  RecordProperty("preemptions_swap", static_cast<int>(status.preemptions_swap()));
+  if (mode == "recompute") {
+    EXPECT_EQ(status.preemptions_swap(), 0u);
+  } else {
+    // Copying a page of this tiny model costs far less than recomputing its tokens.
+    EXPECT_GE(status.preemptions_swap(), 5u);
+    EXPECT_EQ(status.swapped_in_pages(), status.swapped_out_pages());
+  }
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5))) << cluster_->Status().DebugString();
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, PreemptionModeTest, ::testing::Values("recompute", "swap", "auto"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
 
 // A stop string ends the stream before the match, across token boundaries, and is not sent.
 TEST_F(TrainedModelTest, StopStringsEndTheStreamBeforeTheMatch) {

@@ -94,6 +94,9 @@ ABSL_FLAG(bool, progress, true, "progress bar on stderr");
 ABSL_FLAG(bool, unique_cache_salts, false,
           "give every request its own cache_salt, so no request reuses another's prompt KV: "
           "the prefix cache's 'off' baseline on the same cluster");
+ABSL_FLAG(std::string, tenant, "",
+          "fair-share tenant of every request (GenerateRequest.tenant); empty: the scheduler's "
+          "default");
 ABSL_FLAG(std::string, tls_ca, "",
           "PEM CA certificate(s) that verify the scheduler: connect over TLS (empty, with no "
           "--tls-cert either: plaintext)");
@@ -128,6 +131,7 @@ struct Options {
   double wait_for_server_s = 30;
   bool progress = true;
   bool unique_cache_salts = false;
+  std::string tenant;
   std::string json_path;
   std::string plot_path;
 };
@@ -241,6 +245,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.wait_for_server_s = absl::GetFlag(FLAGS_wait_for_server_s);
   o.progress = absl::GetFlag(FLAGS_progress);
   o.unique_cache_salts = absl::GetFlag(FLAGS_unique_cache_salts);
+  o.tenant = absl::GetFlag(FLAGS_tenant);
   o.json_path = absl::GetFlag(FLAGS_json);
   o.plot_path = absl::GetFlag(FLAGS_plot);
   RETURN_IF_ERROR(CheckCombination(o));
@@ -332,6 +337,7 @@ class BenchSession {
     run.timeout_s = options_.timeout_s;
     run.progress = options_.progress;
     run.unique_cache_salts = options_.unique_cache_salts;
+    run.tenant = options_.tenant;
     run.label = label;
     // Same request indices in every run (same lengths), fresh prompt ids (no cross-run cache).
     run.prompt_salt = next_salt_++;

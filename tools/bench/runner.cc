@@ -122,6 +122,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
     if (options.unique_cache_salts) {
       request_.set_cache_salt(absl::StrCat("bench-", options.prompt_salt, "-", spec.index));
     }
+    if (!options.tenant.empty()) request_.set_tenant(options.tenant);
     record_.index = spec.index;
     record_.prompt_tokens = static_cast<int>(spec.prompt.size());
     record_.expected_output_tokens = spec.output_len;

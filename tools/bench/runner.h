@@ -33,6 +33,7 @@ struct RunOptions {
   // Each request gets its own GenerateRequest.cache_salt: no request reuses another's prompt KV
   // (the prefix cache "off" on a cluster that has it on).
   bool unique_cache_salts = false;
+  std::string tenant;  // GenerateRequest.tenant of every request; empty: the default tenant
   bool progress = true;
   std::string label;  // printed before the progress bar
 };

@@ -73,6 +73,21 @@ TEST(RequestQueueTest, FairShareAdmitsTheLeastServedBackloggedTenantFirst) {
   EXPECT_EQ(q.Peek(11)->id, 10u);
 }
 
+// A tenant lifted to another's counter ties with it: the one running fewer sequences per unit
+// of weight goes first, not the one whose requests were queued earlier.
+TEST(RequestQueueTest, EqualCountersGoToTheTenantRunningLess) {
+  RequestQueue q(/*aging_interval=*/0, /*fair_share=*/true);
+  const TenantId heavy = q.Acquire("heavy"), light = q.Acquire("light");
+  q.AddRunning(heavy, 32);
+  q.PushBack(E(1, heavy, 1));
+  q.Charge(heavy, 50, 50);
+  q.PushBack(E(2, light, 2));
+  ASSERT_DOUBLE_EQ(q.tenant(light).counter, q.tenant(heavy).counter);
+  EXPECT_EQ(q.Peek(3)->id, 2u);
+  q.AddRunning(light, 40);
+  EXPECT_EQ(q.Peek(3)->id, 1u) << "now light runs more";
+}
+
 TEST(RequestQueueTest, ArrivalOrderIgnoresCountersWithoutFairShare) {
   RequestQueue q(/*aging_interval=*/0, /*fair_share=*/false);
   const TenantId heavy = q.Acquire("heavy"), light = q.Acquire("light");
