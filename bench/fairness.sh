@@ -8,7 +8,7 @@
 #     fairness on (--fairness vtc) and off (--fairness none): the light tenant's TTFT p50 and p99
 #     under the flood over alone, and the heavy tenant's throughput in both.
 #  2. Two backlogged tenants weighted 1:2 (--tenant-weights): the ratio of the service each got
-#     (output tokens; their requests are alike).
+#     (pagoda_tenant_served_tokens_total between two scrapes while both are backlogged).
 #  3. 4x overload (open loop, Poisson arrivals at four times the measured capacity) with
 #     --max-predicted-wait-s: the admitted requests' TTFT p99 over the limit, the share refused,
 #     and the prediction's median error (from pagoda_ttft_prediction_ratio's buckets: the share
@@ -150,16 +150,25 @@ part2() {
   local common=(--concurrency 48 --input-len 32 --output-len 64 --duration-s "$duration")
   bench weight-one --tenant one "${common[@]}" &
   local one_pid=$!
-  bench weight-two --tenant two "${common[@]}"
-  wait "$one_pid"
-  curl -s "http://$metrics/metrics" >"$out_dir/weights.prom"
+  bench weight-two --tenant two "${common[@]}" &
+  local two_pid=$!
+  # The service while both are backlogged: between two scrapes inside the run, away from the
+  # start (both streams ramping up) and the end (one tenant's last requests drain alone).
+  sleep 3
+  curl -s "http://$metrics/metrics" >"$out_dir/weights-start.prom"
+  sleep "$((duration - 5))"
+  curl -s "http://$metrics/metrics" >"$out_dir/weights-end.prom"
+  wait "$one_pid" "$two_pid"
   stop
   python3 - "$out_dir" >>"$results" <<'PY'
 import re, sys
-prom = open(f"{sys.argv[1]}/weights.prom").read()
-served = {t: float(v) for t, v in
-          re.findall(r'^pagoda_tenant_served_tokens_total\{tenant="(\w+)"\} (\S+)', prom, re.M)}
-print(f"weights\t{served['one']:.0f}\t{served['two']:.0f}\t{served['two'] / served['one']:.3f}")
+def served(name):
+    prom = open(f"{sys.argv[1]}/{name}.prom").read()
+    return {t: float(v) for t, v in re.findall(
+        r'^pagoda_tenant_served_tokens_total\{tenant="(\w+)"\} (\S+)', prom, re.M)}
+a, b = served("weights-start"), served("weights-end")
+one, two = b["one"] - a.get("one", 0), b["two"] - a.get("two", 0)
+print(f"weights\t{one:.0f}\t{two:.0f}\t{two / one:.3f}")
 PY
 }
 
@@ -173,7 +182,7 @@ part3() {
   rate="$(python3 -c '
 import json, sys
 m = json.load(open(sys.argv[1]))["runs"][0]["metrics"]
-print(f"{4 * m[\"request_throughput\"]:.2f}")' "$out_dir/capacity.json")"
+print("%.2f" % (4 * m["request_throughput"]))' "$out_dir/capacity.json")"
   start "$run_dir/overload" "$synthetic_model" "${synthetic[@]}" -- --max-running "$max_running" \
     --max-predicted-wait-s "$wait_limit"
   # Open loop: refused requests count as failed; pagoda-bench's exit status says nothing here.
@@ -211,12 +220,14 @@ part4() {
   local cores threads
   cores="$(nproc)"
   threads="${WORKER_THREADS:-$(( cores > 1 ? cores - 1 : 1 ))}"
-  # 4 x (2048 + 64) positions of 16-token pages at most: eight streams must take turns.
+  # 300 pages of 16 tokens: two sequences of 2048 + 128 positions and a bit; eight streams
+  # must take turns.
   for mode in swap recompute auto; do
     start "$run_dir/kv-$mode" "$model" --backend cpu --threads "$threads" --page-size 16 \
-      --kv-pages 530 --swap-space-mib 256 -- --preemption-mode "$mode" --max-running 8 \
+      --kv-pages 300 --swap-space-mib 256 -- --preemption-mode "$mode" --max-running 8 \
       --max-prefill-chunk 512 --max-batch-tokens 512
-    bench "kv-$mode" --concurrency 8 --num-requests 24 --input-len 2048 --output-len 64
+    bench "kv-$mode" --concurrency 8 --num-requests 24 --input-len 2048 --output-len 128 \
+      --unique-cache-salts
     curl -s "http://$metrics/metrics" >"$out_dir/kv-$mode.prom"
     stop
   done

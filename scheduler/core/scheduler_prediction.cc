@@ -4,9 +4,11 @@
 //  * the prefill work ahead of the request (prompt tokens still to compute of running
 //    sequences, of the queued requests that go before it, and its own) is done at the rate the
 //    token budgets leave after the running decodes;
-//  * when every running slot is taken, the request also waits for slots: running sequences free
-//    theirs after their remaining output (max_tokens, or the mean output length seen so far),
-//    and each queued request ahead takes the next free slot for its prefill and output;
+//  * when every running slot is taken, or the free KV holds fewer requests of the new one's size
+//    (prompt + expected output) than there are free slots, the request also waits for slots:
+//    running sequences free theirs after their remaining output (max_tokens, or the mean output
+//    length seen so far), and each queued request ahead takes the next free slot for its
+//    prefill and output;
 //  * the first token comes with the step that ends the later of the two, plus the plans
 //    already in flight (overlap).
 // Who goes before it: every queued request of a higher effective class and, in its own class,
@@ -126,13 +128,19 @@ double Scheduler::PredictFirstToken(const NewRequest& r, double now) {
       frees.push(std::ceil(std::max(0, left - 1) / static_cast<double>(load.budget)) +
                  std::max(1.0, outputs));
     }
-    for (size_t k = w->running.size(); k < static_cast<size_t>(options_.max_running); ++k) {
-      frees.push(0);
-    }
+    // Free slots now: running slots, as far as free KV holds requests of this one's size.
+    const double footprint =
+        std::max(1.0, static_cast<double>(r.prompt.size()) + ExpectedOutputTokens(r));
+    const double kv_free =
+        std::floor(static_cast<double>(kv_.AvailablePages(w->id)) * w->info.page_size / footprint);
+    const double slots_free = std::min(kv_free, static_cast<double>(options_.max_running) -
+                                                    static_cast<double>(w->running.size()));
+    for (int k = 0; k < static_cast<int>(slots_free); ++k) frees.push(0);
     const double in_flight = static_cast<double>(w->flight.size());
     pipeline = std::min(pipeline, in_flight == 0 ? 0.0 : in_flight - 0.5);
   }
-  if (loads.empty()) return -1;  // no step measured yet
+  if (loads.empty()) return -1;      // no step measured yet
+  if (frees.empty()) frees.push(0);  // nothing runs and its size fills the KV: it goes first
   const std::vector<const Sequence*> ahead = QueuedAhead(r, now);
   for (const Sequence* s : ahead) {
     backlog += static_cast<double>(s->tokens.size() - (s->swapped_on ? s->swapped_positions : 0));
@@ -165,8 +173,8 @@ double Scheduler::PredictFirstToken(const NewRequest& r, double now) {
                ExpectedOutputTokens(s->request));
     ++replayed;
   }
-  double slot_free = frees.empty() ? 0 : frees.top();  // when the request gets its slot
-  if (replayed < ahead.size()) {                       // the rest at the pace of those replayed
+  double slot_free = frees.top();  // when the request gets its slot
+  if (replayed < ahead.size()) {   // the rest at the pace of those replayed
     slot_free *= static_cast<double>(ahead.size()) / static_cast<double>(replayed);
   }
   const double own_prefill = std::ceil(static_cast<double>(r.prompt.size()) / chunk_rate);

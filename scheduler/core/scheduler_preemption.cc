@@ -40,11 +40,13 @@ bool Scheduler::VictimBefore(const Sequence& a, const Sequence& b) const {
 Sequence* Scheduler::PickFairShareVictim(WorkerState& w, const Sequence& head, int head_class,
                                          double now) {
   // Fair share of the worker's running slots: a sequence of another tenant is preempted for the
-  // head when the head's tenant, even with the head admitted, would hold a smaller share of the
-  // worker's running sequences per unit of weight than that tenant holds now:
-  //   (running[head] + 1) / weight[head] < running[victim] / weight[victim].
-  // Strict, so two tenants at their shares never trade sequences back and forth. Victims come
-  // from classes not above the head's, most-served tenant first, then the latest arrival.
+  // head when, even after the move, the head's tenant would hold a smaller share of the
+  // worker's running sequences per unit of weight than the victim's:
+  //   (running[head] + 1) / weight[head] < (running[victim] - 1) / weight[victim].
+  // So a starved tenant gets a slot at once, while tenants near their shares never trade
+  // sequences back and forth: between those, admissions by counter (VTC) settle the shares.
+  // Victims come from classes not above the head's, most-served tenant first, then the latest
+  // arrival.
   if (!waiting_.fair_share()) return nullptr;
   absl::flat_hash_map<TenantId, int32_t> running;
   for (RequestId id : w.running) ++running[seqs_.at(id)->tenant];
@@ -56,7 +58,7 @@ Sequence* Scheduler::PickFairShareVictim(WorkerState& w, const Sequence& head, i
       continue;
     }
     if (waiting_.EffectiveClass(s.queue_entry(), now) > head_class) continue;
-    if (!(head_share < running[s.tenant] / waiting_.tenant(s.tenant).weight)) continue;
+    if (!(head_share < (running[s.tenant] - 1) / waiting_.tenant(s.tenant).weight)) continue;
     if (best == nullptr || VictimBefore(s, *best)) best = &s;
   }
   if (best != nullptr) ++fair_share_preemptions_;
