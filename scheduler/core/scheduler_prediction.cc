@@ -16,6 +16,7 @@
 // tenant's as that tenant is served (weighted) before the new request's tenant catches up with
 // its counter.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -76,12 +77,12 @@ std::vector<const Sequence*> Scheduler::QueuedAhead(const NewRequest& r, double 
       allowance[id] = std::max(0.0, target - t->counter) * t->weight;
     }
   }
+  std::array<int, kNumPriorities> standing;
+  for (int c = 0; c < kNumPriorities; ++c) standing[c] = waiting_.Standing(Priority{c}, now);
   std::vector<const Sequence*> ahead;
   waiting_.ForEachQueued([&](const RequestQueue::Entry& e) {
-    const int standing = waiting_.Standing(e.priority, now);
-    if (standing < own_class || (standing == own_class && e.priority != r.priority)) {
-      if (standing < own_class) return;  // a tie of classes goes to the earlier: this one
-    }
+    // A class standing lower goes after the new request; a tie goes to the class queued first.
+    if (standing[static_cast<int>(e.priority)] < own_class) return;
     const Sequence* s = seqs_.at(e.id).get();
     if (e.priority == r.priority && waiting_.fair_share() && !(own && e.tenant == *own)) {
       double& left = allowance[e.tenant];
