@@ -7,6 +7,7 @@
 #include <numeric>
 #include <vector>
 
+#include "tests/testing/status_assertions.h"
 #include "tools/bench/workload.h"
 
 namespace pagoda::bench {
@@ -16,7 +17,7 @@ constexpr ModelLimits kModel{/*vocab_size=*/600, /*context_length=*/4096, /*bos=
 
 std::vector<int> Draw(const LengthSpec& spec, uint64_t seed, int n) {
   auto sampler = LengthSampler::Create(spec);
-  EXPECT_TRUE(sampler.ok()) << sampler.status();
+  EXPECT_OK(sampler);
   Rng rng(seed);
   std::vector<int> out;
   for (int i = 0; i < n; ++i) out.push_back(sampler->Sample(rng));
@@ -133,7 +134,9 @@ TEST(WorkloadTest, RequestsAreAPureFunctionOfSeedAndIndex) {
   auto a = Workload::Create(Options(LengthDist::kShareGpt, LengthDist::kUniform, 7), kModel);
   auto b = Workload::Create(Options(LengthDist::kShareGpt, LengthDist::kUniform, 7), kModel);
   auto c = Workload::Create(Options(LengthDist::kShareGpt, LengthDist::kUniform, 8), kModel);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(c);
   // Out of order on purpose: request 5 does not depend on requests 0..4 having been made.
   for (int i : {5, 0, 3, 100000}) {
     const RequestSpec ra = a->Make(i), rb = b->Make(i), rc = c->Make(i);
@@ -147,7 +150,7 @@ TEST(WorkloadTest, RequestsAreAPureFunctionOfSeedAndIndex) {
 
 TEST(WorkloadTest, SaltChangesPromptIdsButNotLengths) {
   auto w = Workload::Create(Options(LengthDist::kUniform, LengthDist::kUniform), kModel);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   for (int i = 0; i < 20; ++i) {
     const RequestSpec a = w->Make(i, 0), b = w->Make(i, 1);
     EXPECT_EQ(a.prompt.size(), b.prompt.size());
@@ -159,7 +162,7 @@ TEST(WorkloadTest, SaltChangesPromptIdsButNotLengths) {
 
 TEST(WorkloadTest, PromptsStartWithBosAndAvoidSpecialIds) {
   auto w = Workload::Create(Options(LengthDist::kFixed, LengthDist::kFixed), kModel);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   for (int i = 0; i < 50; ++i) {
     const RequestSpec r = w->Make(i);
     ASSERT_EQ(r.prompt.size(), 64u);
@@ -180,7 +183,7 @@ TEST(WorkloadTest, SharedPrefixGroupsShareTheirPrefixOnly) {
   o.shared_prefix_len = 40;
   o.prefix_groups = 2;
   auto w = Workload::Create(o, kModel);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   const RequestSpec r0 = w->Make(0), r1 = w->Make(1), r2 = w->Make(2);
   auto prefix = [](const RequestSpec& r) {
     return std::vector<int32_t>(r.prompt.begin(), r.prompt.begin() + 40);
@@ -196,7 +199,7 @@ TEST(WorkloadTest, SharedPrefixLeavesEachPromptOneIdOfItsOwn) {
   o.prompts = PromptKind::kSharedPrefix;
   o.shared_prefix_len = 1000;  // longer than the prompt
   auto w = Workload::Create(o, kModel);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   const RequestSpec a = w->Make(0), b = w->Make(1);
   ASSERT_EQ(a.prompt.size(), 64u);
   EXPECT_TRUE(std::equal(a.prompt.begin(), a.prompt.end() - 1, b.prompt.begin()));
@@ -209,7 +212,7 @@ TEST(WorkloadTest, LengthsFitTheContextPromptShortenedFirst) {
   o.input = {LengthDist::kFixed, 90};
   o.output = {LengthDist::kFixed, 40};
   auto w = Workload::Create(o, small);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   RequestSpec r = w->Make(0);
   EXPECT_EQ(r.output_len, 40);
   EXPECT_EQ(r.prompt.size(), 60u);
@@ -224,7 +227,7 @@ TEST(WorkloadTest, LengthsFitTheContextPromptShortenedFirst) {
 TEST(WorkloadTest, ModelWithoutBos) {
   const ModelLimits no_bos{600, 4096, -1, -1};
   auto w = Workload::Create(Options(LengthDist::kFixed, LengthDist::kFixed), no_bos);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   const RequestSpec r = w->Make(0);
   EXPECT_EQ(r.prompt.size(), 64u);
   for (int32_t id : r.prompt) EXPECT_GT(id, 0);
@@ -256,7 +259,7 @@ TEST(WorkloadTest, MultiTurnTurnsResendTheWholeHistory) {
   o.input = {LengthDist::kUniform, 20};
   o.output = {LengthDist::kUniform, 10};
   auto w = Workload::Create(o, kModel);
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   for (int c = 0; c < 3; ++c) {
     RequestSpec prev = w->Make(c);
     EXPECT_EQ(prev.prompt[0], 1) << "BOS";
@@ -281,7 +284,7 @@ TEST(WorkloadTest, MultiTurnTurnsResendTheWholeHistory) {
   o.input = {LengthDist::kFixed, 100};
   o.output = {LengthDist::kFixed, 100};
   auto long_chat = Workload::Create(o, kModel);
-  ASSERT_TRUE(long_chat.ok());
+  ASSERT_OK(long_chat);
   RequestSpec last = long_chat->Make(49);
   EXPECT_TRUE(last.clamped);
   EXPECT_EQ(static_cast<int>(last.prompt.size()) + last.output_len, 4096);

@@ -6,6 +6,7 @@
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
 #include "testing/gguf_writer.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::common {
@@ -35,17 +36,17 @@ std::string AllTypesImage() {
   const uint32_t uints[] = {1, 2};
   w.AddUint32Array("uints", uints);
   const float data[6] = {1, 2, 3, 4, 5, 6};
-  EXPECT_TRUE(w.AddFloatTensor("t.f32", {3, 2}, GgmlType::F32, data).ok());
-  EXPECT_TRUE(w.AddFloatTensor("t.f16", {6}, GgmlType::F16, data).ok());
-  EXPECT_TRUE(w.AddFloatTensor("t.bf16", {2, 3}, GgmlType::BF16, data).ok());
+  EXPECT_OK(w.AddFloatTensor("t.f32", {3, 2}, GgmlType::F32, data));
+  EXPECT_OK(w.AddFloatTensor("t.f16", {6}, GgmlType::F16, data));
+  EXPECT_OK(w.AddFloatTensor("t.bf16", {2, 3}, GgmlType::BF16, data));
   std::vector<std::byte> q4(18, std::byte{0x11});
-  EXPECT_TRUE(w.AddTensor("t.q4", {32}, GgmlType::Q4_0, q4).ok());
+  EXPECT_OK(w.AddTensor("t.q4", {32}, GgmlType::Q4_0, q4));
   return w.Serialize();
 }
 
 TEST(Gguf, RoundTripsEveryMetadataType) {
   auto f = GgufFile::FromBytes(AllTypesImage());
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_OK(f);
   const GgufFile& g = **f;
   EXPECT_EQ(g.version(), 3u);
   EXPECT_EQ(g.alignment(), 32u);
@@ -82,7 +83,7 @@ TEST(Gguf, RoundTripsEveryMetadataType) {
 
 TEST(Gguf, RoundTripsTensors) {
   auto f = GgufFile::FromBytes(AllTypesImage());
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_OK(f);
   ASSERT_EQ((*f)->tensors().size(), 4u);
   const GgufTensor* t = (*f)->FindTensor("t.f32");
   ASSERT_NE(t, nullptr);
@@ -114,7 +115,7 @@ TEST(Gguf, RoundTripsTensors) {
 TEST(Gguf, WriterRejectsBadTensors) {
   GgufWriter w;
   const float data[4] = {};
-  EXPECT_TRUE(w.AddFloatTensor("a", {4}, GgmlType::F32, data).ok());
+  EXPECT_OK(w.AddFloatTensor("a", {4}, GgmlType::F32, data));
   EXPECT_FALSE(w.AddFloatTensor("a", {4}, GgmlType::F32, data).ok());  // repeat
   EXPECT_FALSE(w.AddFloatTensor("b", {3}, GgmlType::F32, data).ok());  // size mismatch
   EXPECT_FALSE(w.AddFloatTensor("c", {0, 4}, GgmlType::F32, data).ok());
@@ -127,27 +128,27 @@ TEST(Gguf, OpensFilesAndFingerprints) {
   GgufWriter w;
   w.AddString("general.architecture", "llama");
   std::vector<float> big(5000, 0.5f);
-  ASSERT_TRUE(w.AddFloatTensor("big", {5000}, GgmlType::F32, big).ok());
-  ASSERT_TRUE(w.WriteFile(a).ok());
+  ASSERT_OK(w.AddFloatTensor("big", {5000}, GgmlType::F32, big));
+  ASSERT_OK(w.WriteFile(a));
   auto fa = GgufFile::Open(a);
   auto fa2 = GgufFile::Open(a);
-  ASSERT_TRUE(fa.ok()) << fa.status();
-  ASSERT_TRUE(fa2.ok());
+  ASSERT_OK(fa);
+  ASSERT_OK(fa2);
   EXPECT_EQ((*fa)->Fingerprint().size(), 16u);
   EXPECT_EQ((*fa)->Fingerprint(), (*fa2)->Fingerprint());
   // Change one weight near the end: different fingerprint.
   big[4999] = 0.25f;
   GgufWriter w2;
   w2.AddString("general.architecture", "llama");
-  ASSERT_TRUE(w2.AddFloatTensor("big", {5000}, GgmlType::F32, big).ok());
-  ASSERT_TRUE(w2.WriteFile(b).ok());
+  ASSERT_OK(w2.AddFloatTensor("big", {5000}, GgmlType::F32, big));
+  ASSERT_OK(w2.WriteFile(b));
   auto fb = GgufFile::Open(b);
-  ASSERT_TRUE(fb.ok());
+  ASSERT_OK(fb);
   EXPECT_NE((*fa)->Fingerprint(), (*fb)->Fingerprint());
   // Different metadata: different fingerprint.
   w2.AddString("general.name", "x");
   auto fc = GgufFile::FromBytes(w2.Serialize());
-  ASSERT_TRUE(fc.ok());
+  ASSERT_OK(fc);
   EXPECT_NE((*fb)->Fingerprint(), (*fc)->Fingerprint());
   auto missing = GgufFile::Open(dir + "/pagoda_no_such_file.gguf");
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound) << missing.status();
@@ -189,7 +190,7 @@ TEST(Gguf, HostileHeaders) {
   ExpectError("GGUX" + Header(3, 0, 0).substr(4), "bad magic");
   ExpectError(Header(1, 0, 0), "unsupported GGUF version 1");
   ExpectError(Header(4, 0, 0), "unsupported GGUF version 4");
-  EXPECT_TRUE(GgufFile::FromBytes(Header(2, 0, 0)).ok());
+  EXPECT_OK(GgufFile::FromBytes(Header(2, 0, 0)));
   ExpectError(Header(3, ~0ull, 0), "tensor count");
   ExpectError(Header(3, 0, ~0ull), "metadata count");
   // A key with an absurd length.
@@ -244,7 +245,7 @@ std::string OneTensor(uint32_t n_dims, std::vector<uint64_t> dims, uint32_t type
 }
 
 TEST(Gguf, HostileTensorInfos) {
-  EXPECT_TRUE(GgufFile::FromBytes(OneTensor(1, {4}, 0, 0, 16)).ok());
+  EXPECT_OK(GgufFile::FromBytes(OneTensor(1, {4}, 0, 0, 16)));
   ExpectError(OneTensor(5, {1, 1, 1, 1, 1}, 0, 0, 16), "5 dimensions");
   ExpectError(OneTensor(0, {}, 0, 0, 16), "0 dimensions");
   ExpectError(OneTensor(2, {1ull << 40, 1ull << 40}, 0, 0, 16), "at most 2^50");
@@ -259,7 +260,7 @@ TEST(Gguf, HostileTensorInfos) {
 TEST(Gguf, ReadsTrainedModel) {
   PAGODA_SKIP_WITHOUT_TEST_MODELS(path, "stories260K-f32.gguf");
   auto f = GgufFile::Open(*path);
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_OK(f);
   EXPECT_EQ((*f)->GetString("general.architecture"), "llama");
   EXPECT_EQ((*f)->GetUint("llama.embedding_length"), 64u);
   EXPECT_EQ((*f)->GetStringArray("tokenizer.ggml.tokens")->size(), 512u);

@@ -4,6 +4,8 @@
 
 #include <fstream>
 
+#include "tests/testing/status_assertions.h"
+
 namespace pagoda::common {
 namespace {
 
@@ -15,7 +17,7 @@ std::string WriteFile(const std::string& name, const std::string& content) {
 
 TEST(LinkTokenTest, ReadsTheFileWithoutTrailingWhitespace) {
   absl::StatusOr<std::string> t = ReadLinkTokenFile(WriteFile("token", "s3cret value\n\n"));
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   EXPECT_EQ(*t, "s3cret value");
 }
 

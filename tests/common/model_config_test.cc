@@ -3,6 +3,7 @@
 #include "gtest/gtest.h"
 #include "testing/gguf_writer.h"
 #include "testing/random_model.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::common {
@@ -29,9 +30,9 @@ GgufWriter MinimalLlama() {
 TEST(ModelConfig, ReadsTrainedModel) {
   PAGODA_SKIP_WITHOUT_TEST_MODELS(path, "stories260K-f32.gguf");
   auto f = GgufFile::Open(*path);
-  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_OK(f);
   auto c = ReadModelConfig(**f);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->architecture, "llama");
   EXPECT_EQ(c->dim, 64);
   EXPECT_EQ(c->n_layers, 5);
@@ -48,7 +49,7 @@ TEST(ModelConfig, ReadsTrainedModel) {
 
 TEST(ModelConfig, DefaultsAndVocabFromTokens) {
   auto c = ConfigOf(MinimalLlama());
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->n_kv_heads, 8);
   EXPECT_EQ(c->head_dim, 8);
   EXPECT_EQ(c->vocab_size, 3);
@@ -78,9 +79,9 @@ TEST(ModelConfig, ReadsLlama31RopeScaling) {
   w.AddFloat32("llama.rope.scaling.factor", 8.0f);
   w.AddUint32("llama.rope.scaling.original_context_length", 8192);
   auto file = GgufFile::FromBytes(w.Serialize());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   auto c = ReadModelConfig(**file);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->rope_scaling_factor, 8.0f);
   EXPECT_EQ(c->rope_low_freq_factor, 1.0f);
   EXPECT_EQ(c->rope_high_freq_factor, 4.0f);
@@ -135,9 +136,9 @@ TEST(ModelConfig, RandomModelRoundTrips) {
   o.vocab_size = 300;
   o.context_length = 64;
   auto w = BuildRandomModel(o);
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   auto c = ConfigOf(*w);
-  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_OK(c);
   EXPECT_EQ(c->vocab_size, 300);
   EXPECT_EQ(c->head_dim, 8);
   EXPECT_EQ(c->n_kv_heads, 2);

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::common {
 namespace {
@@ -35,7 +36,7 @@ TEST(SyntheticVocab, WellFormedAtSeveralSizes) {
   for (int size : {300, 512, 2048, 8000}) {
     SCOPED_TRACE(size);
     auto v = BuildSyntheticVocab(size, 1);
-    ASSERT_TRUE(v.ok()) << v.status();
+    ASSERT_OK(v);
     CheckWellFormed(*v, size);
   }
 }
@@ -44,7 +45,9 @@ TEST(SyntheticVocab, HasWordPiecesAndIsDeterministic) {
   auto a = BuildSyntheticVocab(2048, 5);
   auto b = BuildSyntheticVocab(2048, 5);
   auto c = BuildSyntheticVocab(2048, 6);
-  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  ASSERT_OK(c);
   EXPECT_EQ(a->tokens, b->tokens);
   EXPECT_EQ(a->scores, b->scores);
   EXPECT_NE(a->tokens, c->tokens);

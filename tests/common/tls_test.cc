@@ -9,6 +9,8 @@
 #include <fstream>
 #include <string>
 
+#include "tests/testing/status_assertions.h"
+
 namespace pagoda::common {
 namespace {
 
@@ -34,7 +36,7 @@ void ExpectError(const TlsFiles& files, TlsSide side, const std::string& message
 TEST(TlsTest, NoFlagsMeanPlaintext) {
   for (TlsSide side : {TlsSide::kServer, TlsSide::kClient}) {
     absl::StatusOr<TlsConfig> config = LoadTlsConfig({}, side);
-    ASSERT_TRUE(config.ok()) << config.status();
+    ASSERT_OK(config);
     EXPECT_FALSE(config->enabled);
     EXPECT_EQ(DescribeTls(*config, side), "plaintext");
   }
@@ -43,13 +45,13 @@ TEST(TlsTest, NoFlagsMeanPlaintext) {
 TEST(TlsTest, ServerNeedsCertAndKeyAndMayRequireClientCertificates) {
   const std::string cert = WriteFile("cert.pem", kCert), key = WriteFile("key.pem", kKey);
   absl::StatusOr<TlsConfig> config = LoadTlsConfig({cert, key, ""}, TlsSide::kServer);
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_TRUE(config->enabled);
   EXPECT_EQ(config->cert_chain, kCert);
   EXPECT_EQ(config->private_key, kKey);
   EXPECT_EQ(DescribeTls(*config, TlsSide::kServer), "TLS");
   config = LoadTlsConfig({cert, key, cert}, TlsSide::kServer);
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_EQ(config->root_certs, kCert);
   EXPECT_EQ(DescribeTls(*config, TlsSide::kServer), "mutual TLS");
 
@@ -62,15 +64,15 @@ TEST(TlsTest, ServerNeedsCertAndKeyAndMayRequireClientCertificates) {
 TEST(TlsTest, ClientNeedsOnlyACaAndMayPresentACertificate) {
   const std::string cert = WriteFile("cert.pem", kCert), key = WriteFile("key.pem", kKey);
   absl::StatusOr<TlsConfig> config = LoadTlsConfig({"", "", cert}, TlsSide::kClient);
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_TRUE(config->enabled);
   EXPECT_EQ(DescribeTls(*config, TlsSide::kClient), "TLS");
   config = LoadTlsConfig({cert, key, cert}, TlsSide::kClient);
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_EQ(DescribeTls(*config, TlsSide::kClient), "TLS with a client certificate");
   // A client certificate without --tls-ca verifies the server with the system's roots.
   config = LoadTlsConfig({cert, key, ""}, TlsSide::kClient);
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   EXPECT_TRUE(config->root_certs.empty());
   ExpectError({"", key, cert}, TlsSide::kClient, "go together");
 }

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -73,7 +74,7 @@ TEST_F(BadInputTest, EachGetsInvalidArgumentWhileOthersAreServed) {
   v1::GenerateRequest good = TextRequest("Once upon a time", 400);
   good.set_ignore_eos(true);
   const Generation solo = cluster_->Generate(good);
-  ASSERT_TRUE(solo.status.ok()) << solo.status.error_message();
+  ASSERT_OK(solo.status);
   ASSERT_EQ(solo.tokens.size(), 400u);
 
   // The same request, again and again until the bad ones are done, so that one is always
@@ -173,11 +174,11 @@ TEST_F(BadInputTest, EachGetsInvalidArgumentWhileOthersAreServed) {
   bad_done.Notify();
   runner.join();
   for (const Generation& g : beside) {
-    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    ASSERT_OK(g.status);
     EXPECT_EQ(g.tokens, solo.tokens);
   }
   const Generation after = cluster_->Generate(good);
-  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  ASSERT_OK(after.status);
   EXPECT_EQ(after.tokens, solo.tokens);
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
   EXPECT_TRUE(cluster_->scheduler().Running());

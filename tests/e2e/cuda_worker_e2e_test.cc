@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -32,7 +33,7 @@ TEST_F(CudaWorkerTest, GoldenGreedyGenerations) {
     for (const auto& c : LoadGolden(*golden_)["cases"]) {
       SCOPED_TRACE(c["prompt"].get<std::string>());
       Generation g = cluster_->Generate(TextRequest(c["prompt"], c["max_tokens"]));
-      ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << cluster_->Logs();
+      ASSERT_OK(g.status) << cluster_->Logs();
       EXPECT_EQ(g.tokens, c["expected_token_ids"].get<std::vector<int32_t>>());
       EXPECT_EQ(g.text, c["expected_text"].get<std::string>());
     }
@@ -68,7 +69,7 @@ TEST_F(CudaWorkerTest, ConcurrentEqualsSequential) {
   const std::vector<Generation> concurrent = cluster_->GenerateAll(requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i));
-    ASSERT_TRUE(concurrent[i].status.ok()) << concurrent[i].status.error_message();
+    ASSERT_OK(concurrent[i].status);
     EXPECT_EQ(concurrent[i].tokens, sequential[i].tokens);
   }
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));

@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -126,7 +127,7 @@ TEST_F(DrainTest, AdmittedRequestsFinishNewOnesAreRefusedAndTheSchedulerExitsZer
 
   for (BackgroundStream* s : {&a, &b}) {
     const Generation& g = s->Join();
-    EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_OK(g.status);
     EXPECT_EQ(g.tokens.size(), kTokens);
     EXPECT_EQ(g.finished.reason(), v1::FINISH_REASON_LENGTH);
   }

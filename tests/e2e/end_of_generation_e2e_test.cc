@@ -10,6 +10,7 @@
 #include "testing/random_model.h"
 #include "testing/synthetic_vocab.h"
 #include "tests/e2e/cluster.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -29,12 +30,12 @@ std::string WriteModel(const std::string& path, const std::string& extra_key, in
   o.seed = 11;
   o.write_tokenizer = [&](common::GgufWriter& w) {
     auto vocab = common::BuildSyntheticVocab(o.vocab_size, o.seed);
-    EXPECT_TRUE(vocab.ok()) << vocab.status();
+    EXPECT_OK(vocab);
     common::AddSyntheticTokenizer(w, *vocab);
     if (!extra_key.empty()) w.AddUint32(extra_key, static_cast<uint32_t>(extra_id));
   };
   absl::Status s = common::WriteRandomModel(o, path);
-  EXPECT_TRUE(s.ok()) << s;
+  EXPECT_OK(s);
   return path;
 }
 
@@ -62,7 +63,7 @@ TEST(EndOfGenerationTest, EotAndEomFinishWithEos) {
     auto cluster = Start(WriteModel(dir + "/plain.gguf", "", 0));
     ASSERT_NE(cluster, nullptr);
     Generation g = cluster->Generate(Greedy(true));
-    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    ASSERT_OK(g.status);
     reference = g.tokens;
   }
   ASSERT_EQ(reference.size(), 8u);
@@ -79,14 +80,14 @@ TEST(EndOfGenerationTest, EotAndEomFinishWithEos) {
     auto cluster = Start(WriteModel(dir + "/end.gguf", key, end));
     ASSERT_NE(cluster, nullptr);
     Generation g = cluster->Generate(Greedy(false));
-    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    ASSERT_OK(g.status);
     EXPECT_EQ(g.tokens, std::vector<int32_t>(reference.begin(), reference.begin() + k));
     EXPECT_EQ(g.finished.reason(), v1::FINISH_REASON_EOS);
     g = cluster->Generate(Greedy(true));
     EXPECT_EQ(g.tokens, reference) << "ignore_eos covers EOT and EOM";
     grpc::ClientContext ctx;
     v1::ModelInfo info;
-    ASSERT_TRUE(cluster->stub().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info).ok());
+    ASSERT_OK(cluster->stub().GetModelInfo(&ctx, v1::GetModelInfoRequest(), &info));
     EXPECT_EQ(std::string(key).find("eot") != std::string::npos ? info.eot_token_id()
                                                                 : info.eom_token_id(),
               end);

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -20,7 +21,7 @@ TEST_F(TrainedModelTest, GoldenGreedyGenerations) {
   for (const auto& c : LoadGolden(*golden_)["cases"]) {
     SCOPED_TRACE(c["prompt"].get<std::string>());
     Generation g = cluster_->Generate(TextRequest(c["prompt"], c["max_tokens"]));
-    ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << cluster_->Logs();
+    ASSERT_OK(g.status) << cluster_->Logs();
     EXPECT_EQ(g.tokens, c["expected_token_ids"].get<std::vector<int32_t>>());
     EXPECT_EQ(g.text, c["expected_text"].get<std::string>());
     EXPECT_EQ(g.finished.reason(), v1::FINISH_REASON_LENGTH);
@@ -52,8 +53,8 @@ TEST_F(TrainedModelTest, ConcurrentEqualsSequential) {
   const std::vector<Generation> concurrent = cluster_->GenerateAll(requests);
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i));
-    ASSERT_TRUE(sequential[i].status.ok()) << sequential[i].status.error_message();
-    ASSERT_TRUE(concurrent[i].status.ok()) << concurrent[i].status.error_message();
+    ASSERT_OK(sequential[i].status);
+    ASSERT_OK(concurrent[i].status);
     EXPECT_FALSE(sequential[i].tokens.empty());
     EXPECT_EQ(concurrent[i].tokens, sequential[i].tokens);
     EXPECT_EQ(concurrent[i].text, sequential[i].text);
@@ -81,7 +82,7 @@ TEST_F(TrainedModelTest, CancelledStreamFreesItsPages) {
   EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5))) << cluster_->Status().DebugString();
   Generation after = cluster_->Generate(TextRequest("Once upon a time", 4));
-  EXPECT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_OK(after.status);
   EXPECT_EQ(after.tokens.size(), 4u);
 }
 
@@ -114,7 +115,7 @@ TEST_F(TrainedModelTest, BadRequestsAreRejectedClearly) {
         << g.status.error_message();
   }
   Generation ok = cluster_->Generate(TextRequest("Once upon a time", 5));
-  EXPECT_TRUE(ok.status.ok()) << ok.status.error_message();
+  EXPECT_OK(ok.status);
   EXPECT_EQ(ok.tokens.size(), 5u);
 }
 
@@ -127,12 +128,12 @@ TEST_F(TrainedModelTest, TokenizeAndModelInfo) {
   tr.set_add_bos(true);
   v1::TokenizeResponse tokens;
   grpc::ClientContext ctx;
-  ASSERT_TRUE(cluster_->stub().Tokenize(&ctx, tr, &tokens).ok());
+  ASSERT_OK(cluster_->stub().Tokenize(&ctx, tr, &tokens));
   EXPECT_EQ(std::vector<int32_t>(tokens.token_ids().begin(), tokens.token_ids().end()),
             first["prompt_token_ids"].get<std::vector<int32_t>>());
   v1::ModelInfo info;
   grpc::ClientContext ctx2;
-  ASSERT_TRUE(cluster_->stub().GetModelInfo(&ctx2, v1::GetModelInfoRequest(), &info).ok());
+  ASSERT_OK(cluster_->stub().GetModelInfo(&ctx2, v1::GetModelInfoRequest(), &info));
   EXPECT_EQ(info.vocab_size(), 512u);
   EXPECT_EQ(info.context_length(), 512u);
   EXPECT_EQ(info.attached_workers(), 1u);
@@ -140,7 +141,7 @@ TEST_F(TrainedModelTest, TokenizeAndModelInfo) {
   for (int id : first["prompt_token_ids"]) by_ids.mutable_token_ids()->add_ids(id);
   by_ids.set_max_tokens(first["max_tokens"]);
   Generation g = cluster_->Generate(by_ids);
-  ASSERT_TRUE(g.status.ok());
+  ASSERT_OK(g.status);
   EXPECT_EQ(g.tokens, first["expected_token_ids"].get<std::vector<int32_t>>());
 }
 
@@ -228,7 +229,7 @@ TEST(RandomModelTest, SeededSamplingIsReproducible) {
     r.mutable_sampling()->set_seed(seed);
     r.set_ignore_eos(true);
     Generation g = cluster->Generate(r);
-    EXPECT_TRUE(g.status.ok()) << g.status.error_message();
+    EXPECT_OK(g.status);
     return g.tokens;
   };
   const std::vector<int32_t> a = sampled(7);

@@ -24,6 +24,7 @@
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -169,7 +170,7 @@ TEST_F(MetricsTest, PromtoolAcceptsBothEndpoints) {
   ASSERT_NO_FATAL_FAILURE(StartMetricsCluster(1));
   // Traffic first, so that every histogram and labelled counter has a series.
   const Generation ok = cluster_->Generate(TextRequest("Once upon a time", 8));
-  ASSERT_TRUE(ok.status.ok()) << ok.status.error_message();
+  ASSERT_OK(ok.status);
   const Generation bad = cluster_->Generate(TextRequest("", 8));
   ASSERT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   const std::string dir = MakeTempDir("promtool");
@@ -208,7 +209,7 @@ TEST_F(MetricsTest, PrometheusScrapesSchedulerAndTwoWorkers) {
   double gaps = 0;  // inter-token intervals: one fewer than the tokens of each request
   double cached = 0;
   for (int i = 0; i < kRequests; ++i) {
-    ASSERT_TRUE(results[i].status.ok()) << results[i].status.error_message();
+    ASSERT_OK(results[i].status);
     ASSERT_EQ(results[i].tokens.size(), requests[i].max_tokens());
     prompt_tokens += results[i].finished.usage().prompt_tokens();
     cached += results[i].finished.usage().cached_tokens();

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -129,14 +130,14 @@ Outputs RunWorkload(Cluster& cluster, const std::function<void()>& during) {
   for (auto& t : threads) t.join();
   Outputs out;
   for (int i = 0; i < total; ++i) {
-    EXPECT_TRUE(results[i].status.ok()) << i << ": " << results[i].status.error_message();
+    EXPECT_OK(results[i].status) << "request " << i;
     EXPECT_LT(results[i].finished.usage().cached_tokens(),
               results[i].finished.usage().prompt_tokens());
     out.tokens.push_back(results[i].tokens);
     out.cached_tokens += results[i].finished.usage().cached_tokens();
   }
   for (const Completions& c : forked) {
-    EXPECT_TRUE(c.status.ok()) << c.status.error_message();
+    EXPECT_OK(c.status);
     EXPECT_EQ(c.tokens[0], c.tokens[1]) << "greedy completions of one prompt";
     for (int i = 0; i < 2; ++i) {
       EXPECT_EQ(c.finished[i], 1);
@@ -190,10 +191,10 @@ TEST_F(TrainedModelTest, CompletionsShareThePromptAndMatchSingleRequests) {
   v1::GenerateRequest greedy = TextRequest("Once upon a time, there was a little", 24);
   greedy.set_ignore_eos(true);
   const Generation single = cluster_->Generate(greedy);
-  ASSERT_TRUE(single.status.ok()) << single.status.error_message();
+  ASSERT_OK(single.status);
   greedy.set_n(3);
   Completions three = GenerateN(*cluster_, greedy, 3);
-  ASSERT_TRUE(three.status.ok()) << three.status.error_message();
+  ASSERT_OK(three.status);
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(three.tokens[i], single.tokens) << "completion " << i;
     EXPECT_EQ(three.text[i], single.text);
@@ -208,14 +209,14 @@ TEST_F(TrainedModelTest, CompletionsShareThePromptAndMatchSingleRequests) {
   sampled.mutable_sampling()->set_seed(1234);
   sampled.set_n(4);
   Completions four = GenerateN(*cluster_, sampled, 4);
-  ASSERT_TRUE(four.status.ok()) << four.status.error_message();
+  ASSERT_OK(four.status);
   bool differ = false;
   for (int i = 0; i < 4; ++i) {
     v1::GenerateRequest one = sampled;
     one.set_n(1);
     one.mutable_sampling()->set_seed(1234 + i);
     const Generation alone = cluster_->Generate(one);
-    ASSERT_TRUE(alone.status.ok()) << alone.status.error_message();
+    ASSERT_OK(alone.status);
     EXPECT_EQ(four.tokens[i], alone.tokens) << "completion " << i << " uses seed + " << i;
     differ |= four.tokens[i] != four.tokens[0];
   }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -51,7 +52,7 @@ TEST_F(TrainedModelTest, GreedyLogitBiasForcesATokenAndLogprobsAgree) {
   plain.set_logprobs(true);
   plain.set_top_logprobs(20);
   const Generation base = cluster_->Generate(plain);
-  ASSERT_TRUE(base.status.ok()) << base.status.error_message();
+  ASSERT_OK(base.status);
   // Logprobs change nothing about the tokens: the golden greedy text.
   const auto expected = golden["expected_token_ids"].get<std::vector<int32_t>>();
   EXPECT_EQ(base.tokens, std::vector<int32_t>(expected.begin(), expected.begin() + 12));
@@ -68,7 +69,7 @@ TEST_F(TrainedModelTest, GreedyLogitBiasForcesATokenAndLogprobsAgree) {
   (*forced.mutable_sampling()->mutable_logit_bias())[kForced] = 100;
   forced.set_ignore_eos(true);
   const Generation g = cluster_->Generate(forced);
-  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  ASSERT_OK(g.status);
   EXPECT_EQ(g.tokens, std::vector<int32_t>(12, kForced));
   ASSERT_NO_FATAL_FAILURE(CheckLogprobs(g, 20, /*greedy=*/true));
   for (const auto& lp : g.logprobs) EXPECT_GT(lp.logprob(), -1e-3f) << "bias 100: p ~ 1";
@@ -78,7 +79,7 @@ TEST_F(TrainedModelTest, GreedyLogitBiasForcesATokenAndLogprobsAgree) {
   v1::GenerateRequest banned = plain;
   (*banned.mutable_sampling()->mutable_logit_bias())[base.tokens[0]] = -100;
   const Generation b = cluster_->Generate(banned);
-  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  ASSERT_OK(b.status);
   EXPECT_NE(b.tokens[0], base.tokens[0]);
   ASSERT_NO_FATAL_FAILURE(CheckLogprobs(b, 20, true));
   const std::string text = golden["expected_text"];
@@ -86,7 +87,7 @@ TEST_F(TrainedModelTest, GreedyLogitBiasForcesATokenAndLogprobsAgree) {
   stopped.set_max_tokens(golden["max_tokens"]);
   stopped.add_stop("Lily.");
   const Generation s = cluster_->Generate(stopped);
-  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  ASSERT_OK(s.status);
   EXPECT_EQ(s.finished.reason(), v1::FINISH_REASON_STOP_STRING);
   ASSERT_NO_FATAL_FAILURE(CheckLogprobs(s, 20, true));
   EXPECT_EQ(s.logprobs.size(), s.finished.usage().completion_tokens());
@@ -122,8 +123,8 @@ std::vector<v1::GenerateRequest> KnobRequests(const nlohmann::json& cases, int c
 }
 
 void ExpectSame(const Generation& a, const Generation& b) {
-  ASSERT_TRUE(a.status.ok()) << a.status.error_message();
-  ASSERT_TRUE(b.status.ok()) << b.status.error_message();
+  ASSERT_OK(a.status);
+  ASSERT_OK(b.status);
   EXPECT_EQ(a.tokens, b.tokens);
   EXPECT_EQ(a.text, b.text);
   ASSERT_EQ(a.logprobs.size(), b.logprobs.size());
@@ -210,7 +211,7 @@ TEST_F(TrainedModelTest, CompletionsEachPenalizeTheirOwnTokens) {
         logprobs[resp.index()].push_back(resp.logprobs(k).SerializeAsString());
       }
     }
-    ASSERT_TRUE(reader->Finish().ok());
+    ASSERT_OK(reader->Finish());
   }
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE(absl::StrCat("completion ", i));
@@ -218,7 +219,7 @@ TEST_F(TrainedModelTest, CompletionsEachPenalizeTheirOwnTokens) {
     one.set_n(1);
     one.mutable_sampling()->set_seed(42 + i);
     const Generation g = cluster_->Generate(one);
-    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    ASSERT_OK(g.status);
     EXPECT_EQ(g.tokens, tokens[i]);
     ASSERT_EQ(g.logprobs.size(), logprobs[i].size());
     for (size_t k = 0; k < g.logprobs.size(); ++k) {

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -41,8 +42,8 @@ TEST_P(PreemptionModeTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
   uint32_t preemptions = 0;
   for (size_t i = 0; i < requests.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i));
-    ASSERT_TRUE(alone[i].status.ok()) << alone[i].status.error_message();
-    ASSERT_TRUE(together[i].status.ok()) << together[i].status.error_message();
+    ASSERT_OK(alone[i].status);
+    ASSERT_OK(together[i].status);
     EXPECT_EQ(together[i].tokens.size(), requests[i].max_tokens());
     EXPECT_EQ(together[i].tokens, alone[i].tokens);
     EXPECT_EQ(together[i].text, alone[i].text);
@@ -81,7 +82,7 @@ TEST_F(TrainedModelTest, StopStringsEndTheStreamBeforeTheMatch) {
     r.add_stop("never appears");
     r.add_stop(stop);
     Generation g = cluster_->Generate(r);
-    ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+    ASSERT_OK(g.status);
     EXPECT_EQ(g.text, expected.substr(0, at));
     EXPECT_EQ(g.finished.reason(), v1::FINISH_REASON_STOP_STRING);
     EXPECT_EQ(g.finished.matched_stop(), stop);
@@ -160,7 +161,7 @@ TEST(DeadlineTest, RunningRequestPastItsDeadlineFreesItsPages) {
   EXPECT_EQ(g.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << g.status.error_message();
   EXPECT_LT(absl::Now() - start, absl::Seconds(2));
   EXPECT_LT(g.tokens.size(), 2000u);
-  EXPECT_TRUE(other.status.ok()) << other.status.error_message();
+  EXPECT_OK(other.status);
   EXPECT_EQ(other.tokens.size(), 16u);
   EXPECT_TRUE(cluster->WaitIdleAndFree(absl::Seconds(5))) << cluster->Status().DebugString();
   EXPECT_EQ(cluster->Status().requests_running(), 0u);

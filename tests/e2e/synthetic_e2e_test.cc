@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
 #include "tests/e2e/stream_driver.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/backend/synthetic/synthetic_backend.h"
 
 namespace pagoda::testing {
@@ -95,7 +96,7 @@ TEST_F(SyntheticE2eTest, StreamsCarryTheSyntheticTokensThroughPreemption) {
   for (size_t i = 0; i < plans.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("stream ", i));
     const StreamResult& r = results[i];
-    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    ASSERT_OK(r.status);
     ASSERT_TRUE(r.finished.has_value());
     EXPECT_EQ(r.finished->reason(), v1::FINISH_REASON_LENGTH);
     preemptions += static_cast<int>(r.finished->stats().preemptions());
@@ -130,14 +131,14 @@ TEST_F(SyntheticE2eTest, SlowReaderGetsCoalescedMessagesAndSlowsNoOne) {
   int messages = 1;
   // Not reading now: the other stream must still finish, at its own pace.
   const Generation other = cluster_->Generate(other_request, absl::Seconds(30));
-  ASSERT_TRUE(other.status.ok()) << other.status.error_message();
+  ASSERT_OK(other.status);
   EXPECT_EQ(other.tokens, Expected(other_request));
   absl::SleepFor(absl::Milliseconds(300));  // the slow stream's 200 tokens are generated
   while (reader->Read(&response)) {
     ++messages;
     tokens.insert(tokens.end(), response.token_ids().begin(), response.token_ids().end());
   }
-  ASSERT_TRUE(reader->Finish().ok());
+  ASSERT_OK(reader->Finish());
   EXPECT_EQ(tokens, Expected(slow_request));
   EXPECT_LT(messages, 100) << "tokens generated while the reader was stalled were not coalesced";
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
@@ -221,7 +222,7 @@ TEST_F(SyntheticE2eTest, CompletionsShareOneStreamAndACancelEndsThemAll) {
   for (std::thread& t : clients) t.join();
   for (int i = 0; i < kRequests; ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i, " n=", requests[i].n()));
-    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    ASSERT_OK(got[i].status);
     for (uint32_t c = 0; c < requests[i].n(); ++c) {
       EXPECT_EQ(got[i].tokens[c], Expected(requests[i])) << "completion " << c;
       EXPECT_EQ(got[i].finished[c], 1) << "completion " << c;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -178,13 +179,13 @@ TEST_F(TenancyE2eTest, RequestsAreServedAndCountedUnderTheirTenant) {
   ASSERT_EQ(by_default.status, 200) << by_default.body;
   // gRPC: the field (this server's gRPC API has no API keys).
   GrpcOutcome grpc = Generate(cluster_->stub(), IdsRequest(5, "grpc-team"));
-  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  ASSERT_OK(grpc.status);
   EXPECT_EQ(grpc.tokens, 5);
   // Labels go first seen first, as scrapes see the tenants: keyed-team and grpc-team now.
   Metrics();
   // Two more unnamed tenants than --max-tenant-labels leaves room for: summed under "other".
-  ASSERT_TRUE(Generate(cluster_->stub(), IdsRequest(1, "third")).status.ok());
-  ASSERT_TRUE(Generate(cluster_->stub(), IdsRequest(1, "fourth")).status.ok());
+  ASSERT_OK(Generate(cluster_->stub(), IdsRequest(1, "third")).status);
+  ASSERT_OK(Generate(cluster_->stub(), IdsRequest(1, "fourth")).status);
 
   const std::string text = Metrics();
   auto served = [&](const std::string& tenant) {
@@ -245,8 +246,7 @@ TEST_F(TenancyE2eTest, PredictedWaitAdmissionRefusesWithRetryAfter) {
     });
   }
   short_one.join();
-  ASSERT_TRUE(first->status.ok()) << "nothing measured yet, nothing predicted: "
-                                  << first->status.error_message();
+  ASSERT_OK(first->status) << "nothing measured yet, nothing predicted";
 
   CurlResult http = Post(dir_, http_, "/v1/completions", HttpRequest(8));
   EXPECT_EQ(http.status, 429) << http.headers << http.body;

@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -131,7 +132,7 @@ class TlsE2eTest : public TrainedModelTest {
       const auto& c = golden[i];
       SCOPED_TRACE(c["prompt"].get<std::string>());
       Generation g = cluster_->Generate(TextRequest(c["prompt"], c["max_tokens"]));
-      ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << cluster_->Logs();
+      ASSERT_OK(g.status) << cluster_->Logs();
       EXPECT_EQ(g.tokens, c["expected_token_ids"].get<std::vector<int32_t>>());
       EXPECT_EQ(g.text, c["expected_text"].get<std::string>());
     }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -61,8 +62,8 @@ void ExpectSameOutputs(const std::vector<Generation>& got, const std::vector<Gen
   ASSERT_EQ(got.size(), want.size());
   for (size_t i = 0; i < got.size(); ++i) {
     SCOPED_TRACE(absl::StrCat("request ", i));
-    ASSERT_TRUE(want[i].status.ok()) << want[i].status.error_message();
-    ASSERT_TRUE(got[i].status.ok()) << got[i].status.error_message();
+    ASSERT_OK(want[i].status);
+    ASSERT_OK(got[i].status);
     // Equal token lists mean no token was sent twice or skipped across the recovery.
     EXPECT_EQ(got[i].tokens, want[i].tokens);
     EXPECT_EQ(got[i].text, want[i].text);
@@ -177,7 +178,7 @@ TEST_F(TrainedModelTest, LinkTokenIsRequired) {
   ASSERT_NO_FATAL_FAILURE(
       StartCluster({"--link-token-file", dir + "/token"}, {"--link-token-file", dir + "/token"}));
   Generation g = cluster_->Generate(TextRequest("Once upon a time", 8));
-  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  ASSERT_OK(g.status);
 
   for (const std::vector<std::string>& extra :
        {std::vector<std::string>{"--link-token-file", dir + "/wrong"},

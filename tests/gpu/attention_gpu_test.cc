@@ -21,6 +21,7 @@
 
 #include "common/fp16.h"
 #include "tests/gpu/gpu_test_support.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/device.h"
@@ -242,7 +243,7 @@ void RunTwice(const Problem& pr, DeviceProblem& dev, DeviceArray* workspace, Lau
       ASSERT_EQ(workspace->Poison(), cudaSuccess);
     }
     const absl::Status launched = launch();
-    ASSERT_TRUE(launched.ok()) << what << ": " << launched;
+    ASSERT_OK(launched) << what;
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
     std::vector<uint16_t> got(pr.q.size());
     ASSERT_EQ(cudaMemcpy(got.data(), dev.out.get(), got.size() * 2, cudaMemcpyDeviceToHost),

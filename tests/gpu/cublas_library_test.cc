@@ -5,12 +5,14 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
+#include "tests/testing/status_assertions.h"
+
 namespace pagoda::worker::cuda {
 namespace {
 
 TEST(CublasLibraryTest, LoadsOnceAndResolvesEveryEntryPoint) {
   absl::StatusOr<const CublasLibrary*> lib = CublasLibrary::Get();
-  ASSERT_TRUE(lib.ok()) << lib.status();
+  ASSERT_OK(lib);
   EXPECT_NE((*lib)->create, nullptr);
   EXPECT_NE((*lib)->destroy, nullptr);
   EXPECT_NE((*lib)->set_stream, nullptr);
@@ -25,7 +27,7 @@ TEST(CublasLibraryTest, LoadsOnceAndResolvesEveryEntryPoint) {
 // The reason it is loaded, not linked: with cuBLAS loaded, a thread with a 100 KiB stack (what
 // civetweb, behind the worker's /metrics, asks for) can still be created.
 TEST(CublasLibraryTest, SmallStackThreadsStillStart) {
-  ASSERT_TRUE(CublasLibrary::Get().ok());
+  ASSERT_OK(CublasLibrary::Get());
   pthread_attr_t attr;
   ASSERT_EQ(pthread_attr_init(&attr), 0);
   ASSERT_EQ(pthread_attr_setstacksize(&attr, 100 * 1024), 0);

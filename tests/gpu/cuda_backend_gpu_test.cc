@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -45,7 +46,7 @@ std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model, i
   o.cuda_graphs = graphs;
   o.max_batch_tokens = max_batch_tokens;
   auto b = CudaBackend::Create(std::move(model), o);
-  EXPECT_TRUE(b.ok()) << b.status();
+  EXPECT_OK(b);
   return b.ok() ? *std::move(b) : nullptr;
 }
 
@@ -57,7 +58,7 @@ std::unique_ptr<CpuBackend> MakeCpu(std::shared_ptr<const LlamaModel> model, int
   CpuBackendOptions options{page_size, num_pages, 0};
   options.quantize_activations = false;
   auto b = CpuBackend::Create(std::move(model), options);
-  EXPECT_TRUE(b.ok()) << b.status();
+  EXPECT_OK(b);
   return b.ok() ? *std::move(b) : nullptr;
 }
 
@@ -113,9 +114,9 @@ void CompareRagged(CpuBackend& cpu, CudaBackend& gpu, std::mt19937_64& rng, int 
       batch.push_back(in);
       s.done += n;
     }
-    ASSERT_TRUE(cpu.Forward(batch, &ref).ok());
+    ASSERT_OK(cpu.Forward(batch, &ref));
     auto st = gpu.Forward(batch, &got);
-    ASSERT_TRUE(st.ok()) << st;
+    ASSERT_OK(st);
     ASSERT_EQ(got.size(), ref.size());
     const size_t vocab = static_cast<size_t>(c.vocab_size);
     for (size_t r = 0; r < ref.size() / vocab; ++r) {
@@ -165,7 +166,7 @@ TEST(CudaBackendGpuTest, QuantizedFilesMatchCpu) {
   for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf"}) {
     PAGODA_SKIP_WITHOUT_TEST_MODELS(path, file);
     auto model = LlamaModel::Load(*path);
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     for (DType dtype : {DType::kFp16, DType::kBf16}) {
       SCOPED_TRACE(absl::StrCat(file, " as ", DTypeName(dtype)));
       auto cpu = MakeCpu(*model, 16, 16);
@@ -247,7 +248,7 @@ std::vector<std::vector<int32_t>> GreedyGolden(CudaBackend& b,
       who.push_back(i);
     }
     auto st = b.ForwardSample(batch, samples, &tokens);
-    EXPECT_TRUE(st.ok()) << st;
+    EXPECT_OK(st);
     if (!st.ok()) break;
     for (size_t r = 0; r < who.size(); ++r) {
       last[who[r]] = tokens[r];
@@ -276,7 +277,7 @@ void ExpectGoldenUpToNearTie(CpuBackend& cpu, const GoldenCase& c, const std::ve
   std::iota(pages.begin(), pages.end(), 0);
   const SeqInput in{tokens, 0, pages, true};
   std::vector<float> logits;
-  ASSERT_TRUE(cpu.Forward({&in, 1}, &logits).ok());
+  ASSERT_OK(cpu.Forward({&in, 1}, &logits));
   const float margin = logits[c.expected[k]] - logits[got[k]];
   EXPECT_LT(margin, kNearTie) << what << ": step " << k << " gave token " << got[k]
                               << " for golden " << c.expected[k]
@@ -290,7 +291,7 @@ TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
   PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
   PAGODA_SKIP_WITHOUT_TEST_MODELS(model_path, "stories260K-f32.gguf");
   auto model = LlamaModel::Load(*model_path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   const auto cases = ReadGolden(*golden_path);
   ASSERT_FALSE(cases.empty());
   auto cpu = MakeCpu(*model, 16, 256);
@@ -343,10 +344,10 @@ TEST(CudaBackendGpuTest, GraphReplaysMatchEagerSteps) {
       samples.push_back({sp, static_cast<uint64_t>(i)});
     }
     std::vector<int32_t> none, a, b;
-    ASSERT_TRUE(graph->ForwardSample(prefill, {}, &none).ok());
-    ASSERT_TRUE(eager->ForwardSample(prefill, {}, &none).ok());
-    ASSERT_TRUE(graph->ForwardSample(decode, samples, &a).ok());
-    ASSERT_TRUE(eager->ForwardSample(decode, samples, &b).ok());
+    ASSERT_OK(graph->ForwardSample(prefill, {}, &none));
+    ASSERT_OK(eager->ForwardSample(prefill, {}, &none));
+    ASSERT_OK(graph->ForwardSample(decode, samples, &a));
+    ASSERT_OK(eager->ForwardSample(decode, samples, &b));
     EXPECT_EQ(a, b) << "batch " << n;
     ASSERT_EQ(a.size(), static_cast<size_t>(n));
   }
@@ -365,8 +366,8 @@ TEST(CudaBackendGpuTest, SeededSamplingRepeats) {
     std::vector<int32_t> first, again;
     SeqInput in{prompt, 0, pages, true};
     const SampleInput s{{1.5f, 0, 1.0f, seed}, 0};
-    ASSERT_TRUE(gpu->ForwardSample({&in, 1}, {&s, 1}, &first).ok());
-    ASSERT_TRUE(gpu->ForwardSample({&in, 1}, {&s, 1}, &again).ok());
+    ASSERT_OK(gpu->ForwardSample({&in, 1}, {&s, 1}, &first));
+    ASSERT_OK(gpu->ForwardSample({&in, 1}, {&s, 1}, &again));
     EXPECT_EQ(first, again) << "seed " << seed;
     seen.insert(first[0]);
   }
@@ -385,7 +386,7 @@ TEST(CudaBackendGpuTest, AdjustmentsAndLogprobsMatchTheCpuSampler) {
   std::vector<SeqInput> batch;
   for (size_t i = 0; i < prompts.size(); ++i) batch.push_back({prompts[i], 0, pages[i], true});
   std::vector<float> logits;
-  ASSERT_TRUE(gpu->Forward(batch, &logits).ok());
+  ASSERT_OK(gpu->Forward(batch, &logits));
   const int vocab = gpu->config().vocab_size;
   std::vector<std::vector<LogitAdjustment>> adjust(3);
   adjust[0] = {{.token = 7, .bias = 50.0f}, {.token = 9, .repetition = 1.5f, .subtract = 0.5f}};
@@ -398,7 +399,7 @@ TEST(CudaBackendGpuTest, AdjustmentsAndLogprobsMatchTheCpuSampler) {
   for (size_t i = 0; i < 3; ++i) samples[i].adjustments = adjust[i];
   std::vector<int32_t> tokens;
   std::vector<SampledLogprobs> logprobs;
-  ASSERT_TRUE(gpu->ForwardSample(batch, samples, &tokens, &logprobs).ok());
+  ASSERT_OK(gpu->ForwardSample(batch, samples, &tokens, &logprobs));
   ASSERT_EQ(tokens.size(), 3u);
   ASSERT_EQ(logprobs.size(), 3u);
   EXPECT_EQ(tokens[0], 7);
@@ -427,7 +428,7 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
   CudaBackendOptions o;
   o.gpu_memory_fraction = 0.3;
   auto b = CudaBackend::Create(model, o);
-  ASSERT_TRUE(b.ok()) << b.status();
+  ASSERT_OK(b);
   size_t free_bytes = 0, total = 0;
   ASSERT_EQ(cudaMemGetInfo(&free_bytes, &total), cudaSuccess);
   EXPECT_GT((*b)->num_pages(), 1000);
@@ -498,11 +499,10 @@ TEST(CudaBackendGpuTest, PageCopiesGiveAForkThePromptKv) {
   std::vector<float> cpu_fork, gpu_full, gpu_fork;
   for (Backend* b : {static_cast<Backend*>(cpu.get()), static_cast<Backend*>(gpu.get())}) {
     std::vector<float> full, fork;
-    ASSERT_TRUE(b->Forward(std::vector<SeqInput>{{prompt, 0, pages, true}}, &full).ok());
-    ASSERT_TRUE(b->CopyPages(copies).ok());
+    ASSERT_OK(b->Forward(std::vector<SeqInput>{{prompt, 0, pages, true}}, &full));
+    ASSERT_OK(b->CopyPages(copies));
     const std::vector<int32_t> last = {prompt.back()};
-    ASSERT_TRUE(
-        b->Forward(std::vector<SeqInput>{{last, kPrompt - 1, fork_pages, true}}, &fork).ok());
+    ASSERT_OK(b->Forward(std::vector<SeqInput>{{last, kPrompt - 1, fork_pages, true}}, &fork));
     EXPECT_LT(RelError(fork, full), 1e-2) << b->name() << ": the fork reads the copied KV";
     if (b == cpu.get()) cpu_fork = fork;
     if (b == gpu.get()) gpu_full = full, gpu_fork = fork;
@@ -512,8 +512,7 @@ TEST(CudaBackendGpuTest, PageCopiesGiveAForkThePromptKv) {
   std::vector<float> wrong;
   const std::vector<int32_t> uncopied = {3, 9, 13};
   const std::vector<int32_t> last = {prompt.back()};
-  ASSERT_TRUE(
-      gpu->Forward(std::vector<SeqInput>{{last, kPrompt - 1, uncopied, true}}, &wrong).ok());
+  ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{last, kPrompt - 1, uncopied, true}}, &wrong));
   EXPECT_GT(RelError(wrong, gpu_full), 1e-2);
 }
 
@@ -539,21 +538,21 @@ TEST(CudaBackendGpuTest, SwapRoundTripRestoresTheKv) {
     ASSERT_NE(gpu, nullptr);
     const std::vector<SwapCopy> one = {{.page = 0, .slot = 0}};
     EXPECT_EQ(gpu->SwapOut(one).code(), absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE(gpu->InitSwapSpace(4).ok());
+    ASSERT_OK(gpu->InitSwapSpace(4));
     EXPECT_EQ(gpu->num_swap_pages(), 4);
     EXPECT_EQ(gpu->InitSwapSpace(4).code(), absl::StatusCode::kFailedPrecondition);
     std::vector<float> logits, want, got;
-    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{prompt, 0, pages, false}}, &logits).ok());
-    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{next, 20, pages, true}}, &want).ok());
-    ASSERT_TRUE(gpu->SwapOut(std::vector<SwapCopy>{{3, 2}, {9, 0}, {4, 3}}).ok());
-    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{other, 0, pages, false}}, &logits).ok());
-    ASSERT_TRUE(gpu->SwapIn(std::vector<SwapCopy>{{10, 2}, {1, 0}, {14, 3}}).ok());
-    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{next, 20, moved, true}}, &got).ok());
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{prompt, 0, pages, false}}, &logits));
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{next, 20, pages, true}}, &want));
+    ASSERT_OK(gpu->SwapOut(std::vector<SwapCopy>{{3, 2}, {9, 0}, {4, 3}}));
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{other, 0, pages, false}}, &logits));
+    ASSERT_OK(gpu->SwapIn(std::vector<SwapCopy>{{10, 2}, {1, 0}, {14, 3}}));
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{next, 20, moved, true}}, &got));
     EXPECT_EQ(got, want);
-    ASSERT_TRUE(gpu->Forward(std::vector<SeqInput>{{next, 20, pages, true}}, &logits).ok());
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{next, 20, pages, true}}, &logits));
     EXPECT_GT(RelError(logits, want), 1e-3) << "the overwritten pages give other logits";
     // Page 1 back out to slot 1: the bytes of slot 0, which held page 9, real KV (not poison).
-    ASSERT_TRUE(gpu->SwapOut(std::vector<SwapCopy>{{1, 1}}).ok());
+    ASSERT_OK(gpu->SwapOut(std::vector<SwapCopy>{{1, 1}}));
     const std::span<const std::byte> a = gpu->swap_slot(0), b = gpu->swap_slot(1);
     ASSERT_EQ(a.size(), gpu->kv_layout().bytes_per_pool_page());
     EXPECT_TRUE(std::equal(a.begin(), a.end(), b.begin(), b.end()));

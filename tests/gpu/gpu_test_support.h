@@ -1,6 +1,6 @@
 // Helpers shared by the CUDA kernel tests (tests/gpu, also built for the host emulator): a
-// cudaMalloc'd buffer that frees itself, dtype <-> float conversion of 16-bit values, and
-// PAGODA_ASSERT_OK for launchers' statuses.
+// cudaMalloc'd buffer that frees itself and dtype <-> float conversion of 16-bit values. Launchers'
+// statuses are checked with ASSERT_OK (tests/testing/status_assertions.h).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,13 +13,6 @@
 #include "absl/status/status.h"
 #include "common/fp16.h"
 #include "worker/backend/cuda/dtype.h"
-
-// A launcher's status: OK, or the failure with its message.
-#define PAGODA_ASSERT_OK(expr)             \
-  do {                                     \
-    const ::absl::Status status_ = (expr); \
-    ASSERT_TRUE(status_.ok()) << status_;  \
-  } while (false)
 
 namespace pagoda::worker::cuda {
 

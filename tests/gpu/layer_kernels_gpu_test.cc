@@ -16,6 +16,7 @@
 
 #include "common/fp16.h"
 #include "tests/gpu/gpu_test_support.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
@@ -79,8 +80,8 @@ TEST_F(LayerKernelsGpuTest, EmbedGathersRowsExactly) {
       ASSERT_EQ(d_table.Upload(table), cudaSuccess);
       ASSERT_EQ(d_ids.Upload(ids), cudaSuccess);
       ASSERT_EQ(d_x.Poison(), cudaSuccess);
-      PAGODA_ASSERT_OK(LaunchEmbed(
-          {d_ids.as<int32_t>(), d_table.get(), d_x.as<float>(), tokens, dim, d}, nullptr));
+      ASSERT_OK(LaunchEmbed({d_ids.as<int32_t>(), d_table.get(), d_x.as<float>(), tokens, dim, d},
+                            nullptr));
       std::vector<float> x(size_t(tokens) * dim);
       ASSERT_EQ(d_x.Download(x), cudaSuccess);
       for (int t = 0; t < tokens; ++t) {
@@ -129,7 +130,7 @@ TEST_F(LayerKernelsGpuTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
                             dim,
                             1e-5f,
                             d};
-        PAGODA_ASSERT_OK(LaunchRmsNormCast(p, nullptr));
+        ASSERT_OK(LaunchRmsNormCast(p, nullptr));
         std::vector<uint16_t> got(ref.size());
         ASSERT_EQ(d_out.Download(got), cudaSuccess);
         ExpectNear(got, ref, d, 1e-3f,
@@ -153,8 +154,8 @@ TEST_F(LayerKernelsGpuTest, RopeTableMatchesCpu) {
     DeviceArray d_pos(positions.size() * 4), d_rope(cos.size() * 8);
     ASSERT_EQ(d_pos.Upload(positions), cudaSuccess);
     ASSERT_EQ(d_rope.Poison(), cudaSuccess);
-    PAGODA_ASSERT_OK(LaunchRopeTable(
-        {d_pos.as<int32_t>(), d_rope.as<float2>(), n, head_dim, 500000.0f}, nullptr));
+    ASSERT_OK(LaunchRopeTable({d_pos.as<int32_t>(), d_rope.as<float2>(), n, head_dim, 500000.0f},
+                              nullptr));
     std::vector<float> rope(cos.size() * 2);
     ASSERT_EQ(d_rope.Download(rope), cudaSuccess);
     for (size_t i = 0; i < cos.size(); ++i) {
@@ -245,7 +246,7 @@ void CheckRopeKvWrite(DType d, const RopeShape& s, std::mt19937& rng) {
                       hd,
                       s.page_size,
                       d};
-  PAGODA_ASSERT_OK(LaunchRopeKvWrite(p, nullptr));
+  ASSERT_OK(LaunchRopeKvWrite(p, nullptr));
 
   const std::string what = "heads " + std::to_string(s.n_heads) + "/" +
                            std::to_string(s.n_kv_heads) + " head_dim " + std::to_string(hd) +
@@ -335,7 +336,7 @@ TEST_F(LayerKernelsGpuTest, QkvHooksMatchCpuArchitectureHooks) {
           ASSERT_EQ(d_qn.Upload(w.q_norm), cudaSuccess);
           ASSERT_EQ(d_kn.Upload(w.k_norm), cudaSuccess);
         }
-        PAGODA_ASSERT_OK(
+        ASSERT_OK(
             LaunchQkvHooks({d_qkv.as<float>(), bias ? d_bias.as<float>() : nullptr,
                             norm ? d_qn.as<float>() : nullptr, norm ? d_kn.as<float>() : nullptr, n,
                             s.n_heads, s.n_kv_heads, s.head_dim, c.rms_eps},
@@ -383,7 +384,7 @@ TEST_F(LayerKernelsGpuTest, SiluMulMatchesCpuSwiGlu) {
       DeviceArray d_in(gate_up.size() * 4), d_out(ref.size() * 2);
       ASSERT_EQ(d_in.Upload(gate_up), cudaSuccess);
       ASSERT_EQ(d_out.Poison(), cudaSuccess);
-      PAGODA_ASSERT_OK(LaunchSiluMul({d_in.as<float>(), d_out.get(), tokens, ffn, d}, nullptr));
+      ASSERT_OK(LaunchSiluMul({d_in.as<float>(), d_out.get(), tokens, ffn, d}, nullptr));
       std::vector<uint16_t> got(ref.size());
       ASSERT_EQ(d_out.Download(got), cudaSuccess);
       ExpectNear(got, ref, d, 1e-3f, "SiLU·mul ffn " + std::to_string(ffn));
@@ -397,9 +398,9 @@ TEST_F(LayerKernelsGpuTest, FillRandomIsSeededAndBounded) {
   const size_t n = 100003;
   for (DType d : kDTypes) {
     DeviceArray a(n * 2), b(n * 2), c(n * 2);
-    PAGODA_ASSERT_OK(LaunchFillRandom(a.get(), n, d, 0.5f, 7, nullptr));
-    PAGODA_ASSERT_OK(LaunchFillRandom(b.get(), n, d, 0.5f, 7, nullptr));
-    PAGODA_ASSERT_OK(LaunchFillRandom(c.get(), n, d, 0.5f, 8, nullptr));
+    ASSERT_OK(LaunchFillRandom(a.get(), n, d, 0.5f, 7, nullptr));
+    ASSERT_OK(LaunchFillRandom(b.get(), n, d, 0.5f, 7, nullptr));
+    ASSERT_OK(LaunchFillRandom(c.get(), n, d, 0.5f, 8, nullptr));
     std::vector<uint16_t> va(n), vb(n), vc(n);
     ASSERT_EQ(a.Download(va), cudaSuccess);
     ASSERT_EQ(b.Download(vb), cudaSuccess);
@@ -417,7 +418,7 @@ TEST_F(LayerKernelsGpuTest, FillRandomIsSeededAndBounded) {
     EXPECT_NEAR(sum_sq / n, 0.25 / 3, 0.01) << DTypeName(d) << ": not uniform on [-0.5, 0.5]";
   }
   DeviceArray f(n * 4);
-  PAGODA_ASSERT_OK(LaunchFillRandomF32(f.as<float>(), n, 0.25f, 1.0f, 3, nullptr));
+  ASSERT_OK(LaunchFillRandomF32(f.as<float>(), n, 0.25f, 1.0f, 3, nullptr));
   std::vector<float> vf(n);
   ASSERT_EQ(f.Download(vf), cudaSuccess);
   const auto [lo, hi] = std::minmax_element(vf.begin(), vf.end());

@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/gpu/gpu_test_support.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
 #include "worker/backend/cuda/sampling/logprobs.h"
@@ -93,7 +94,7 @@ void RunSample(const std::vector<float>& logits, const std::vector<SampleRowPara
   p.rows = rows;
   p.vocab = vocab;
   p.workspace = d_workspace.ptr;
-  PAGODA_ASSERT_OK(LaunchSample(p, nullptr));
+  ASSERT_OK(LaunchSample(p, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   tokens->assign(rows, -1);
   ASSERT_EQ(cudaMemcpy(tokens->data(), d_out.ptr, rows * sizeof(int32_t), cudaMemcpyDeviceToHost),
@@ -221,7 +222,7 @@ TEST(SamplingGpuTest, RejectsBadShapes) {
   SampleParams p{};  // value-initialized: the pointers have no defaults
   p.rows = 0;
   p.vocab = 10;
-  PAGODA_ASSERT_OK(LaunchSample(p, nullptr));  // nothing to do, no pointers needed
+  ASSERT_OK(LaunchSample(p, nullptr));  // nothing to do, no pointers needed
   p.rows = 1;
   p.vocab = 0;
   EXPECT_EQ(LaunchSample(p, nullptr).message(), "LaunchSample: vocab 0 must be in [1, 8388608]");
@@ -522,8 +523,8 @@ void RunPipeline(const std::vector<float>& logits, const std::vector<SampleRowPa
   ASSERT_EQ(cudaMalloc(&d_ids.ptr, rows * kMaxLogprobsTop * sizeof(int32_t)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d_top.ptr, rows * kMaxLogprobsTop * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMemset(d_ids.ptr, 0xff, rows * kMaxLogprobsTop * sizeof(int32_t)), cudaSuccess);
-  PAGODA_ASSERT_OK(LaunchAdjustLogits(
-      {d_logits.ptr, d_adjust.ptr, static_cast<int>(adjust.size()), vocab}, nullptr));
+  ASSERT_OK(LaunchAdjustLogits({d_logits.ptr, d_adjust.ptr, static_cast<int>(adjust.size()), vocab},
+                               nullptr));
   out->adjusted.resize(logits.size());
   ASSERT_EQ(
       cudaMemcpy(out->adjusted.data(), d_logits.ptr, logits.size() * 4, cudaMemcpyDeviceToHost),
@@ -536,7 +537,7 @@ void RunPipeline(const std::vector<float>& logits, const std::vector<SampleRowPa
   lp.top_logprobs = d_top.ptr;
   lp.rows = rows;
   lp.vocab = vocab;
-  PAGODA_ASSERT_OK(LaunchLogprobs(lp, nullptr));
+  ASSERT_OK(LaunchLogprobs(lp, nullptr));
   SampleParams sp{};
   sp.logits = d_logits.ptr;
   sp.params = d_params.ptr;
@@ -544,7 +545,7 @@ void RunPipeline(const std::vector<float>& logits, const std::vector<SampleRowPa
   sp.out_logprob_unnormalized = d_logp.ptr;
   sp.rows = rows;
   sp.vocab = vocab;
-  PAGODA_ASSERT_OK(LaunchSample(sp, nullptr));
+  ASSERT_OK(LaunchSample(sp, nullptr));
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   std::vector<float> logp(rows), norm(rows), top(rows * kMaxLogprobsTop);
   std::vector<int32_t> ids(rows * kMaxLogprobsTop);

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "scheduler/engine/request_stream.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -87,7 +88,7 @@ TEST(EngineTest, PlansReachTheWorkerInOrderUnderConcurrentSubmits) {
         r.prompt = {1, 2, 3};
         r.max_tokens = 2;
         auto stream = std::make_shared<RequestStream>();
-        ASSERT_TRUE(engine.Submit(r, stream).ok());
+        ASSERT_OK(engine.Submit(r, stream));
         while (absl::Now() < give_up) {
           RequestStream::Update u = stream->Wait(absl::Milliseconds(10));
           if (u.finished) {
@@ -220,7 +221,7 @@ TEST(EngineTest, NextPlanLeavesBeforeTheTokensAreFlushed) {
   r.prompt = {1, 2, 3};
   r.max_tokens = 4;
   auto sink = std::make_shared<RecordingSink>(&seq, &engine, r.id, 0);
-  ASSERT_TRUE(engine.Submit(r, sink).ok());
+  ASSERT_OK(engine.Submit(r, sink));
   ASSERT_EQ(channel->size(), 1u);  // the prefill
   Answer(engine, worker, *channel, 0);
   ASSERT_EQ(channel->size(), 2u);  // the first decode
@@ -241,7 +242,7 @@ TEST(EngineTest, SinkMayEndItsRequestFromFlush) {
   r.prompt = {1, 2, 3};
   r.max_tokens = 20;
   auto sink = std::make_shared<RecordingSink>(&seq, &engine, r.id, 2);
-  ASSERT_TRUE(engine.Submit(r, sink).ok());
+  ASSERT_OK(engine.Submit(r, sink));
   for (size_t i = 0; i < channel->size() && !sink->finished(); ++i) {
     Answer(engine, worker, *channel, i);
   }
@@ -272,7 +273,7 @@ TEST(EngineTest, CompletionsGoToTheirOwnSinks) {
   EXPECT_EQ(engine.SubmitCompletions(r, {sinks[0], sinks[1]}).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(engine.Status().waiting + engine.Status().running, 0u);
-  ASSERT_TRUE(engine.SubmitCompletions(r, {sinks[0], sinks[1], sinks[2]}).ok());
+  ASSERT_OK(engine.SubmitCompletions(r, {sinks[0], sinks[1], sinks[2]}));
   for (size_t i = 0; i < channel->size() && i < 100; ++i) Answer(engine, worker, *channel, i);
   for (int i = 0; i < 3; ++i) {
     SCOPED_TRACE(i);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::scheduler {
@@ -18,7 +19,7 @@ class ValidateTest : public ::testing::Test {
     auto path = testing::TestModelFile("stories260K-f32.gguf");
     if (!path) GTEST_SKIP() << "stories260K-f32.gguf not found: set PAGODA_TEST_MODELS";
     auto model = LoadServedModel(*path);
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     model_ = std::make_unique<ServedModel>(*std::move(model));
     SchedulerOptions options;
     options.context_length = model_->config.context_length;
@@ -48,7 +49,7 @@ TEST_F(ValidateTest, AcceptsAndResolvesDefaults) {
   v1::GenerateRequest r = Text("Once upon a time", 0);
   r.set_priority(v1::PRIORITY_HIGH);
   absl::StatusOr<NewRequest> out = service_->Validate(r);
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(out->prompt, (std::vector<int32_t>{1, 403, 407, 261, 378}));
   EXPECT_EQ(out->max_tokens, 0) << "0 means up to the context; the scheduler stops there";
   EXPECT_EQ(out->priority, Priority::kHigh);
@@ -95,12 +96,12 @@ TEST_F(ValidateTest, RejectsBadFieldsWithPreciseMessages) {
 // GenerateRequest.tenant: empty is the default tenant; otherwise the name rule, naming the field.
 TEST_F(ValidateTest, TenantDefaultsAndIsChecked) {
   absl::StatusOr<NewRequest> out = service_->Validate(Text("Hi"));
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(out->tenant, "default");
   v1::GenerateRequest r = Text("Hi");
   r.set_tenant("org:team-a.prod_1");
   out = service_->Validate(r);
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(out->tenant, "org:team-a.prod_1");
   r.set_tenant("team a");
   Check(r, "tenant must be 1 to 64 bytes of [A-Za-z0-9._:-]; got byte 0x20 at offset 4");
@@ -145,7 +146,7 @@ TEST_F(ValidateTest, SamplingSurfaceIsCheckedAndResolved) {
   r.set_logprobs(true);
   r.set_top_logprobs(20);
   absl::StatusOr<NewRequest> out = service_->Validate(r);
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(out->sampling.repetition_penalty, 1.0f) << "0 means off";
   EXPECT_EQ(out->sampling.logit_bias,
             (std::vector<std::pair<int32_t, float>>{{3, 100.0f}, {9, -100.0f}}));

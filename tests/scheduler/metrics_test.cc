@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "scheduler/engine/engine.h"
 #include "scheduler/engine/request_stream.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -228,7 +229,7 @@ TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
   r.id = engine.NextRequestId();
   r.prompt = {10, 11, 12, 13, 14};
   r.max_tokens = kMaxTokens;
-  ASSERT_TRUE(engine.Submit(r, std::make_shared<RequestStream>()).ok());
+  ASSERT_OK(engine.Submit(r, std::make_shared<RequestStream>()));
   NewRequest cancelled = r;
   cancelled.id = engine.NextRequestId();
   auto cancelled_stream = std::make_shared<RequestStream>();
@@ -248,7 +249,7 @@ TEST(SchedulerMetricsTest, EngineReportsTokensPlansAndRequests) {
   }
   // A second request, cancelled while it waits for a worker that is gone.
   engine.DetachWorker(worker);
-  ASSERT_TRUE(engine.Submit(cancelled, cancelled_stream).ok());
+  ASSERT_OK(engine.Submit(cancelled, cancelled_stream));
   engine.Finish(cancelled.id, FinishReason::kCancelled, "cancelled by the client");
 
   const std::string text = metrics.Render();
@@ -305,7 +306,7 @@ TEST(SchedulerMetricsTest, EngineReportsTenantsAndTheTtftPredictionRatio) {
     r.prompt[0] += static_cast<int32_t>(r.id);  // no prefix-cache hit between the two
     r.max_tokens = 4;
     r.tenant = tenant;
-    ASSERT_TRUE(engine.Submit(r, std::make_shared<RequestStream>()).ok());
+    ASSERT_OK(engine.Submit(r, std::make_shared<RequestStream>()));
     RunScripted(engine, worker, *channel, now, 0.5);
   }
   const EngineStatus status = engine.Status();

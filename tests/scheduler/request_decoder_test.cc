@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "pagoda/v1/generation.pb.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -31,11 +32,11 @@ TEST(RequestDecoderTest, ParsesValidRequests) {
   r.set_max_tokens(7);
   r.add_stop("end");
   v1::GenerateRequest out;
-  ASSERT_TRUE(DecodeRequest(Bytes(r), 1 << 20, &out).ok());
+  ASSERT_OK(DecodeRequest(Bytes(r), 1 << 20, &out));
   EXPECT_EQ(out.text(), r.text());
   EXPECT_EQ(out.max_tokens(), 7u);
   EXPECT_EQ(out.stop(0), "end");
-  EXPECT_TRUE(DecodeRequest("", 16, &out).ok()) << "the empty message is a valid message";
+  EXPECT_OK(DecodeRequest("", 16, &out)) << "the empty message is a valid message";
 }
 
 TEST(RequestDecoderTest, OversizedRequestsNameTheLimit) {
@@ -45,7 +46,7 @@ TEST(RequestDecoderTest, OversizedRequestsNameTheLimit) {
   ExpectInvalid(bytes, 4096,
                 "the request is " + std::to_string(bytes.size()) +
                     " bytes; the limit is 4096 bytes (--max-request-bytes)");
-  EXPECT_TRUE(CheckRequestSize(4096, 4096).ok());
+  EXPECT_OK(CheckRequestSize(4096, 4096));
   EXPECT_FALSE(CheckRequestSize(4097, 4096).ok());
 }
 

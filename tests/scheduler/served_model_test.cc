@@ -7,6 +7,7 @@
 #include <string>
 
 #include "scheduler/text/bpe_encoder.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -35,7 +36,7 @@ text::Tokenizer MakeTokenizer() {
   v.unk_id = -1;
   v.chat_template = "{% for m in messages %}{{ m.content }}{% endfor %}";
   auto tokenizer = text::Tokenizer::Create(v);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_OK(tokenizer);
   return *std::move(tokenizer);
 }
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/cord.h"
 #include "scheduler/service/generation_service.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -18,9 +19,9 @@ void ExpectInvalid(const absl::Status& status, const std::string& message) {
 
 TEST(TenantsTest, NamesAreOneTo64BytesOfASafeAlphabet) {
   for (const char* good : {"default", "a", "team-a", "org:team.prod_1", "A-Z.0:9_"}) {
-    EXPECT_TRUE(CheckTenantName(good, "tenant").ok()) << good;
+    EXPECT_OK(CheckTenantName(good, "tenant")) << good;
   }
-  EXPECT_TRUE(CheckTenantName(std::string(64, 'x'), "tenant").ok());
+  EXPECT_OK(CheckTenantName(std::string(64, 'x'), "tenant"));
   ExpectInvalid(CheckTenantName("", "tenant"),
                 "tenant must be 1 to 64 bytes of [A-Za-z0-9._:-]; got 0 bytes");
   ExpectInvalid(CheckTenantName(std::string(65, 'x'), "tenant"), "got 65 bytes");
@@ -34,12 +35,12 @@ TEST(TenantsTest, NamesAreOneTo64BytesOfASafeAlphabet) {
 TEST(TenantsTest, WeightsFileWithCommentsAndBlankLines) {
   absl::StatusOr<absl::flat_hash_map<std::string, double>> w = ParseTenantWeights(
       "# fair share\n\nteam-a 3\n  team-b\t0.5   # half\r\nbatch 1e-3\n", "w.txt");
-  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_OK(w);
   EXPECT_EQ(w->size(), 3u);
   EXPECT_EQ(w->at("team-a"), 3);
   EXPECT_EQ(w->at("team-b"), 0.5);
   EXPECT_EQ(w->at("batch"), 1e-3);
-  ASSERT_TRUE(ParseTenantWeights("", "w.txt").ok()) << "an empty file names no tenant";
+  ASSERT_OK(ParseTenantWeights("", "w.txt")) << "an empty file names no tenant";
 }
 
 TEST(TenantsTest, WeightsFileRefusesBadLinesByNumber) {
@@ -60,7 +61,7 @@ TEST(TenantsTest, WeightsFileRefusesBadLinesByNumber) {
 TEST(TenantsTest, ApiKeyFileOfOneKeyReadsAsBefore) {
   for (const char* text : {"sesame", "sesame\n", "  sesame \r\n\n"}) {
     absl::StatusOr<std::vector<ApiKey>> keys = ParseApiKeys(text, "k.txt");
-    ASSERT_TRUE(keys.ok()) << keys.status();
+    ASSERT_OK(keys);
     ASSERT_EQ(keys->size(), 1u);
     EXPECT_EQ(keys->at(0).key, "sesame");
     EXPECT_EQ(keys->at(0).tenant, "");
@@ -70,7 +71,7 @@ TEST(TenantsTest, ApiKeyFileOfOneKeyReadsAsBefore) {
 TEST(TenantsTest, ApiKeysMayNameTheirTenant) {
   absl::StatusOr<std::vector<ApiKey>> keys =
       ParseApiKeys("# keys\nk1 tenant=team-a\n\nk2\nk3\ttenant=batch\n", "k.txt");
-  ASSERT_TRUE(keys.ok()) << keys.status();
+  ASSERT_OK(keys);
   ASSERT_EQ(keys->size(), 3u);
   EXPECT_EQ(keys->at(0).key, "k1");
   EXPECT_EQ(keys->at(0).tenant, "team-a");

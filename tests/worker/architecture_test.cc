@@ -15,6 +15,7 @@
 #include "common/fp16.h"
 #include "common/gguf_reader.h"
 #include "testing/random_model.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/worker/reference_forward.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
@@ -73,7 +74,7 @@ class DenseReference {
     EXPECT_NE(t, nullptr) << name;
     // Any stored type, decoded as llama.cpp does (quantized files test the loader's row moves).
     const absl::StatusOr<WeightMatrix> m = CopyWeightMatrix(*t);
-    EXPECT_TRUE(m.ok()) << m.status();
+    EXPECT_OK(m);
     const std::vector<float> data = m->ToFloat();
     return Vec(data.begin(), data.end());
   }
@@ -200,24 +201,22 @@ void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_fr
   o.context_length = 128;
   o.seed = 5;
   auto writer = common::BuildRandomModel(o);
-  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_OK(writer);
   if (rope_freqs) {  // llama.cpp's form of Llama 3.1 scaling: per-pair frequency divisors
     std::vector<float> factors(o.dim / o.n_heads / 2);
     for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i);
-    ASSERT_TRUE(writer
-                    ->AddFloatTensor("rope_freqs.weight", {static_cast<int64_t>(factors.size())},
-                                     common::GgmlType::F32, factors)
-                    .ok());
+    ASSERT_OK(writer->AddFloatTensor("rope_freqs.weight", {static_cast<int64_t>(factors.size())},
+                                     common::GgmlType::F32, factors));
   }
   auto file = common::GgufFile::FromBytes(writer->Serialize());
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   auto model = LlamaModel::Load(**file);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   EXPECT_EQ((*model)->config().architecture, arch);
   CpuBackendOptions options{4, 32, 1};
   options.quantize_activations = quantized_activations;
   auto backend = CpuBackend::Create(*model, options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_OK(backend);
   DenseReference reference(**file);
   // Positions reach 40 so that scaled and unscaled frequencies differ measurably.
   std::vector<int32_t> tokens;
@@ -227,7 +226,7 @@ void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_fr
   const int prefill = 24;
   std::vector<float> logits;
   SeqInput in{{tokens.data(), static_cast<size_t>(prefill)}, 0, pages, true};
-  ASSERT_TRUE((*backend)->Forward({&in, 1}, &logits).ok());
+  ASSERT_OK((*backend)->Forward({&in, 1}, &logits));
   std::vector<double> expected;
   for (int i = 0; i < prefill; ++i) expected = reference.Step(tokens[i]);
   double worst = 0;
@@ -236,7 +235,7 @@ void CheckArchitecture(const std::string& arch, float rope_scaling, bool rope_fr
     for (int v = 0; v < o.vocab_size; ++v) worst = std::max(worst, std::abs(got[v] - expected[v]));
     if (i == static_cast<int>(tokens.size())) break;
     SeqInput step{{&tokens[i], 1}, i, pages, true};
-    ASSERT_TRUE((*backend)->Forward({&step, 1}, &logits).ok());
+    ASSERT_OK((*backend)->Forward({&step, 1}, &logits));
     expected = reference.Step(tokens[i]);
   }
   EXPECT_LT(worst, quantized_activations ? 0.12 : 2e-4)
@@ -274,7 +273,7 @@ TEST(ArchitectureTest, RefusesUnknownArchitecturesNamingTheSupportedOnes) {
   common::GgufWriter w;
   w.AddString("general.architecture", "mamba");
   auto file = common::GgufFile::FromBytes(w.Serialize());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   auto config = common::ReadModelConfig(**file);
   ASSERT_FALSE(config.ok());
   EXPECT_EQ(config.status().message(),

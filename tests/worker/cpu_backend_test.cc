@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "tests/worker/reference_forward.h"
@@ -26,14 +27,14 @@ std::shared_ptr<const LlamaModel> TrainedModel() {
   auto path = testing::TestModelFile("stories260K-f32.gguf");
   if (!path) return nullptr;
   auto model = LlamaModel::Load(*path);
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   return model.ok() ? *model : nullptr;
 }
 
 std::unique_ptr<CpuBackend> MakeBackend(std::shared_ptr<const LlamaModel> model, int page_size,
                                         int num_pages, int threads = 0) {
   auto backend = CpuBackend::Create(std::move(model), {page_size, num_pages, threads});
-  EXPECT_TRUE(backend.ok()) << backend.status();
+  EXPECT_OK(backend);
   return backend.ok() ? std::move(*backend) : nullptr;
 }
 
@@ -46,14 +47,14 @@ std::vector<int32_t> GreedyGenerate(CpuBackend& backend, const std::vector<int32
   std::vector<int32_t> out;
   std::vector<float> logits;
   SeqInput in{prompt, 0, pages, true};
-  EXPECT_TRUE(backend.Forward({&in, 1}, &logits).ok());
+  EXPECT_OK(backend.Forward({&in, 1}, &logits));
   int32_t next = Argmax(logits);
   for (int i = 0; i < max_tokens; ++i) {
     out.push_back(next);
     if (i + 1 == max_tokens) break;
     SeqInput step{{&out.back(), 1}, static_cast<int32_t>(prompt.size() + i), pages, true};
     auto status = backend.Forward({&step, 1}, &logits);
-    EXPECT_TRUE(status.ok()) << status;
+    EXPECT_OK(status);
     next = Argmax(logits);
   }
   return out;
@@ -120,7 +121,7 @@ TEST(CpuBackendGolden, BatchedGenerationMatchesToo) {
       batch.push_back({toks, static_cast<int32_t>(pos), pages[i], true});
       who.push_back(i);
     }
-    ASSERT_TRUE(backend->Forward(batch, &logits).ok());
+    ASSERT_OK(backend->Forward(batch, &logits));
     const int vocab = backend->config().vocab_size;
     for (size_t r = 0; r < who.size(); ++r) {
       last[who[r]] = Argmax({logits.data() + r * vocab, static_cast<size_t>(vocab)});
@@ -191,7 +192,7 @@ void CheckRaggedAgainstReference(std::shared_ptr<const LlamaModel> model, int pa
       continue;
     }
     auto status = backend->Forward(batch, &logits);
-    ASSERT_TRUE(status.ok()) << status;
+    ASSERT_OK(status);
     size_t row = 0;
     for (size_t b = 0; b < batch.size(); ++b) {
       Seq& s = seqs[fed[b].first];
@@ -260,9 +261,9 @@ TEST(CpuBackend, BatchInvariant) {
   std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {10, 11, 12}, pa = {3, 1}, pb = {0, 2};
   std::vector<float> la, lb;
   SeqInput in_a{a, 0, pa, true};
-  ASSERT_TRUE(alone->Forward({&in_a, 1}, &la).ok());
+  ASSERT_OK(alone->Forward({&in_a, 1}, &la));
   std::vector<SeqInput> batch = {{b, 0, pb, true}, {a, 0, pa, true}};
-  ASSERT_TRUE(shared->Forward(batch, &lb).ok());
+  ASSERT_OK(shared->Forward(batch, &lb));
   ASSERT_EQ(lb.size(), 2 * la.size());
   EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
 }
@@ -306,11 +307,11 @@ TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
         std::vector<int32_t> pa = {3, 1}, pb = {0, 2}, pc = {4};
         std::vector<float> la, lb, lc;
         SeqInput in_a{a, 0, pa, true};
-        ASSERT_TRUE(alone->Forward({&in_a, 1}, &la).ok());
+        ASSERT_OK(alone->Forward({&in_a, 1}, &la));
         std::vector<SeqInput> batch = {{b, 0, pb, true}, {a, 0, pa, true}, {c, 0, pc, true}};
-        ASSERT_TRUE(shared->Forward(batch, &lb).ok());
+        ASSERT_OK(shared->Forward(batch, &lb));
         std::vector<SeqInput> other = {{c, 0, pc, false}, {a, 0, pa, true}};
-        ASSERT_TRUE(shared->Forward(other, &lc).ok());
+        ASSERT_OK(shared->Forward(other, &lc));
         ASSERT_EQ(lb.size(), 3 * la.size());
         ASSERT_EQ(lc.size(), la.size());
         EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
@@ -344,7 +345,7 @@ TEST(CpuBackend, ActivationsFollowTheKernelTableUnlessAsked) {
       options.kernels = cpu::CpuIsaName(isa);
       options.quantize_activations = asked;
       auto backend = CpuBackend::Create(model, options);
-      ASSERT_TRUE(backend.ok()) << backend.status();
+      ASSERT_OK(backend);
       const bool integer = isa == cpu::CpuIsa::kAvx512Vnni || isa == cpu::CpuIsa::kAvx512Amx;
       EXPECT_EQ((*backend)->quantizes_activations(), asked.value_or(integer))
           << cpu::CpuIsaName(isa) << (asked ? (*asked ? " asked 8-bit" : " asked float") : "");
@@ -374,12 +375,12 @@ TEST(CpuBackend, ValidatesInput) {
   expect_error(forward({toks, -1, pages, true}), "outside [0, context_length");
   std::vector<int32_t> many_pages(65, 0);
   expect_error(forward({toks, 254, many_pages, true}), "context_length 256");
-  EXPECT_TRUE(forward({toks, 2, two_pages, true}).ok());
+  EXPECT_OK(forward({toks, 2, two_pages, true}));
   EXPECT_EQ(logits.size(), 320u);
   // Nothing wanted: no rows.
-  EXPECT_TRUE(forward({toks, 0, pages, false}).ok());
+  EXPECT_OK(forward({toks, 0, pages, false}));
   EXPECT_TRUE(logits.empty());
-  EXPECT_TRUE(backend->Forward({}, &logits).ok());
+  EXPECT_OK(backend->Forward({}, &logits));
 }
 
 TEST(CpuBackend, CreateRejectsBadOptions) {

@@ -12,6 +12,7 @@
 #include "common/fp16.h"
 #include "gtest/gtest.h"
 #include "testing/quantize.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/backend/cpu/thread_pool.h"
 
 namespace pagoda::worker::cpu {
@@ -60,7 +61,7 @@ WeightMatrix RandomMatrix(GgmlType type, int rows, int cols, uint32_t seed) {
     }
   } else {
     auto q = common::QuantizeRows(type, values, cols);
-    EXPECT_TRUE(q.ok()) << q.status();
+    EXPECT_OK(q);
     std::memcpy(m.bytes.data(), q->data(), m.bytes.size());
   }
   return m;

@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "tests/testing/status_assertions.h"
 #include "worker/backend/cuda/arena_layout.h"
 #include "worker/backend/cuda/step_plan.h"
 
@@ -190,7 +191,7 @@ TEST(StepPlanTest, SplitsAtSequenceBoundariesWithinLimits) {
   f.Finish({{0, true}, {0, true}, {0, true}, {0, true}, {0, true}, {0, true}});
   StepLimits limits{32, 3, 2, 1000};
   auto parts = SplitBatch(f.batch, limits);
-  ASSERT_TRUE(parts.ok()) << parts.status();
+  ASSERT_OK(parts);
   // Tokens 10+20 | 5+1 (rows cap 2) | 1+30... 31 tokens fits 32.
   ASSERT_EQ(parts->size(), 3u);
   EXPECT_EQ((*parts)[0].begin, 0u);
@@ -208,7 +209,7 @@ TEST(StepPlanTest, SplitBoundsDecodePartitionUnits) {
   for (int i = 0; i < 5; ++i) f.Add(1, 2000, 0, true);  // 2001 positions: 4 partitions each
   f.Finish({{2000, true}, {2000, true}, {2000, true}, {2000, true}, {2000, true}});
   auto parts = SplitBatch(f.batch, {1000, 1000, 1000, 8});
-  ASSERT_TRUE(parts.ok());
+  ASSERT_OK(parts);
   EXPECT_EQ(parts->size(), 3u);  // 2 decodes x 4 partitions per micro-batch
 }
 

@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "testing/gguf_writer.h"
 #include "testing/random_model.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -17,7 +18,7 @@ namespace {
 TEST(LlamaModel, LoadsTrainedModel) {
   PAGODA_SKIP_WITHOUT_TEST_MODELS(path, "stories260K-f32.gguf");
   auto model = LlamaModel::Load(*path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   const common::ModelConfig& c = (*model)->config();
   EXPECT_EQ(c.dim, 64);
   EXPECT_EQ(c.n_layers, 5);
@@ -53,20 +54,20 @@ TEST(LlamaModel, TiedOutputWhenAbsent) {
   common::RandomModelOptions o = Tiny();
   o.tie_output = true;
   auto w = common::BuildRandomModel(o);
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   auto m = LoadWriter(*w);
-  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_OK(m);
   EXPECT_TRUE((*m)->tied_output());
   EXPECT_EQ(&(*m)->output(), &(*m)->token_embedding());
 }
 
 TEST(LlamaModel, RejectsUnsupportedTensorTypes) {
   auto w = common::BuildRandomModel(Tiny());
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   // Replace a layer tensor with an IQ4_NL one (a real ggml type the backend does not compute).
   common::GgufWriter q = common::GgufWriter();
   auto base = common::GgufFile::FromBytes(w->Serialize());
-  ASSERT_TRUE(base.ok());
+  ASSERT_OK(base);
   q.AddString("general.architecture", "llama");
   for (const char* key : {"llama.context_length", "llama.embedding_length", "llama.block_count",
                           "llama.feed_forward_length", "llama.attention.head_count",
@@ -77,9 +78,9 @@ TEST(LlamaModel, RejectsUnsupportedTensorTypes) {
     if (t.name == "blk.0.attn_q.weight") {
       const size_t blocks = static_cast<size_t>(t.num_elements() / 32);
       std::vector<std::byte> bytes(blocks * 18);
-      ASSERT_TRUE(q.AddTensor(t.name, t.dims, common::GgmlType::IQ4_NL, bytes).ok());
+      ASSERT_OK(q.AddTensor(t.name, t.dims, common::GgmlType::IQ4_NL, bytes));
     } else {
-      ASSERT_TRUE(q.AddTensor(t.name, t.dims, t.type, {t.data, t.nbytes}).ok());
+      ASSERT_OK(q.AddTensor(t.name, t.dims, t.type, {t.data, t.nbytes}));
     }
   }
   ExpectLoadError(q,
@@ -89,9 +90,9 @@ TEST(LlamaModel, RejectsUnsupportedTensorTypes) {
 
 TEST(LlamaModel, RejectsMissingAndMisshapenTensors) {
   auto w = common::BuildRandomModel(Tiny());
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   auto base = common::GgufFile::FromBytes(w->Serialize());
-  ASSERT_TRUE(base.ok());
+  ASSERT_OK(base);
   auto rebuild = [&](const std::string& skip, bool misshape) {
     common::GgufWriter q;
     for (const std::string& key : (*base)->Keys()) {
@@ -103,10 +104,10 @@ TEST(LlamaModel, RejectsMissingAndMisshapenTensors) {
     q.AddString("general.architecture", "llama");
     for (const common::GgufTensor& t : (*base)->tensors()) {
       if (t.name != skip) {
-        EXPECT_TRUE(q.AddTensor(t.name, t.dims, t.type, {t.data, t.nbytes}).ok());
+        EXPECT_OK(q.AddTensor(t.name, t.dims, t.type, {t.data, t.nbytes}));
       } else if (misshape) {
         std::vector<int64_t> dims = {t.dims[1], t.dims[0]};
-        EXPECT_TRUE(q.AddTensor(t.name, dims, t.type, {t.data, t.nbytes}).ok());
+        EXPECT_OK(q.AddTensor(t.name, dims, t.type, {t.data, t.nbytes}));
       }
     }
     return q;
@@ -118,7 +119,7 @@ TEST(LlamaModel, RejectsMissingAndMisshapenTensors) {
 
 TEST(LlamaModel, RejectsNonLlamaArchitecture) {
   auto w = common::BuildRandomModel(Tiny());
-  ASSERT_TRUE(w.ok());
+  ASSERT_OK(w);
   w->AddString("general.architecture", "gemma");
   ExpectLoadError(*w, "\"gemma\"; supported: \"llama\", \"qwen2\", \"qwen3\"");
 }
@@ -133,11 +134,11 @@ TEST(LlamaModel, HalfPrecisionModelsMatchF32) {
     auto model = testing::RandomModel(o);
     ASSERT_NE(model, nullptr);
     auto backend = CpuBackend::Create(model, {16, 4, 1});
-    ASSERT_TRUE(backend.ok());
+    ASSERT_OK(backend);
     std::vector<int32_t> tokens = {1, 50, 60, 70, 80, 90, 100}, pages = {0};
     SeqInput in{tokens, 0, pages, true};
     logits.emplace_back();
-    ASSERT_TRUE((*backend)->Forward({&in, 1}, &logits.back()).ok());
+    ASSERT_OK((*backend)->Forward({&in, 1}, &logits.back()));
   }
   float max_abs = 0;
   for (float v : logits[0]) max_abs = std::max(max_abs, std::abs(v));

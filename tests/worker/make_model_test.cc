@@ -4,6 +4,7 @@
 
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
@@ -27,21 +28,21 @@ TEST(MakeModel, WritesALoadableModel) {
                     "--context 128 --seed 3 --dtype f16 --name tiny"),
             0);
   auto file = common::GgufFile::Open(path);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   EXPECT_EQ((*file)->GetString("general.name"), "tiny");
   EXPECT_EQ((*file)->GetString("tokenizer.ggml.model"), "llama");
   EXPECT_EQ((*file)->GetStringArray("tokenizer.ggml.tokens")->size(), 400u);
   EXPECT_EQ((*file)->GetBool("tokenizer.ggml.add_bos_token"), true);
   EXPECT_EQ((*file)->FindTensor("blk.0.attn_q.weight")->type, common::GgmlType::F16);
   auto model = LlamaModel::Load(path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   EXPECT_EQ((*model)->config().head_dim, 16);
   auto backend = CpuBackend::Create(*model, {16, 8, 0});
-  ASSERT_TRUE(backend.ok());
+  ASSERT_OK(backend);
   std::vector<int32_t> tokens = {1, 300, 301, 302}, pages = {5};
   std::vector<float> logits;
   SeqInput in{tokens, 0, pages, true};
-  ASSERT_TRUE((*backend)->Forward({&in, 1}, &logits).ok());
+  ASSERT_OK((*backend)->Forward({&in, 1}, &logits));
   ASSERT_EQ(logits.size(), 400u);
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   // Same flags, same bytes (fingerprint).
@@ -64,7 +65,7 @@ TEST(MakeModel, WritesQuantizedMixes) {
                     "--context 128 --dtype q4_k_m --arch qwen3"),
             0);
   auto model = LlamaModel::Load(path);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   EXPECT_EQ((*model)->config().architecture, "qwen3");
   EXPECT_EQ((*model)->layer(5).arch.q_norm.size(), 64u);
   EXPECT_EQ((*model)->layer(5).arch.k_norm.size(), 64u);
@@ -78,11 +79,11 @@ TEST(MakeModel, WritesQuantizedMixes) {
   EXPECT_EQ((*model)->layer(7).w_down.type, GgmlType::Q6_K);  // last eighth
   EXPECT_EQ((*model)->layer(7).w_up.type, GgmlType::Q4_K);
   auto backend = CpuBackend::Create(*model, {16, 8, 0});
-  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_OK(backend);
   std::vector<int32_t> tokens = {1, 200, 201, 202}, pages = {3};
   std::vector<float> logits;
   SeqInput in{tokens, 0, pages, true};
-  ASSERT_TRUE((*backend)->Forward({&in, 1}, &logits).ok());
+  ASSERT_OK((*backend)->Forward({&in, 1}, &logits));
   ASSERT_EQ(logits.size(), 320u);
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   std::filesystem::remove(path);

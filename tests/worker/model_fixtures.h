@@ -7,6 +7,7 @@
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
 #include "testing/random_model.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::testing {
@@ -15,13 +16,13 @@ namespace pagoda::testing {
 inline std::shared_ptr<const worker::LlamaModel> RandomModel(
     const common::RandomModelOptions& options) {
   auto writer = common::BuildRandomModel(options);
-  EXPECT_TRUE(writer.ok()) << writer.status();
+  EXPECT_OK(writer);
   if (!writer.ok()) return nullptr;
   auto file = common::GgufFile::FromBytes(writer->Serialize());
-  EXPECT_TRUE(file.ok()) << file.status();
+  EXPECT_OK(file);
   if (!file.ok()) return nullptr;
   auto model = worker::LlamaModel::Load(**file);
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   return model.ok() ? *model : nullptr;
 }
 

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "tests/testing/status_assertions.h"
 #include "worker/model/weight_matrix.h"
 
 namespace pagoda::worker {
@@ -23,7 +24,7 @@ double RoundTripError(GgmlType type, uint32_t seed) {
   x[7] = 0.9f;                                              // an outlier in the first block
   std::fill(x.begin() + kRow, x.begin() + 2 * kRow, 0.0f);  // an all-zero row
   auto bytes = common::QuantizeRows(type, x, kRow);
-  EXPECT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_OK(bytes);
   if (!bytes.ok()) return 1e9;
   const size_t row_bytes = RowBytes(type, kRow);
   EXPECT_EQ(bytes->size(), row_bytes * kRows);
@@ -60,7 +61,7 @@ TEST(Quantize, RefusesWhatItCannotWrite) {
   EXPECT_FALSE(common::QuantizeRows(GgmlType::Q3_K, x, 256).ok());
   EXPECT_FALSE(common::QuantizeRows(GgmlType::Q4_K, x, 128).ok());  // not whole blocks
   EXPECT_FALSE(common::QuantizeRows(GgmlType::Q8_0, x, 48).ok());
-  EXPECT_TRUE(common::QuantizeRows(GgmlType::Q8_0, x, 32).ok());
+  EXPECT_OK(common::QuantizeRows(GgmlType::Q8_0, x, 32));
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
@@ -44,14 +45,14 @@ TEST(QuantizedModel, DequantizationMatchesLlamaCpp) {
     auto path = testing::TestModelFile("quant/" + file_name);
     ASSERT_TRUE(path.has_value());
     auto file = common::GgufFile::Open(*path);
-    ASSERT_TRUE(file.ok()) << file.status();
+    ASSERT_OK(file);
     for (const auto& [name, r] : entries.items()) {
       SCOPED_TRACE(name);
       const common::GgufTensor* t = (*file)->FindTensor(name);
       ASSERT_NE(t, nullptr);
       EXPECT_EQ(common::GgmlTypeName(t->type), r["ggml_type"].get<std::string>());
       auto m = CopyWeightMatrix(*t);
-      ASSERT_TRUE(m.ok()) << m.status();
+      ASSERT_OK(m);
       const std::vector<float> v = m->ToFloat();
       ASSERT_EQ(v.size(), r["count"].get<size_t>());
       double sum = 0, sum_sq = 0, max_abs = 0;
@@ -78,11 +79,11 @@ TEST(QuantizedModel, DequantizationMatchesLlamaCpp) {
 TEST(QuantizedModel, KeepsStoredBytes) {
   PAGODA_SKIP_WITHOUT_TEST_MODELS(path, "quant/tiny-Q4_K_M.gguf");
   auto file = common::GgufFile::Open(*path);
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   size_t file_bytes = 0;
   for (const common::GgufTensor& t : (*file)->tensors()) file_bytes += t.nbytes;
   auto model = LlamaModel::Load(**file);
-  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_OK(model);
   EXPECT_EQ((*model)->weight_bytes(), file_bytes);
   EXPECT_EQ((*model)->layer(0).wq.type, common::GgmlType::Q4_K);
   EXPECT_EQ((*model)->output().type, common::GgmlType::Q6_K);
@@ -120,7 +121,7 @@ void Feed(CpuBackend& backend, int32_t token, int32_t* pos, const std::vector<in
           std::vector<double>* lp) {
   std::vector<float> logits;
   SeqInput in{{&token, 1}, (*pos)++, pages, true};
-  ASSERT_TRUE(backend.Forward({&in, 1}, &logits).ok());
+  ASSERT_OK(backend.Forward({&in, 1}, &logits));
   *lp = LogSoftmax(logits);
 }
 
@@ -138,13 +139,13 @@ void CompareWithLlamaCpp(const std::shared_ptr<const LlamaModel>& model, cpu::Cp
   options.kernels = cpu::CpuIsaName(isa);
   options.quantize_activations = quantize_activations;
   auto backend = CpuBackend::Create(model, options);
-  ASSERT_TRUE(backend.ok()) << backend.status();
+  ASSERT_OK(backend);
   const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
   std::vector<int32_t> pages(8);
   std::iota(pages.begin(), pages.end(), 0);
   std::vector<float> logits;
   SeqInput in{prompt, 0, pages, true};
-  ASSERT_TRUE((*backend)->Forward({&in, 1}, &logits).ok());
+  ASSERT_OK((*backend)->Forward({&in, 1}, &logits));
   std::vector<double> lp = LogSoftmax(logits);
   int32_t pos = static_cast<int32_t>(prompt.size());
   for (const nlohmann::json& step : run["steps"]) {
@@ -192,7 +193,7 @@ TEST(QuantizedModel, LogProbsMatchLlamaCppOnEveryKernelPath) {
   for (const auto& [file_name, runs] : top5["files"].items()) {
     SCOPED_TRACE(file_name);
     auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
-    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_OK(model);
     for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
                             cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx}) {
       if (!cpu::IsaSupported(isa)) continue;

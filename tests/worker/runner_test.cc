@@ -6,6 +6,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
@@ -18,13 +19,13 @@ namespace wv1 = pagoda::worker::v1;
 
 std::unique_ptr<Runner> MakeRunner(const std::string& path, int page_size, int pages) {
   auto model = LlamaModel::Load(path);
-  EXPECT_TRUE(model.ok()) << model.status();
+  EXPECT_OK(model);
   CpuBackendOptions options;
   options.page_size = page_size;
   options.num_pages = pages;
   options.num_threads = 1;
   auto backend = CpuBackend::Create(*model, options);
-  EXPECT_TRUE(backend.ok()) << backend.status();
+  EXPECT_OK(backend);
   return std::make_unique<Runner>(*std::move(backend));
 }
 
@@ -190,9 +191,9 @@ std::unique_ptr<Runner> MakeRandomRunner(int page_size, int pages, int swap_slot
   options.num_pages = pages;
   options.num_threads = 1;
   auto backend = CpuBackend::Create(model, options);
-  EXPECT_TRUE(backend.ok()) << backend.status();
+  EXPECT_OK(backend);
   if (swap_slots > 0) {
-    EXPECT_TRUE((*backend)->InitSwapSpace(swap_slots).ok());
+    EXPECT_OK((*backend)->InitSwapSpace(swap_slots));
   }
   return std::make_unique<Runner>(*std::move(backend));
 }
@@ -333,10 +334,10 @@ TEST(RunnerTest, BadSwapsGiveErrorsBeforeAnythingRuns) {
 
 TEST(RunnerTest, MeasuresTheSwapTimeOfOnePage) {
   auto none = MakeRandomRunner(kPage, 8, 0);
-  ASSERT_TRUE(none->MeasureSwap().ok());
+  ASSERT_OK(none->MeasureSwap());
   EXPECT_EQ(none->swap_seconds_per_page(), 0);
   auto runner = MakeRandomRunner(kPage, 8, 3);
-  ASSERT_TRUE(runner->MeasureSwap().ok());
+  ASSERT_OK(runner->MeasureSwap());
   EXPECT_GT(runner->swap_seconds_per_page(), 0);
   EXPECT_LT(runner->swap_seconds_per_page(), 1);
 }

@@ -10,6 +10,7 @@
 #include <set>
 #include <vector>
 
+#include "tests/testing/status_assertions.h"
 #include "worker/sampling/logit_adjustment.h"
 #include "worker/sampling/sampler.h"
 #include "worker/sampling/token_history.h"
@@ -73,8 +74,8 @@ struct Worker {
 
   std::vector<float> Adjusted(const Reference& ref, std::vector<float> logits) {
     TokenHistory history(static_cast<int32_t>(ref.prompt.size()), params.has_penalties());
-    EXPECT_TRUE(history.Record(0, ref.prompt).ok());
-    EXPECT_TRUE(history.Record(static_cast<int32_t>(ref.prompt.size()), ref.generated).ok());
+    EXPECT_OK(history.Record(0, ref.prompt));
+    EXPECT_OK(history.Record(static_cast<int32_t>(ref.prompt.size()), ref.generated));
     std::vector<LogitAdjustment> adj;
     history.Adjustments(params, bias, &adj);
     std::set<int32_t> tokens;
@@ -237,10 +238,10 @@ TEST(SamplingKnobs, SameSeedSameTokensDifferentSeedDifferent) {
 
 TEST(SamplingKnobs, TokenHistoryRecordsPositionsInOrder) {
   TokenHistory h(3, true);
-  EXPECT_TRUE(h.Record(0, std::vector<int32_t>{1, 2}).ok());
+  EXPECT_OK(h.Record(0, std::vector<int32_t>{1, 2}));
   EXPECT_FALSE(h.Record(3, std::vector<int32_t>{4}).ok());  // position 2 skipped
   EXPECT_FALSE(h.Record(1, std::vector<int32_t>{4}).ok());  // position 1 twice
-  EXPECT_TRUE(h.Record(2, std::vector<int32_t>{3, 4}).ok());
+  EXPECT_OK(h.Record(2, std::vector<int32_t>{3, 4}));
   EXPECT_EQ(h.next_position(), 4);
 }
 

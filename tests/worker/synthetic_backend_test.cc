@@ -7,6 +7,7 @@
 #include <random>
 
 #include "absl/time/clock.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::worker {
 namespace {
@@ -23,7 +24,7 @@ common::ModelConfig Config() {
 std::unique_ptr<SyntheticBackend> Make(int pages, absl::Duration step = absl::ZeroDuration()) {
   auto backend =
       SyntheticBackend::Create(Config(), {.page_size = kPage, .num_pages = pages, .step = step});
-  EXPECT_TRUE(backend.ok()) << backend.status();
+  EXPECT_OK(backend);
   return *std::move(backend);
 }
 
@@ -38,10 +39,8 @@ std::vector<int32_t> Generate(SyntheticBackend& b, std::vector<int32_t> seq,
     SeqInput in{std::span<const int32_t>(seq.data() + done, take), done, pages,
                 done + take == static_cast<int32_t>(seq.size())};
     std::vector<int32_t> tokens;
-    EXPECT_TRUE(b.ForwardSample({&in, 1},
-                                in.want_logits ? std::span(&greedy, 1) : std::span<SampleInput>(),
-                                &tokens)
-                    .ok());
+    EXPECT_OK(b.ForwardSample(
+        {&in, 1}, in.want_logits ? std::span(&greedy, 1) : std::span<SampleInput>(), &tokens));
     done += take;
     if (!in.want_logits) continue;
     out.push_back(tokens.at(0));
@@ -83,12 +82,12 @@ TEST(SyntheticBackendTest, BatchedEqualsAlone) {
   }
   std::vector<SampleInput> samples(8);
   std::vector<int32_t> tokens;
-  ASSERT_TRUE(b->ForwardSample(batch, samples, &tokens).ok());
+  ASSERT_OK(b->ForwardSample(batch, samples, &tokens));
   ASSERT_EQ(tokens.size(), 8u);
   for (int s = 0; s < 8; ++s) EXPECT_EQ(tokens[s], SyntheticNextToken(seqs[s], 97));
   // Forward's logits are one-hot at the same tokens.
   std::vector<float> logits;
-  ASSERT_TRUE(b->Forward(batch, &logits).ok());
+  ASSERT_OK(b->Forward(batch, &logits));
   ASSERT_EQ(logits.size(), 8u * 97);
   for (int s = 0; s < 8; ++s) {
     const float* row = logits.data() + s * 97;
@@ -126,7 +125,7 @@ TEST(SyntheticBackendTest, CopiedPagesCarryTheirTokens) {
   // The parent computes the prompt on pages 2 and 7 and samples its first token.
   const std::vector<int32_t> parent_pages = {2, 7, 12};
   ASSERT_EQ(Generate(*b, prompt, parent_pages, 64, 1), std::vector<int32_t>{reference[0]});
-  ASSERT_TRUE(b->CopyPages(std::vector<PageCopy>{{.src = 7, .dst = 9}}).ok());
+  ASSERT_OK(b->CopyPages(std::vector<PageCopy>{{.src = 7, .dst = 9}}));
   // The child shares page 2, owns the copy 9, recomputes the last prompt token and decodes on.
   const std::vector<int32_t> child_pages = {2, 9, 11};
   std::vector<int32_t> seq = prompt;
@@ -135,14 +134,14 @@ TEST(SyntheticBackendTest, CopiedPagesCarryTheirTokens) {
   std::vector<int32_t> tokens;
   for (int32_t pos = static_cast<int32_t>(prompt.size()) - 1; child.size() < 5; ++pos) {
     SeqInput in{std::span<const int32_t>(seq.data() + pos, 1), pos, child_pages, true};
-    ASSERT_TRUE(b->ForwardSample({&in, 1}, {&greedy, 1}, &tokens).ok()) << "position " << pos;
+    ASSERT_OK(b->ForwardSample({&in, 1}, {&greedy, 1}, &tokens)) << "position " << pos;
     child.push_back(tokens.at(0));
     seq.push_back(tokens.at(0));
   }
   EXPECT_EQ(child, reference);
   // The parent decodes its first token at position 6: page 7 still holds the prompt.
   SeqInput parent{std::span<const int32_t>(seq.data() + 6, 1), 6, parent_pages, true};
-  ASSERT_TRUE(b->ForwardSample({&parent, 1}, {&greedy, 1}, &tokens).ok());
+  ASSERT_OK(b->ForwardSample({&parent, 1}, {&greedy, 1}, &tokens));
   EXPECT_EQ(tokens.at(0), reference[1]);
   // Without the copy, page 10 was never written: reading it is refused.
   const std::vector<int32_t> uncopied_pages = {2, 10};
@@ -156,16 +155,14 @@ TEST(SyntheticBackendTest, CopiedPagesCarryTheirTokens) {
 // the slots come back into other pages: decoding continues with the unswapped tokens.
 TEST(SyntheticBackendTest, SwappedPagesCarryTheirTokens) {
   auto b = Make(16);
-  ASSERT_TRUE(b->InitSwapSpace(4).ok());
+  ASSERT_OK(b->InitSwapSpace(4));
   EXPECT_EQ(b->num_swap_pages(), 4);
   const std::vector<int32_t> prompt = {5, 17, 3, 88, 41, 2};  // 1.5 pages of 4
   const std::vector<int32_t> reference = Generate(*b, prompt, {0, 1, 3}, 64, 5);
   ASSERT_EQ(Generate(*b, prompt, {2, 7}, 64, 1), std::vector<int32_t>{reference[0]});
-  ASSERT_TRUE(
-      b->SwapOut(std::vector<SwapCopy>{{.page = 2, .slot = 3}, {.page = 7, .slot = 0}}).ok());
+  ASSERT_OK(b->SwapOut(std::vector<SwapCopy>{{.page = 2, .slot = 3}, {.page = 7, .slot = 0}}));
   Generate(*b, {9, 9, 9, 9, 9, 9, 9}, {7, 2}, 64, 1);  // another sequence takes the pages
-  ASSERT_TRUE(
-      b->SwapIn(std::vector<SwapCopy>{{.page = 10, .slot = 3}, {.page = 5, .slot = 0}}).ok());
+  ASSERT_OK(b->SwapIn(std::vector<SwapCopy>{{.page = 10, .slot = 3}, {.page = 5, .slot = 0}}));
   std::vector<int32_t> seq = prompt;
   seq.push_back(reference[0]);
   const std::vector<int32_t> pages = {10, 5, 12};
@@ -173,7 +170,7 @@ TEST(SyntheticBackendTest, SwappedPagesCarryTheirTokens) {
   std::vector<int32_t> tokens, continued;
   for (int32_t pos = static_cast<int32_t>(prompt.size()); continued.size() < 4; ++pos) {
     SeqInput in{std::span<const int32_t>(seq.data() + pos, 1), pos, pages, true};
-    ASSERT_TRUE(b->ForwardSample({&in, 1}, {&greedy, 1}, &tokens).ok()) << "position " << pos;
+    ASSERT_OK(b->ForwardSample({&in, 1}, {&greedy, 1}, &tokens)) << "position " << pos;
     continued.push_back(tokens.at(0));
     seq.push_back(tokens.at(0));
   }
@@ -186,7 +183,7 @@ TEST(SyntheticBackendTest, SwappedPagesCarryTheirTokens) {
   // Without a swap space, swaps are refused and an empty list is nothing to do.
   auto none = Make(16);
   EXPECT_EQ(none->num_swap_pages(), 0);
-  EXPECT_TRUE(none->SwapOut({}).ok());
+  EXPECT_OK(none->SwapOut({}));
   EXPECT_EQ(none->SwapOut(std::vector<SwapCopy>{{.page = 0, .slot = 0}}).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(none->InitSwapSpace(0).code(), absl::StatusCode::kInvalidArgument);
@@ -200,7 +197,7 @@ TEST(SyntheticBackendTest, EveryStepLastsAtLeastTheStepTime) {
   const SampleInput greedy;
   std::vector<int32_t> out;
   const absl::Time start = absl::Now();
-  ASSERT_TRUE(b->ForwardSample({&in, 1}, {&greedy, 1}, &out).ok());
+  ASSERT_OK(b->ForwardSample({&in, 1}, {&greedy, 1}, &out));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
   EXPECT_EQ(b->name(), "synthetic");
 }

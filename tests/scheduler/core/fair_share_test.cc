@@ -8,6 +8,7 @@
 
 #include "scheduler/core/scheduler.h"
 #include "tests/scheduler/core/scheduler_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -42,7 +43,7 @@ struct Driver {
   void Step() {
     auto plan = s.Schedule(1, now);
     if (plan) {
-      ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), now, {0.01, 0}).ok());
+      ASSERT_OK(s.OnResult(1, plan->iteration, Answer(*plan), now, {0.01, 0}));
     }
     now += 1;
     for (const Event& e : s.TakeEvents()) {
@@ -50,7 +51,7 @@ struct Driver {
       if (!first_token.count(e.id)) first_token[e.id] = now;
       ++generated[e.id];
     }
-    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+    ASSERT_OK(s.CheckInvariants());
   }
 };
 
@@ -59,7 +60,7 @@ TEST(FairShareTest, ChargesUncachedPromptAndOutputTokensOverTheWeight) {
   o.tenant_weights = {{"gold", 2.0}};
   Scheduler s(o);
   s.AddWorker(1, Worker(64));
-  ASSERT_TRUE(s.AddRequest(TenantRequest(1, "gold", 10, 5), 0).ok());
+  ASSERT_OK(s.AddRequest(TenantRequest(1, "gold", 10, 5), 0));
   Driver d{s};
   while (s.HasWork()) d.Step();
   const std::vector<TenantStats> stats = s.tenant_stats();
@@ -82,11 +83,11 @@ TEST(FairShareTest, ALightTenantOvertakesAFloodAndGetsASlot) {
     Scheduler s(o);
     s.AddWorker(1, Worker(256));
     for (RequestId id = 1; id <= 12; ++id) {
-      ASSERT_TRUE(s.AddRequest(TenantRequest(id, "heavy", 4, 30), 0).ok());
+      ASSERT_OK(s.AddRequest(TenantRequest(id, "heavy", 4, 30), 0));
     }
     Driver d{s};
     for (int i = 0; i < 3; ++i) d.Step();
-    ASSERT_TRUE(s.AddRequest(TenantRequest(100, "light", 4, 3), d.now).ok());
+    ASSERT_OK(s.AddRequest(TenantRequest(100, "light", 4, 3), d.now));
     const double arrival = d.now;
     while (s.HasWork() && !d.first_token.count(100)) d.Step();
     if (fairness == Fairness::kVtc) {
@@ -114,7 +115,7 @@ TEST(FairShareTest, BackloggedTenantsGetServiceInProportionToTheirWeights) {
   std::map<RequestId, std::string> tenant_of;
   auto submit = [&](const std::string& tenant, double now) {
     tenant_of[next] = tenant;
-    ASSERT_TRUE(s.AddRequest(TenantRequest(next++, tenant, 8, 8), now).ok());
+    ASSERT_OK(s.AddRequest(TenantRequest(next++, tenant, 8, 8), now));
   };
   for (int i = 0; i < 6; ++i) {
     submit("one", 0);
@@ -140,12 +141,12 @@ TEST(FairShareTest, VictimsComeFromTheMostServedTenant) {
   o.max_running = 3;
   Scheduler s(o);
   s.AddWorker(1, Worker(14));  // 56 tokens of KV; the three requests below grow to 69
-  ASSERT_TRUE(s.AddRequest(TenantRequest(1, "rich", 4, 20), 0).ok());
-  ASSERT_TRUE(s.AddRequest(TenantRequest(2, "rich", 4, 20), 0).ok());
+  ASSERT_OK(s.AddRequest(TenantRequest(1, "rich", 4, 20), 0));
+  ASSERT_OK(s.AddRequest(TenantRequest(2, "rich", 4, 20), 0));
   Driver d{s};
   for (int i = 0; i < 3; ++i) d.Step();
   // Lifted to rich's counter on arrival; rich's two sequences then earn it twice as fast.
-  ASSERT_TRUE(s.AddRequest(TenantRequest(3, "poor", 4, 20), d.now).ok());
+  ASSERT_OK(s.AddRequest(TenantRequest(3, "poor", 4, 20), d.now));
   for (int i = 0; i < 60 && s.HasWork() && s.total_preemptions() == 0; ++i) d.Step();
   ASSERT_GT(s.total_preemptions(), 0);
   EXPECT_TRUE(s.state(1) == SeqState::kPreempted || s.state(2) == SeqState::kPreempted)

@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include "tests/testing/status_assertions.h"
+
 namespace pagoda::scheduler {
 namespace {
 
@@ -93,7 +95,7 @@ TEST(KvCacheManagerTest, EvictsLeastRecentlyUsedTailPagesFirst) {
   EXPECT_FALSE(kv.Grow(3, 7)) << "only held pages left";
   EXPECT_EQ(kv.pages(3).size(), 2u) << "a failed Grow changes nothing";
   const std::vector<int32_t> t3 = Tokens(1, 90), t7 = Tokens(5, 50);
-  EXPECT_TRUE(kv.CheckInvariants([&](RequestId id) { return id == 3 ? &t3 : &t7; }).ok());
+  EXPECT_OK(kv.CheckInvariants([&](RequestId id) { return id == 3 ? &t3 : &t7; }));
 }
 
 TEST(KvCacheManagerTest, SharedPagesCountEveryHolder) {
@@ -104,14 +106,14 @@ TEST(KvCacheManagerTest, SharedPagesCountEveryHolder) {
   EXPECT_EQ(kv.Open(1, 2, t, ""), 8);
   EXPECT_EQ(kv.Open(1, 3, t, ""), 8);
   EXPECT_EQ(kv.pool(1)->ref_count(kv.pages(1)[0]), 3);
-  EXPECT_TRUE(kv.CheckInvariants([&](RequestId) { return &t; }).ok());
+  EXPECT_OK(kv.CheckInvariants([&](RequestId) { return &t; }));
   kv.Forget(1);
   kv.Forget(2);
   EXPECT_EQ(kv.usage(1).parked, 0) << "still held by 3";
   kv.Forget(3);
   EXPECT_EQ(kv.usage(1).parked, 2);
   EXPECT_EQ(kv.usage(1).held, 0);
-  EXPECT_TRUE(kv.CheckInvariants(kNoTokens).ok());
+  EXPECT_OK(kv.CheckInvariants(kNoTokens));
 }
 
 TEST(KvCacheManagerTest, RemovedWorkerTakesItsCacheAlong) {
@@ -122,7 +124,7 @@ TEST(KvCacheManagerTest, RemovedWorkerTakesItsCacheAlong) {
   EXPECT_FALSE(kv.has_table(1));
   kv.AddWorker(1, 8, 4);
   EXPECT_EQ(kv.Lookup(1, 2, Tokens(9), "").tokens, 0);
-  EXPECT_TRUE(kv.CheckInvariants(kNoTokens).ok());
+  EXPECT_OK(kv.CheckInvariants(kNoTokens));
 }
 
 TEST(KvCacheManagerTest, CachingOffNamesNothing) {
@@ -153,7 +155,7 @@ TEST(KvCacheManagerTest, ForkSharesWholePagesAndCopiesThePartialOne) {
   ASSERT_TRUE(aligned.has_value());
   EXPECT_FALSE(aligned->has_value());
   EXPECT_EQ(kv.pages(3), (std::vector<PageId>{0, 1}));
-  EXPECT_TRUE(kv.CheckInvariants([&](RequestId) { return &t; }).ok());
+  EXPECT_OK(kv.CheckInvariants([&](RequestId) { return &t; }));
   // No page left for the copy: no fork, no change.
   kv.Open(1, 4, Tokens(16, 50), "");
   ASSERT_TRUE(kv.Grow(4, 16));
@@ -176,10 +178,10 @@ TEST(KvCacheManagerTest, PagesBeingComputedAreAnnouncedUntilCommitted) {
   PrefixHit hit = kv.Lookup(1, 2, t, "");
   EXPECT_EQ(hit.tokens, 8);
   EXPECT_EQ(hit.computing_tokens, 4);
-  EXPECT_TRUE(kv.CheckInvariants([&](RequestId) { return &t; }).ok());
+  EXPECT_OK(kv.CheckInvariants([&](RequestId) { return &t; }));
   kv.Release(1);  // gone before computing the rest: nothing more to wait for
   EXPECT_EQ(kv.Lookup(1, 2, t, "").computing_tokens, 0);
-  EXPECT_TRUE(kv.CheckInvariants(kNoTokens).ok());
+  EXPECT_OK(kv.CheckInvariants(kNoTokens));
 }
 
 TEST(PrefixCacheTest, HashesChainAndCollisionsAreNotHits) {
@@ -214,7 +216,7 @@ TEST(KvCacheManagerTest, SwapOutReleasesTheTableAndSwapInRefillsNewPages) {
   EXPECT_EQ(kv.free_swap_slots(1), 1);
   EXPECT_EQ(kv.usage(1).held, 0);
   EXPECT_EQ(kv.usage(1).parked, 2) << "its two full pages stay cached";
-  EXPECT_TRUE(kv.CheckInvariants(tokens_of).ok()) << kv.CheckInvariants(tokens_of);
+  EXPECT_OK(kv.CheckInvariants(tokens_of));
   // Too few slots for another three pages: no change.
   Compute(kv, 2, Tokens(10, 100));
   EXPECT_FALSE(kv.SwapOut(2, 10).has_value());
@@ -230,10 +232,10 @@ TEST(KvCacheManagerTest, SwapOutReleasesTheTableAndSwapInRefillsNewPages) {
   }
   EXPECT_FALSE(kv.swapped(1));
   EXPECT_EQ(kv.free_swap_slots(1), 1) << "released at the end of the plan only";
-  EXPECT_TRUE(kv.CheckInvariants(tokens_of).ok()) << kv.CheckInvariants(tokens_of);
+  EXPECT_OK(kv.CheckInvariants(tokens_of));
   kv.EndPlan(1);
   EXPECT_EQ(kv.free_swap_slots(1), 4);
-  EXPECT_TRUE(kv.CheckInvariants(tokens_of).ok()) << kv.CheckInvariants(tokens_of);
+  EXPECT_OK(kv.CheckInvariants(tokens_of));
 }
 
 TEST(KvCacheManagerTest, ForgettingASwappedSequenceFreesItsSlotsAndRemovingTheWorkerDropsThem) {
@@ -248,7 +250,7 @@ TEST(KvCacheManagerTest, ForgettingASwappedSequenceFreesItsSlotsAndRemovingTheWo
   EXPECT_EQ(kv.swapped_pages(2), 2) << "only the pages of the positions asked for";
   kv.RemoveWorker(1);
   EXPECT_FALSE(kv.swapped(2));
-  EXPECT_TRUE(kv.CheckInvariants(kNoTokens).ok()) << kv.CheckInvariants(kNoTokens);
+  EXPECT_OK(kv.CheckInvariants(kNoTokens));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include "scheduler/core/scheduler.h"
 #include "tests/scheduler/core/scheduler_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -32,8 +33,7 @@ struct Clock {
     while (auto plan = s.Schedule(1, now)) flight.push_back(std::move(*plan));
     if (flight.empty()) return;
     now += kStep;
-    ASSERT_TRUE(
-        s.OnResult(1, flight.front().iteration, Answer(flight.front()), now, {kStep, 0}).ok());
+    ASSERT_OK(s.OnResult(1, flight.front().iteration, Answer(flight.front()), now, {kStep, 0}));
     flight.pop_front();
     for (Event& e : s.TakeEvents()) {
       if (e.kind == Event::Kind::kFinished) finished[e.id] = e;
@@ -48,7 +48,7 @@ struct Clock {
 Clock Warmed(Scheduler& s) {
   s.AddWorker(1, Worker(1024));
   Clock clock{s};
-  EXPECT_TRUE(s.AddRequest(Request(1, 8, 20), 0).ok());
+  EXPECT_OK(s.AddRequest(Request(1, 8, 20), 0));
   clock.Drain();
   return clock;
 }
@@ -67,7 +67,7 @@ TEST(PredictedWaitTest, NoPredictionBeforeAStepIsMeasured) {
   o.max_predicted_wait = 1e-9;
   Scheduler strict(o);
   strict.AddWorker(1, Worker(256));
-  EXPECT_TRUE(strict.AddRequest(Request(1, 8, 4), 0).ok()) << "nothing measured: admitted";
+  EXPECT_OK(strict.AddRequest(Request(1, 8, 4), 0)) << "nothing measured: admitted";
 }
 
 // A burst of equal requests queues behind 4 slots: each one's predicted time to first token,
@@ -76,10 +76,10 @@ TEST(PredictedWaitTest, PredictionsMatchTheWaitOfAQueue) {
   Scheduler s(Busy());
   s.AddWorker(1, Worker(1024));
   Clock clock{s};
-  for (RequestId id = 1; id <= 4; ++id) ASSERT_TRUE(s.AddRequest(Request(id, 8, 20), 0).ok());
+  for (RequestId id = 1; id <= 4; ++id) ASSERT_OK(s.AddRequest(Request(id, 8, 20), 0));
   clock.Drain();  // measures steps and output lengths
   for (RequestId id = 10; id < 40; ++id) {
-    ASSERT_TRUE(s.AddRequest(Request(id, 8, 20), clock.now).ok());
+    ASSERT_OK(s.AddRequest(Request(id, 8, 20), clock.now));
   }
   clock.Drain();
   std::vector<double> errors;
@@ -129,7 +129,7 @@ TEST(PredictedWaitTest, RefusesARequestWhoseDeadlineComesFirst) {
   Scheduler s(o);
   Clock clock = Warmed(s);
   for (RequestId id = 10; id < 30; ++id) {
-    ASSERT_TRUE(s.AddRequest(Request(id, 8, 20), clock.now).ok());
+    ASSERT_OK(s.AddRequest(Request(id, 8, 20), clock.now));
   }
   NewRequest hurried = Request(100, 8, 4);
   hurried.deadline = clock.now + 0.1;

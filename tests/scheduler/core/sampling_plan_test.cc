@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/core/scheduler.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -43,14 +44,14 @@ TEST(SamplingPlanTest, ForkedCompletionsGetThePromptAsHistory) {
   r.n = 2;
   r.sampling.repetition_penalty = 1.5f;
   r.sampling.logit_bias = {{5, 1.0f}};
-  ASSERT_TRUE(s.AddRequest(r, 0).ok());
+  ASSERT_OK(s.AddRequest(r, 0));
   auto p = s.Schedule(1, 0);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 1u);
   EXPECT_TRUE(p->steps[0].first_sight);
   EXPECT_EQ(p->steps[0].prompt_tokens, 10);
   EXPECT_TRUE(p->steps[0].history.empty()) << "starts at position 0";
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 1));
   p = s.Schedule(1, 1);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 2u);
@@ -70,13 +71,13 @@ TEST(SamplingPlanTest, NoHistoryWithoutPenaltiesAndLogprobsReachTheEvents) {
   NewRequest r = Request(10, 6, 2);
   r.sampling.logit_bias = {{5, 1.0f}};
   r.sampling.logprobs = true;
-  ASSERT_TRUE(s.AddRequest(r, 0).ok());
+  ASSERT_OK(s.AddRequest(r, 0));
   auto p = s.Schedule(1, 0);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->steps[0].prompt_tokens, 0);
   EXPECT_TRUE(p->steps[0].history.empty());
   EXPECT_TRUE(p->steps[0].sampling.logprobs);
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 1));
   std::vector<Event> events = s.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
   ASSERT_TRUE(events[0].logprob.has_value());

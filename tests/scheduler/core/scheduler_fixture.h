@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "scheduler/core/scheduler.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler::testing {
 
@@ -79,17 +80,17 @@ inline void Drain(Scheduler& s, WorkerId w, Outcome& out, double& now, int max_s
   for (int i = 0; i < max_steps && (s.HasWork() || !flight.empty()); ++i) {
     while (auto plan = s.Schedule(w, now)) flight.push_back(std::move(*plan));
     ASSERT_FALSE(flight.empty()) << "work left but no plan";
-    ASSERT_TRUE(s.OnResult(w, flight.front().iteration, Answer(flight.front()), now).ok());
+    ASSERT_OK(s.OnResult(w, flight.front().iteration, Answer(flight.front()), now));
     flight.pop_front();
     now += 1;
     out.Collect(s);
-    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+    ASSERT_OK(s.CheckInvariants());
   }
 }
 
 // Runs one request to completion on `worker` (the only one that may take it).
 inline void RunAlone(Scheduler& s, WorkerId worker, const NewRequest& r, double& now) {
-  ASSERT_TRUE(s.AddRequest(r, now).ok());
+  ASSERT_OK(s.AddRequest(r, now));
   Outcome out;
   Drain(s, worker, out, now);
   ASSERT_TRUE(out.finished.count(r.id));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "tests/scheduler/core/scheduler_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -41,7 +42,7 @@ TEST(SchedulerTest, RejectsWhatCanNeverFit) {
 TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
   Scheduler s(Options(/*budget=*/16, /*chunk=*/8));
   s.AddWorker(1, Worker(16));
-  ASSERT_TRUE(s.AddRequest(Request(7, 20, 3), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(7, 20, 3), 0));
   std::vector<int32_t> chunks;
   std::vector<int32_t> tokens;
   bool finished = false;
@@ -51,7 +52,7 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
     ASSERT_EQ(plan->steps.size(), 1u);
     EXPECT_EQ(plan->steps[0].first_sight, iter == 0);
     chunks.push_back(static_cast<int32_t>(plan->steps[0].tokens.size()));
-    ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), iter).ok());
+    ASSERT_OK(s.OnResult(1, plan->iteration, Answer(*plan), iter));
     for (const Event& e : s.TakeEvents()) {
       if (e.kind == Event::Kind::kToken) tokens.push_back(e.token);
       if (e.kind == Event::Kind::kFinished) {
@@ -60,14 +61,14 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
         EXPECT_EQ(e.completion_tokens, 3);
       }
     }
-    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+    ASSERT_OK(s.CheckInvariants());
   }
   EXPECT_TRUE(finished);
   EXPECT_EQ(chunks, (std::vector<int32_t>{8, 8, 4, 1, 1}));
   EXPECT_EQ(tokens,
             (std::vector<int32_t>{ScriptedToken(7, 0), ScriptedToken(7, 1), ScriptedToken(7, 2)}));
   EXPECT_EQ(s.kv_usage(1).held, 0);
-  ASSERT_TRUE(s.AddRequest(Request(8, 2, 1), 30).ok());
+  ASSERT_OK(s.AddRequest(Request(8, 2, 1), 30));
   auto plan = s.Schedule(1, 30);
   ASSERT_TRUE(plan.has_value());
   EXPECT_EQ(plan->free_seq_ids, (std::vector<RequestId>{7}));
@@ -78,12 +79,12 @@ TEST(SchedulerTest, EosStopTokenAndContextFinishWithTheirReasons) {
   s.AddWorker(1, Worker(64));
   NewRequest b = Request(2, 3, 10);
   b.stop_token_ids = {77};
-  ASSERT_TRUE(s.AddRequest(Request(1, 3, 10), 0).ok());
-  ASSERT_TRUE(s.AddRequest(b, 0).ok());
-  ASSERT_TRUE(s.AddRequest(Request(3, 3, 10), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 3, 10), 0));
+  ASSERT_OK(s.AddRequest(b, 0));
+  ASSERT_OK(s.AddRequest(Request(3, 3, 10), 0));
   auto plan = s.Schedule(1, 0);
   ASSERT_EQ(plan->steps.size(), 3u);
-  ASSERT_TRUE(s.OnResult(1, plan->iteration, {{1, kEos}, {2, 77}}, 1).ok());
+  ASSERT_OK(s.OnResult(1, plan->iteration, {{1, kEos}, {2, 77}}, 1));
   std::map<RequestId, FinishReason> reasons;
   for (const Event& e : s.TakeEvents()) {
     if (e.kind == Event::Kind::kFinished) reasons[e.id] = e.reason;
@@ -94,7 +95,7 @@ TEST(SchedulerTest, EosStopTokenAndContextFinishWithTheirReasons) {
   // max_tokens 0: up to the model context (256).
   Scheduler t(Options());
   t.AddWorker(1, Worker(64));
-  ASSERT_TRUE(t.AddRequest(Request(3, 250, 0), 0).ok());
+  ASSERT_OK(t.AddRequest(Request(3, 250, 0), 0));
   Outcome out;
   double now = 0;
   Drain(t, 1, out, now);
@@ -109,11 +110,11 @@ TEST(SchedulerTest, EndOfTurnAndMessageTokensFinishLikeEos) {
   s.AddWorker(1, Worker(64));
   NewRequest ignoring = Request(4, 3, 10);
   ignoring.ignore_eos = true;
-  for (RequestId id : {1, 2, 3}) ASSERT_TRUE(s.AddRequest(Request(id, 3, 10), 0).ok());
-  ASSERT_TRUE(s.AddRequest(ignoring, 0).ok());
+  for (RequestId id : {1, 2, 3}) ASSERT_OK(s.AddRequest(Request(id, 3, 10), 0));
+  ASSERT_OK(s.AddRequest(ignoring, 0));
   auto plan = s.Schedule(1, 0);
   ASSERT_EQ(plan->steps.size(), 4u);
-  ASSERT_TRUE(s.OnResult(1, plan->iteration, {{1, 5}, {2, 6}, {3, 7}, {4, 5}}, 1).ok());
+  ASSERT_OK(s.OnResult(1, plan->iteration, {{1, 5}, {2, 6}, {3, 7}, {4, 5}}, 1));
   std::map<RequestId, FinishReason> reasons;
   for (const Event& e : s.TakeEvents()) {
     if (e.kind == Event::Kind::kFinished) reasons[e.id] = e.reason;
@@ -128,7 +129,7 @@ TEST(SchedulerTest, EndOfTurnAndMessageTokensFinishLikeEos) {
 TEST(SchedulerTest, FinishFreesPagesEvenWithPlanInFlight) {
   Scheduler s(Options());
   s.AddWorker(1, Worker(8));
-  ASSERT_TRUE(s.AddRequest(Request(1, 10, 10), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 10, 10), 0));
   auto plan = s.Schedule(1, 0);
   ASSERT_TRUE(plan.has_value());
   s.Finish(1, FinishReason::kCancelled, "client", 0.5);
@@ -136,7 +137,7 @@ TEST(SchedulerTest, FinishFreesPagesEvenWithPlanInFlight) {
   auto events = s.TakeEvents();
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].reason, FinishReason::kCancelled);
-  ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), 1).ok());
+  ASSERT_OK(s.OnResult(1, plan->iteration, Answer(*plan), 1));
   EXPECT_TRUE(s.TakeEvents().empty());
   auto next = s.Schedule(1, 1);
   ASSERT_TRUE(next.has_value());
@@ -146,10 +147,10 @@ TEST(SchedulerTest, FinishFreesPagesEvenWithPlanInFlight) {
 TEST(SchedulerTest, WorkerLossRequeuesAndResumesByRecompute) {
   Scheduler s(Options());
   s.AddWorker(1, Worker(16));
-  ASSERT_TRUE(s.AddRequest(Request(1, 5, 4), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 5, 4), 0));
   for (int i = 0; i < 2; ++i) {
     auto plan = s.Schedule(1, i);
-    ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), i).ok());
+    ASSERT_OK(s.OnResult(1, plan->iteration, Answer(*plan), i));
   }
   s.RemoveWorker(1);
   EXPECT_EQ(s.num_waiting(), 1u);
@@ -164,7 +165,7 @@ TEST(SchedulerTest, WorkerLossRequeuesAndResumesByRecompute) {
 TEST(SchedulerTest, OverlapFeedsTheLastSampleAndLagsStops) {
   Scheduler s(Options(64, 32, /*in_flight=*/2));
   s.AddWorker(1, Worker(16));
-  ASSERT_TRUE(s.AddRequest(Request(1, 5, 3), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 5, 3), 0));
   auto p1 = s.Schedule(1, 0);
   auto p2 = s.Schedule(1, 0);
   ASSERT_TRUE(p1 && p2);
@@ -176,13 +177,13 @@ TEST(SchedulerTest, OverlapFeedsTheLastSampleAndLagsStops) {
   EXPECT_EQ(p2->steps[0].sample_index, 1);
   Outcome out;
   double now = 1;
-  ASSERT_TRUE(s.OnResult(1, p1->iteration, Answer(*p1), now).ok());
+  ASSERT_OK(s.OnResult(1, p1->iteration, Answer(*p1), now));
   auto p3 = s.Schedule(1, now);
   ASSERT_TRUE(p3.has_value());
   EXPECT_EQ(p3->steps[0].sample_index, 2);
   EXPECT_FALSE(s.Schedule(1, now).has_value()) << "max_tokens reached by what is in flight";
-  ASSERT_TRUE(s.OnResult(1, p2->iteration, Answer(*p2), now).ok());
-  ASSERT_TRUE(s.OnResult(1, p3->iteration, Answer(*p3), now).ok());
+  ASSERT_OK(s.OnResult(1, p2->iteration, Answer(*p2), now));
+  ASSERT_OK(s.OnResult(1, p3->iteration, Answer(*p3), now));
   for (Event& e : s.TakeEvents()) {
     if (e.kind == Event::Kind::kToken) {
       out.tokens[e.id].push_back(e.token);
@@ -204,7 +205,7 @@ TEST(SchedulerTest, PreemptionUnderKvPressureKeepsOutputsExact) {
     Scheduler s(Options(64, 16, 2));
     s.AddWorker(1, Worker(out == &big ? 256 : 12));
     for (RequestId id = 1; id <= 6; ++id) {
-      ASSERT_TRUE(s.AddRequest(Request(id, 6 + 3 * id, 16), 0).ok());
+      ASSERT_OK(s.AddRequest(Request(id, 6 + 3 * id, 16), 0));
     }
     double now = 0;
     Drain(s, 1, *out, now);
@@ -225,10 +226,10 @@ TEST(SchedulerTest, HigherClassPreemptsLowerWhenItCannotBeAdmitted) {
   o.max_running = 1;
   Scheduler s(o);
   s.AddWorker(1, Worker(64));
-  ASSERT_TRUE(s.AddRequest(Request(1, 4, 50, Priority::kLow), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 4, 50, Priority::kLow), 0));
   auto p = s.Schedule(1, 0);
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 0).ok());
-  ASSERT_TRUE(s.AddRequest(Request(2, 4, 5, Priority::kHigh), 1).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 0));
+  ASSERT_OK(s.AddRequest(Request(2, 4, 5, Priority::kHigh), 1));
   p = s.Schedule(1, 1);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 1u);
@@ -244,20 +245,20 @@ TEST(SchedulerTest, PreemptedSequenceReHitsItsPagesAndEvictionComesFirst) {
   o.max_running = 1;
   Scheduler s(o);
   s.AddWorker(1, Worker(8));
-  ASSERT_TRUE(s.AddRequest(Request(1, 12, 6, Priority::kLow), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 12, 6, Priority::kLow), 0));
   double now = 0;
   for (int i = 0; i < 3; ++i) {  // prefill, then two decodes
     auto p = s.Schedule(1, now);
-    ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+    ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
   }
-  ASSERT_TRUE(s.AddRequest(Request(2, 4, 2, Priority::kHigh), now).ok());
+  ASSERT_OK(s.AddRequest(Request(2, 4, 2, Priority::kHigh), now));
   Outcome out;
   auto p = s.Schedule(1, now);
   ASSERT_EQ(s.state(1), SeqState::kPreempted);
   EXPECT_EQ(s.kv_usage(1).parked, 3) << "request 1's computed full pages stay cached";
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
   p = s.Schedule(1, ++now);  // request 2 decodes and finishes
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
   p = s.Schedule(1, ++now);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 1u);
@@ -266,7 +267,7 @@ TEST(SchedulerTest, PreemptedSequenceReHitsItsPagesAndEvictionComesFirst) {
   EXPECT_EQ(p->steps[0].start_pos, 12) << "resumed on its own 3 cached pages";
   EXPECT_EQ(p->steps[0].tokens.size(), 3u) << "recomputes only the 3 generated tokens";
   EXPECT_EQ(p->steps[0].new_pages.size(), 4u);
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
   Drain(s, 1, out, now);
   EXPECT_EQ(out.finished[1].cached_tokens, 0) << "its first admission hit nothing";
   EXPECT_EQ(out.finished[1].completion_tokens, 6);
@@ -278,23 +279,23 @@ TEST(SchedulerTest, PreemptedSequenceReHitsItsPagesAndEvictionComesFirst) {
   t.AddWorker(1, Worker(8));
   now = 0;
   Outcome ignored;
-  ASSERT_TRUE(t.AddRequest(Request(1, 24, 1), now).ok());
+  ASSERT_OK(t.AddRequest(Request(1, 24, 1), now));
   Drain(t, 1, ignored, now);
   EXPECT_EQ(t.kv_usage(1).parked, 6);
   NewRequest other = Request(2, 7, 20);
   other.prompt.assign(7, 60);
-  ASSERT_TRUE(t.AddRequest(other, now).ok());
+  ASSERT_OK(t.AddRequest(other, now));
   p = t.Schedule(1, now);
-  ASSERT_TRUE(t.OnResult(1, p->iteration, Answer(*p), now).ok());
+  ASSERT_OK(t.OnResult(1, p->iteration, Answer(*p), now));
   NewRequest third = Request(3, 16, 1);
   third.prompt.assign(16, 70);
-  ASSERT_TRUE(t.AddRequest(third, now).ok());
+  ASSERT_OK(t.AddRequest(third, now));
   p = t.Schedule(1, now);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(t.total_preemptions(), 0);
   EXPECT_EQ(t.state(2), SeqState::kDecoding);
   EXPECT_EQ(t.kv_usage(1).held, 2 + 4);
-  ASSERT_TRUE(t.CheckInvariants().ok()) << t.CheckInvariants();
+  ASSERT_OK(t.CheckInvariants());
 }
 
 // n > 1: completion 0 computes the prompt once; the others fork from its pages (shared whole
@@ -306,12 +307,12 @@ TEST(SchedulerTest, CompletionsShareThePromptAndCopyThePartialPage) {
   NewRequest r = Request(10, 10, 3);
   r.n = 3;
   r.sampling.seed = 100;
-  ASSERT_TRUE(s.AddRequest(r, 0).ok());
+  ASSERT_OK(s.AddRequest(r, 0));
   auto p = s.Schedule(1, 0);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 1u) << "only completion 0 computes the prompt";
   EXPECT_EQ(p->steps[0].tokens.size(), 10u);
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 1));
   p = s.Schedule(1, 1);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 3u);
@@ -333,10 +334,10 @@ TEST(SchedulerTest, CompletionsShareThePromptAndCopyThePartialPage) {
   EXPECT_EQ(s.pool(1)->ref_count(0), 3);
   EXPECT_EQ(s.pool(1)->ref_count(1), 3);
   EXPECT_EQ(s.pool(1)->ref_count(2), 1);
-  ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  ASSERT_OK(s.CheckInvariants());
   Outcome out;
   double now = 2;
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
   for (Event& e : s.TakeEvents()) {
     if (e.kind == Event::Kind::kToken) out.tokens[e.id].push_back(e.token);
   }
@@ -363,7 +364,7 @@ TEST(SchedulerTest, CompletionLimitsAreInvalidArgument) {
   EXPECT_NE(st.message().find("n (4) x"), std::string::npos) << st;
   EXPECT_NE(st.message().find("largest: 64 tokens"), std::string::npos) << st;
   r.n = 3;
-  EXPECT_TRUE(s.AddRequest(r, 0).ok());
+  EXPECT_OK(s.AddRequest(r, 0));
   EXPECT_EQ(s.AddRequest(Request(3, 4, 4), 0).code(), absl::StatusCode::kAlreadyExists)
       << "ids 1..3 belong to the three completions";
 }
@@ -373,12 +374,12 @@ TEST(SchedulerTest, CompletionLimitsAreInvalidArgument) {
 TEST(SchedulerTest, AdmissionWaitsForAPrefixBeingComputed) {
   Scheduler s(Options(/*budget=*/256, /*chunk=*/256));
   s.AddWorker(1, Worker(64));
-  ASSERT_TRUE(s.AddRequest(PrefixRequest(1, 32, 4), 0).ok());
-  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 32, 4), 0).ok());
+  ASSERT_OK(s.AddRequest(PrefixRequest(1, 32, 4), 0));
+  ASSERT_OK(s.AddRequest(PrefixRequest(2, 32, 4), 0));
   auto p = s.Schedule(1, 0);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 1u) << "request 2 waits for request 1's prefix pages";
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 1));
   p = s.Schedule(1, 1);
   ASSERT_TRUE(p.has_value());
   ASSERT_EQ(p->steps.size(), 2u);
@@ -386,7 +387,7 @@ TEST(SchedulerTest, AdmissionWaitsForAPrefixBeingComputed) {
   EXPECT_EQ(p->steps[1].start_pos, 32) << "the prefix came from the cache";
   Outcome out;
   double now = 2;
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), now).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
   Drain(s, 1, out, now);
   EXPECT_EQ(out.finished[2].cached_tokens, 32);
 }
@@ -399,18 +400,18 @@ TEST(SchedulerTest, AgingBoundsTheWaitOfLowPriority) {
   o.aging_interval = 5;
   Scheduler s(o);
   s.AddWorker(1, Worker(64));
-  ASSERT_TRUE(s.AddRequest(Request(1, 4, 1, Priority::kLow), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 4, 1, Priority::kLow), 0));
   RequestId next = 100;
   double admitted = -1;
   std::deque<Plan> flight;
   for (double now = 0; now < 200 && admitted < 0; now += 1) {
-    ASSERT_TRUE(s.AddRequest(Request(next++, 4, 1, Priority::kCritical), now).ok());
+    ASSERT_OK(s.AddRequest(Request(next++, 4, 1, Priority::kCritical), now));
     auto plan = s.Schedule(1, now);
     if (!plan) continue;
     for (const PlanStep& step : plan->steps) {
       if (step.seq_id == 1) admitted = now;
     }
-    ASSERT_TRUE(s.OnResult(1, plan->iteration, Answer(*plan), now).ok());
+    ASSERT_OK(s.OnResult(1, plan->iteration, Answer(*plan), now));
     s.TakeEvents();
   }
   ASSERT_GE(admitted, 0) << "the low request starved";
@@ -422,11 +423,11 @@ TEST(SchedulerTest, QueueLimitsGiveResourceExhausted) {
   o.max_queued_requests = 2;
   o.max_queued_prompt_tokens = 30;
   Scheduler s(o);
-  ASSERT_TRUE(s.AddRequest(Request(1, 10, 4), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 10, 4), 0));
   absl::Status st = s.AddRequest(Request(2, 25, 4), 0);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(st.message().find("10 prompt tokens waiting"), std::string::npos) << st;
-  ASSERT_TRUE(s.AddRequest(Request(3, 10, 4), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(3, 10, 4), 0));
   st = s.AddRequest(Request(4, 1, 4), 0);
   EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(st.message().find("2 requests waiting (limit 2)"), std::string::npos) << st;
@@ -441,17 +442,17 @@ TEST(SchedulerTest, DeadlinesDropQueuedAndRunningRequests) {
   running.deadline = 5;
   NewRequest queued = Request(2, 4, 40);
   queued.deadline = 3;
-  ASSERT_TRUE(s.AddRequest(running, 0).ok());
-  ASSERT_TRUE(s.AddRequest(queued, 0).ok());
+  ASSERT_OK(s.AddRequest(running, 0));
+  ASSERT_OK(s.AddRequest(queued, 0));
   auto p = s.Schedule(1, 0);
   ASSERT_EQ(p->steps.size(), 1u) << "max_running 1 keeps request 2 queued";
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 1).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 1));
   s.TakeEvents();
   EXPECT_GT(s.kv_usage(1).held, 0);
 
   p = s.Schedule(1, 4);  // past the queued request's deadline only
   ASSERT_TRUE(p.has_value());
-  ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 4).ok());
+  ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 4));
   std::vector<Event> events = s.TakeEvents();
   ASSERT_EQ(events.size(), 2u);
   EXPECT_EQ(events[0].id, 2u);
@@ -586,9 +587,8 @@ TEST(SchedulerTest, RandomizedInvariants) {
         const StepTimes times{0.01 + 0.0001 * flight.front().num_tokens * (1 + rng() % 3),
                               0.0005 * static_cast<double>(flight.front().swap_out.size() +
                                                            flight.front().swap_in.size())};
-        ASSERT_TRUE(s.OnResult(answering->first, flight.front().iteration, Answer(flight.front()),
-                               now, times)
-                        .ok());
+        ASSERT_OK(s.OnResult(answering->first, flight.front().iteration, Answer(flight.front()),
+                             now, times));
         flight.pop_front();
       }
       for (const Event& e : s.TakeEvents()) {
@@ -598,7 +598,7 @@ TEST(SchedulerTest, RandomizedInvariants) {
           finished[e.id] = e;
         }
       }
-      ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants() << " at op " << op;
+      ASSERT_OK(s.CheckInvariants()) << "at op " << op;
     }
     for (const auto& [id, got] : tokens) {
       ASSERT_TRUE(finished.count(id)) << "request " << id << " never finished";
@@ -652,14 +652,14 @@ TEST(SchedulerTest, PlacementTiesGoToMostFreeKvThenLowestId) {
   s.AddWorker(1, Worker(16));
   s.AddWorker(2, Worker(32));
   s.AddWorker(3, Worker(8));  // 32 tokens: too small for request 1 (prompt 30 + 10)
-  ASSERT_TRUE(s.AddRequest(Request(1, 30, 10), 0).ok());
+  ASSERT_OK(s.AddRequest(Request(1, 30, 10), 0));
   EXPECT_FALSE(s.Schedule(1, 0).has_value()) << "worker 2 has more free KV";
   EXPECT_FALSE(s.Schedule(3, 0).has_value()) << "request 1 does not fit on worker 3";
   ASSERT_TRUE(s.Schedule(2, 0).has_value());
   Scheduler t(Options());
   t.AddWorker(1, Worker(16));
   t.AddWorker(2, Worker(16));
-  ASSERT_TRUE(t.AddRequest(Request(1, 4, 4), 0).ok());
+  ASSERT_OK(t.AddRequest(Request(1, 4, 4), 0));
   EXPECT_FALSE(t.Schedule(2, 0).has_value()) << "a tie goes to the lowest id";
   ASSERT_TRUE(t.Schedule(1, 0).has_value());
 }
@@ -674,14 +674,14 @@ TEST(SchedulerTest, PlacementPrefersTheWorkerWithTheCachedPrefix) {
   RunAlone(s, 2, PrefixRequest(1, 40, 4), now);
   EXPECT_GT(s.kv_usage(2).parked, 0);
   s.AddWorker(1, Worker(64));
-  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 40, 4), now).ok());
+  ASSERT_OK(s.AddRequest(PrefixRequest(2, 40, 4), now));
   EXPECT_FALSE(s.Schedule(1, now).has_value()) << "worker 2 has the prefix cached";
   auto p = s.Schedule(2, now);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->steps[0].start_pos, 40) << "the cached prefix is not recomputed";
   // Worker 2 now runs request 2 (16 tokens of decode weight): a request with nothing cached
   // anywhere goes to the idle worker 1.
-  ASSERT_TRUE(s.AddRequest(Request(3, 8, 2), now).ok());
+  ASSERT_OK(s.AddRequest(Request(3, 8, 2), now));
   EXPECT_FALSE(s.Schedule(2, now).has_value());
   EXPECT_TRUE(s.Schedule(1, now).has_value());
 }
@@ -694,10 +694,10 @@ TEST(SchedulerTest, PlacementWeighsBacklogAgainstCachedTokens) {
   double now = 0;
   RunAlone(s, 2, PrefixRequest(1, 16, 4), now);
   // A long prompt (a 200-token backlog) now runs on worker 2, in 8-token chunks.
-  ASSERT_TRUE(s.AddRequest(Request(9, 200, 2), now).ok());
+  ASSERT_OK(s.AddRequest(Request(9, 200, 2), now));
   ASSERT_TRUE(s.Schedule(2, now).has_value());
   s.AddWorker(1, Worker(128));
-  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 16, 4), now).ok());
+  ASSERT_OK(s.AddRequest(PrefixRequest(2, 16, 4), now));
   EXPECT_FALSE(s.Schedule(2, now).has_value()) << "plan in flight on worker 2, and it is busy";
   auto p = s.Schedule(1, now);
   ASSERT_TRUE(p.has_value()) << "20 tokens on idle worker 1 beat 4 + ~200 backlog on worker 2";
@@ -714,9 +714,9 @@ TEST(SchedulerTest, PlacementPrefersAWorkerThatFitsNow) {
   s.AddWorker(2, Worker(64));
   double now = 0;
   RunAlone(s, 1, PrefixRequest(1, 32, 4), now);
-  ASSERT_TRUE(s.AddRequest(Request(5, 4, 30), now).ok());
+  ASSERT_OK(s.AddRequest(Request(5, 4, 30), now));
   ASSERT_TRUE(s.Schedule(1, now).has_value()) << "worker 1 wins the tie; its slot is now taken";
-  ASSERT_TRUE(s.AddRequest(PrefixRequest(2, 32, 4), now).ok());
+  ASSERT_OK(s.AddRequest(PrefixRequest(2, 32, 4), now));
   EXPECT_FALSE(s.Schedule(1, now).has_value());
   auto p = s.Schedule(2, now);
   ASSERT_TRUE(p.has_value()) << "worker 1 has the prefix but no free slot";
@@ -730,7 +730,7 @@ TEST(SchedulerTest, SharedPrefixRequestsDoNotPileOntoOneWorker) {
   double now = 0;
   RunAlone(s, 1, PrefixRequest(100, 64, 8), now);
   for (RequestId id = 1; id <= 30; ++id) {
-    ASSERT_TRUE(s.AddRequest(PrefixRequest(id, 64, 8), now).ok());
+    ASSERT_OK(s.AddRequest(PrefixRequest(id, 64, 8), now));
   }
   std::map<WorkerId, int> placed;
   std::map<WorkerId, std::deque<Plan>> flight;
@@ -743,10 +743,10 @@ TEST(SchedulerTest, SharedPrefixRequestsDoNotPileOntoOneWorker) {
     }
     for (auto& [w, f] : flight) {
       if (f.empty()) continue;
-      ASSERT_TRUE(s.OnResult(w, f.front().iteration, Answer(f.front()), now).ok());
+      ASSERT_OK(s.OnResult(w, f.front().iteration, Answer(f.front()), now));
       f.pop_front();
     }
-    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+    ASSERT_OK(s.CheckInvariants());
   }
   EXPECT_EQ(placed[1] + placed[2] + placed[3], 30);
   for (WorkerId w = 1; w <= 3; ++w) EXPECT_GE(placed[w], 5) << "worker " << w;
@@ -759,7 +759,7 @@ TEST(SchedulerTest, SharedPrefixRequestsDoNotPileOntoOneWorker) {
 TEST(SchedulerTest, BurstIsSharedAmongWorkersInOnePlanEach) {
   Scheduler s(Options(/*budget=*/256));
   for (WorkerId w = 1; w <= 4; ++w) s.AddWorker(w, Worker(64));
-  for (RequestId id = 1; id <= 16; ++id) ASSERT_TRUE(s.AddRequest(Request(id, 4, 4), 0).ok());
+  for (RequestId id = 1; id <= 16; ++id) ASSERT_OK(s.AddRequest(Request(id, 4, 4), 0));
   std::set<RequestId> admitted;
   for (WorkerId w = 1; w <= 4; ++w) {
     auto p = s.Schedule(w, 0);
@@ -781,7 +781,7 @@ TEST(SchedulerTest, BurstSharingLeavesACachedPrefixToItsWorker) {
   RunAlone(s, 1, PrefixRequest(100, 32, 4), now);
   s.AddWorker(2, Worker(64));
   for (RequestId id = 1; id <= 4; ++id) {
-    ASSERT_TRUE(s.AddRequest(PrefixRequest(id, 32, 4), now).ok());
+    ASSERT_OK(s.AddRequest(PrefixRequest(id, 32, 4), now));
   }
   EXPECT_FALSE(s.Schedule(2, now).has_value()) << "worker 1 holds the burst's prefix";
   auto p = s.Schedule(1, now);
@@ -789,7 +789,7 @@ TEST(SchedulerTest, BurstSharingLeavesACachedPrefixToItsWorker) {
   ASSERT_FALSE(p->steps.empty());
   EXPECT_EQ(p->steps[0].start_pos, 32) << "the cached prefix is not recomputed";
   EXPECT_GE(p->steps.size(), 2u) << "worker 1 takes at least its fair share at once";
-  ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  ASSERT_OK(s.CheckInvariants());
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "scheduler/core/scheduler.h"
 #include "tests/scheduler/core/scheduler_fixture.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {
@@ -36,11 +37,11 @@ void DrainChecked(Scheduler& s, FakeArena& arena, const std::map<RequestId, NewR
     ASSERT_EQ(arena.Execute(plan, expected), "");
     const StepTimes times{0.002 + seconds_per_token * plan.num_tokens,
                           1e-5 * static_cast<double>(plan.swap_out.size() + plan.swap_in.size())};
-    ASSERT_TRUE(s.OnResult(1, plan.iteration, Answer(plan), now, times).ok());
+    ASSERT_OK(s.OnResult(1, plan.iteration, Answer(plan), now, times));
     flight.pop_front();
     now += times.forward_seconds;
     out.Collect(s);
-    ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+    ASSERT_OK(s.CheckInvariants());
   }
 }
 
@@ -62,7 +63,7 @@ PressureRun RunUnderPressure(PreemptionMode mode, int32_t pages, int32_t swap_pa
   std::map<RequestId, NewRequest> reqs;
   for (RequestId id = 1; id <= 8; ++id) {
     reqs[id] = Request(id, 10 + 5 * static_cast<int32_t>(id), 24);
-    EXPECT_TRUE(s.AddRequest(reqs[id], 0).ok());
+    EXPECT_OK(s.AddRequest(reqs[id], 0));
   }
   PressureRun run;
   DrainChecked(s, arena, reqs, run.out, seconds_per_token);
@@ -126,7 +127,7 @@ TEST(SwapPreemptionTest, AutoChoosesTheCheaperWay) {
   std::map<RequestId, NewRequest> reqs;
   for (RequestId id = 1; id <= 8; ++id) {
     reqs[id] = Request(id, 10 + 5 * static_cast<int32_t>(id), 24);
-    ASSERT_TRUE(s.AddRequest(reqs[id], 0).ok());
+    ASSERT_OK(s.AddRequest(reqs[id], 0));
   }
   FakeArena arena(24, info.page_size, 256);
   Outcome out;
@@ -141,10 +142,10 @@ std::optional<Plan> HighPreemptsLowBySwap(Scheduler& s) {
   WorkerInfo info = Worker(64);
   info.num_swap_pages = 16;
   s.AddWorker(1, info);
-  EXPECT_TRUE(s.AddRequest(Request(1, 10, 50, Priority::kLow), 0).ok());
+  EXPECT_OK(s.AddRequest(Request(1, 10, 50, Priority::kLow), 0));
   auto p = s.Schedule(1, 0);
-  EXPECT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 0).ok());  // 10 positions computed
-  EXPECT_TRUE(s.AddRequest(Request(2, 4, 5, Priority::kHigh), 1).ok());
+  EXPECT_OK(s.OnResult(1, p->iteration, Answer(*p), 0));  // 10 positions computed
+  EXPECT_OK(s.AddRequest(Request(2, 4, 5, Priority::kHigh), 1));
   return s.Schedule(1, 1);
 }
 
@@ -168,7 +169,7 @@ TEST(SwapPreemptionTest, PlansCarrySwapsInTheWorkersOrder) {
   // Request 2 runs to its end; request 1 comes back by swap-in, starting at position 10.
   std::optional<Plan> back;
   for (int i = 0; i < 20 && !back; ++i) {
-    ASSERT_TRUE(s.OnResult(1, p->iteration, Answer(*p), 2 + i).ok());
+    ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), 2 + i));
     p = s.Schedule(1, 2 + i);
     if (p && !p->swap_in.empty()) back = p;
   }
@@ -189,7 +190,7 @@ TEST(SwapPreemptionTest, SwappedSequencesRecomputeWhenTheirWorkerDies) {
   ASSERT_FALSE(p->swap_out.empty());
   s.AddWorker(2, Worker(64));
   s.RemoveWorker(1);
-  ASSERT_TRUE(s.CheckInvariants().ok()) << s.CheckInvariants();
+  ASSERT_OK(s.CheckInvariants());
   // Both now go to worker 2, request 1 without its 10 swapped positions (it may hit the page
   // it shares with request 2 in worker 2's cache, no more).
   bool seen = false;
@@ -203,7 +204,7 @@ TEST(SwapPreemptionTest, SwappedSequencesRecomputeWhenTheirWorkerDies) {
       }
     }
     EXPECT_TRUE(p->swap_in.empty());
-    ASSERT_TRUE(s.OnResult(2, p->iteration, Answer(*p), 2 + i).ok());
+    ASSERT_OK(s.OnResult(2, p->iteration, Answer(*p), 2 + i));
   }
   EXPECT_TRUE(seen);
 }

@@ -11,6 +11,7 @@
 #include "scheduler/text/bpe_encoder.h"
 #include "scheduler/text/pre_tokenizer.h"
 #include "scheduler/text/tokenizer.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {
@@ -65,7 +66,7 @@ TestVocab MakeVocab(const std::vector<std::pair<std::string, std::string>>& merg
 
 Tokenizer Make(const Vocab& vocab) {
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(vocab);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_OK(tokenizer);
   return *std::move(tokenizer);
 }
 
@@ -141,7 +142,7 @@ TEST(BpeTokenizerTest, HeapMergingEqualsTheDefinitionOnRandomWords) {
 
 std::vector<std::string> Split(PreTokenizerKind kind, const std::string& text) {
   auto pre = PreTokenizer::Create(kind);
-  EXPECT_TRUE(pre.ok()) << pre.status();
+  EXPECT_OK(pre);
   std::vector<std::string_view> views;
   pre->Split(text, views);
   return std::vector<std::string>(views.begin(), views.end());
@@ -163,7 +164,8 @@ TEST(PreTokenizerTest, SplitsAsTheModelsRegexes) {
 TEST(PreTokenizerTest, Qwen2NormalizesToNfc) {
   auto qwen = PreTokenizer::Create(PreTokenizerKind::kQwen2);
   auto llama = PreTokenizer::Create(PreTokenizerKind::kLlama3);
-  ASSERT_TRUE(qwen.ok() && llama.ok());
+  ASSERT_OK(qwen);
+  ASSERT_OK(llama);
   EXPECT_EQ(qwen->Normalize("e\xCC\x81"), "\xC3\xA9");  // e + U+0301 -> é
   EXPECT_EQ(llama->Normalize("e\xCC\x81"), "e\xCC\x81");
   EXPECT_EQ(qwen->Normalize("a\xFF"), "a\xFF");  // ill-formed: unchanged

@@ -9,6 +9,7 @@
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
 #include "testing/gguf_writer.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {
@@ -29,17 +30,17 @@ ChatMessage Message(std::string role, std::string content) {
 
 TEST(ChatTemplate, RendersChatMl) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(kChatMl);
-  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_OK(t);
   std::vector<ChatMessage> messages = {Message("system", "Be brief."), Message("user", "Hi")};
   ChatRenderOptions options;
   absl::StatusOr<std::string> out = t->Render(messages, options);
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(*out,
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
             "<|im_start|>assistant\n");
   options.add_generation_prompt = false;
   out = t->Render(messages, options);
-  ASSERT_TRUE(out.ok());
+  ASSERT_OK(out);
   EXPECT_EQ(out->find("assistant"), std::string::npos);
 }
 
@@ -73,9 +74,9 @@ TEST(ChatTemplate, ContextHasOptionalKeysOnlyWhenSet) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
       "{% for m in messages %}{{ m.role }}:{{ m.tool_calls is defined }}:"
       "{{ m.tool_call_id | default('-') }};{% endfor %}{{ tools is defined }}{{ bos_token }}");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   absl::StatusOr<std::string> out = t->Render(messages, options);
-  ASSERT_TRUE(out.ok()) << out.status();
+  ASSERT_OK(out);
   EXPECT_EQ(*out, "user:false:-;assistant:true:-;tool:false:c1;true<s>");
 }
 
@@ -83,7 +84,7 @@ TEST(ChatTemplate, TemplateErrorsAreInvalidArgumentWithTheirMessage) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
       "{% if messages[0].role != 'user' %}{{ raise_exception('First message must be from the "
       "user') }}{% endif %}ok");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   std::vector<ChatMessage> messages = {Message("assistant", "x")};
   absl::StatusOr<std::string> out = t->Render(messages, ChatRenderOptions{});
   ASSERT_FALSE(out.ok());
@@ -97,11 +98,11 @@ TEST(ChatTemplate, TemplateErrorsAreInvalidArgumentWithTheirMessage) {
 
 TEST(ChatTemplate, StrftimeNowReadsTheInjectedClock) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse("{{ strftime_now('%d %b %Y') }}");
-  ASSERT_TRUE(t.ok());
+  ASSERT_OK(t);
   ChatRenderOptions options;
   options.now = std::chrono::system_clock::time_point(std::chrono::seconds(1722001500));
   absl::StatusOr<std::string> out = t->Render({}, options);
-  ASSERT_TRUE(out.ok());
+  ASSERT_OK(out);
   EXPECT_EQ(*out, "26 Jul 2024");
 }
 
@@ -111,15 +112,15 @@ TEST(ChatTemplate, ReadsTheTemplateFromGguf) {
   with.AddString("tokenizer.chat_template", kChatMl);
   absl::StatusOr<std::unique_ptr<common::GgufFile>> file =
       common::GgufFile::FromBytes(with.Serialize());
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   absl::StatusOr<std::string> source = ReadGgufChatTemplate(**file);
-  ASSERT_TRUE(source.ok()) << source.status();
+  ASSERT_OK(source);
   EXPECT_EQ(*source, kChatMl);
 
   common::GgufWriter without;
   without.AddString("general.architecture", "llama");
   file = common::GgufFile::FromBytes(without.Serialize());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   source = ReadGgufChatTemplate(**file);
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), absl::StatusCode::kNotFound);
@@ -128,7 +129,7 @@ TEST(ChatTemplate, ReadsTheTemplateFromGguf) {
   common::GgufWriter wrong;
   wrong.AddUint32("tokenizer.chat_template", 7);
   file = common::GgufFile::FromBytes(wrong.Serialize());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   EXPECT_EQ(ReadGgufChatTemplate(**file).status().code(), absl::StatusCode::kInvalidArgument);
 }
 

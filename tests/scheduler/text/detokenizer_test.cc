@@ -11,6 +11,7 @@
 #include "common/utf8.h"
 #include "scheduler/text/tokenizer.h"
 #include "tests/scheduler/text/test_vocabs.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::scheduler::text {
@@ -29,7 +30,7 @@ const std::string kFffd(kUtf8Replacement);
 
 Tokenizer MakeTokenizer(const Vocab& vocab) {
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(vocab);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_OK(tokenizer);
   return *std::move(tokenizer);
 }
 
@@ -142,7 +143,7 @@ TEST(StreamingDetokenizerTest, GoldenGenerationsStreamToExpectedText) {
   PAGODA_SKIP_WITHOUT_TEST_MODELS(path, "tok512.bin");
   PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
   absl::StatusOr<Vocab> vocab = ::pagoda::testing::LoadLlama2cTokenizer(*path, 512);
-  ASSERT_TRUE(vocab.ok()) << vocab.status();
+  ASSERT_OK(vocab);
   const Tokenizer tokenizer = MakeTokenizer(*vocab);
   std::ifstream in(*golden_path);
   const nlohmann::json golden = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

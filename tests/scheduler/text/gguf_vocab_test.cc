@@ -10,6 +10,7 @@
 #include "scheduler/text/bpe_encoder.h"
 #include "testing/gguf_writer.h"
 #include "testing/synthetic_vocab.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {
@@ -21,7 +22,7 @@ using ::pagoda::common::GgufWriter;
 // A llama tokenizer of the 300-piece synthetic vocabulary; `types` false leaves token_type out.
 GgufWriter VocabWriter(bool types = true) {
   auto v = BuildSyntheticVocab(300, 1);
-  EXPECT_TRUE(v.ok()) << v.status();
+  EXPECT_OK(v);
   GgufWriter w;
   w.AddString("tokenizer.ggml.model", "llama");
   w.AddStringArray("tokenizer.ggml.tokens", v->tokens);
@@ -45,24 +46,24 @@ void ExpectInvalid(const GgufWriter& w, const std::string& needle) {
 
 TEST(GgufVocab, ReadsWellFormedVocabularies) {
   absl::StatusOr<Vocab> v = Read(VocabWriter().Serialize());
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v);
   EXPECT_EQ(v->pieces.size(), 300u);
   EXPECT_EQ(v->types[1], TokenType::kControl);
   EXPECT_EQ(v->types[3], TokenType::kByte);
   EXPECT_EQ(v->bos_id, 1);
   // Without token types, <0xHH> pieces are bytes and the rest normal.
   v = Read(VocabWriter(/*types=*/false).Serialize());
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v);
   EXPECT_EQ(v->types[3], TokenType::kByte);
   EXPECT_EQ(v->types[1], TokenType::kNormal);
   GgufWriter w = VocabWriter();
   w.AddInt32("tokenizer.ggml.unknown_token_id", -1);
   w.AddUint32("tokenizer.ggml.eos_token_id", 5);
   v = Read(w.Serialize());
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v);
   EXPECT_EQ(v->unk_id, -1);
   EXPECT_EQ(v->eos_id, 5);
-  EXPECT_TRUE(LoadGgufTokenizer(**GgufFile::FromBytes(VocabWriter().Serialize())).ok());
+  EXPECT_OK(LoadGgufTokenizer(**GgufFile::FromBytes(VocabWriter().Serialize())));
 }
 
 TEST(GgufVocab, RejectsArraysThatDisagreeWithTheTokens) {
@@ -155,7 +156,7 @@ GgufWriter BpeWriter() {
 
 TEST(GgufVocab, ReadsByteLevelBpe) {
   absl::StatusOr<Vocab> v = Read(BpeWriter().Serialize());
-  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_OK(v);
   EXPECT_EQ(v->model, TokenizerModel::kByteLevelBpe);
   EXPECT_EQ(v->pre, PreTokenizerKind::kLlama3);
   EXPECT_EQ(v->merges, std::vector<std::string>{"a b"});
@@ -167,7 +168,7 @@ TEST(GgufVocab, ReadsByteLevelBpe) {
   EXPECT_FALSE(v->add_bos);
   EXPECT_EQ(v->chat_template, "{{ messages }}");
   auto tokenizer = LoadGgufTokenizer(**GgufFile::FromBytes(BpeWriter().Serialize()));
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_OK(tokenizer);
   EXPECT_EQ(tokenizer->Encode("abc", true), (std::vector<int32_t>{256, 'c'}));
 }
 
@@ -196,13 +197,13 @@ TEST(GgufVocab, RefusesHostileByteLevelMetadata) {
   w = BpeWriter();
   w.AddStringArray("tokenizer.ggml.merges", {"a b", "ab q7"});
   auto file = GgufFile::FromBytes(w.Serialize());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   EXPECT_NE(LoadGgufTokenizer(**file).status().message().find("tokenizer.ggml.merges[1]"),
             std::string::npos);
   w = BpeWriter();
   w.AddUint32("tokenizer.ggml.eot_token_id", 5000);
   file = GgufFile::FromBytes(w.Serialize());
-  ASSERT_TRUE(file.ok());
+  ASSERT_OK(file);
   EXPECT_NE(LoadGgufTokenizer(**file).status().message().find("EOT id 5000 is outside"),
             std::string::npos);
 }

@@ -10,6 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "scheduler/text/jinja/js_string.h"
 #include "scheduler/text/jinja/template.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler::text::jinja {
 namespace {
@@ -26,7 +27,7 @@ absl::StatusOr<std::string> Render(const std::string& source, const Json& contex
 
 std::string Ok(const std::string& source, const Json& context = Json::object()) {
   absl::StatusOr<std::string> out = Render(source, context);
-  EXPECT_TRUE(out.ok()) << source << ": " << out.status();
+  EXPECT_OK(out) << source;
   return out.ok() ? *out : "<error>";
 }
 

@@ -11,6 +11,7 @@
 
 #include "common/utf8.h"
 #include "tests/scheduler/text/test_vocabs.h"
+#include "tests/testing/status_assertions.h"
 #include "tests/testing/test_models.h"
 
 namespace pagoda::scheduler::text {
@@ -35,7 +36,7 @@ void ExpectInvalid(const absl::Status& status, const std::string& part) {
 
 Tokenizer MakeTokenizer(const Vocab& vocab) {
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(vocab);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_OK(tokenizer);
   return *std::move(tokenizer);
 }
 
@@ -85,7 +86,7 @@ std::vector<int32_t> ReferenceEncode(const Vocab& vocab, const std::string& norm
 
 TEST(TokenizerCreateTest, AcceptsWellFormedVocab) {
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(MakeSyntheticVocab({{"a", -1}}));
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_OK(tokenizer);
   EXPECT_EQ(tokenizer->vocab_size(), kFirstSyntheticPiece + 1);
   EXPECT_EQ(tokenizer->bos_id(), 1);
   EXPECT_EQ(tokenizer->eos_id(), 2);
@@ -126,7 +127,7 @@ TEST(TokenizerCreateTest, RejectsSpecialIdsOutOfRange) {
   vocab.unk_id = -2;
   ExpectInvalid(Tokenizer::Create(vocab).status(), "unknown-token id -2");
   vocab.unk_id = -1;  // "no unknown token" is allowed
-  EXPECT_TRUE(Tokenizer::Create(vocab).ok());
+  EXPECT_OK(Tokenizer::Create(vocab));
 }
 
 TEST(TokenizerCreateTest, RejectsMissingByteToken) {
@@ -345,10 +346,10 @@ class TokenizerTok512Test : public ::testing::Test {
  protected:
   static std::optional<Tokenizer> Load(const std::string& path) {
     absl::StatusOr<Vocab> vocab = ::pagoda::testing::LoadLlama2cTokenizer(path, 512);
-    EXPECT_TRUE(vocab.ok()) << vocab.status();
+    EXPECT_OK(vocab);
     if (!vocab.ok()) return std::nullopt;
     absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Create(*std::move(vocab));
-    EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+    EXPECT_OK(tokenizer);
     if (!tokenizer.ok()) return std::nullopt;
     return *std::move(tokenizer);
   }

@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/text/chat_template.h"
+#include "tests/testing/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {
@@ -96,7 +97,7 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
                                 << info.at("parse_error") << ")";
       continue;
     }
-    ASSERT_TRUE(parsed.ok()) << family << ": " << parsed.status();
+    ASSERT_OK(parsed) << family;
     templates.emplace(family, *std::move(parsed));
   }
   int compared = 0, errors = 0;
@@ -127,7 +128,7 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
       }
       continue;
     }
-    ASSERT_TRUE(got.ok()) << label << ": " << got.status();
+    ASSERT_OK(got) << label;
     std::string difference = FirstDifference(*got, c.at("output").get<std::string>());
     EXPECT_EQ(difference, "") << label;
   }

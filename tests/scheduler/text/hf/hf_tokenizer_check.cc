@@ -24,6 +24,7 @@
 #include "scheduler/text/tokenizer.h"
 #include "testing/gguf_writer.h"
 #include "testing/random_model.h"
+#include "tests/testing/status_assertions.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 namespace pagoda::scheduler::text {
@@ -53,13 +54,13 @@ Model Load(const std::string& package) {
   const std::string dir = Env("PAGODA_HF_MODELS") + "/" + package + "/models/";
   auto imported =
       tools::ImportHfTokenizerFiles(dir + "tokenizer.json", dir + "tokenizer_config.json");
-  EXPECT_TRUE(imported.ok()) << imported.status();
+  EXPECT_OK(imported);
   common::GgufWriter w;
   tools::AddHfTokenizerMetadata(*imported, w);
   auto file = common::GgufFile::FromBytes(w.Serialize());
-  EXPECT_TRUE(file.ok()) << file.status();
+  EXPECT_OK(file);
   auto tokenizer = LoadGgufTokenizer(**file);
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  EXPECT_OK(tokenizer);
   return Model{*std::move(imported), *std::move(tokenizer)};
 }
 
@@ -138,14 +139,14 @@ TEST(HfTokenizer, Qwen3MatchesTransformersJs) {
   EXPECT_EQ(m.tokenizer.Type(151667), TokenType::kUserDefined);  // <think>
   EXPECT_FALSE(m.tokenizer.add_bos());
   auto pre = PreTokenizer::Create(PreTokenizerKind::kQwen2);
-  ASSERT_TRUE(pre.ok());
+  ASSERT_OK(pre);
   CheckCorpus("qwen3", m.tokenizer, [&](const std::string& text) { return pre->Normalize(text); });
 }
 
 TEST(HfTokenizer, MakeModelWritesARealTokenizer) {
   const std::string dir = Env("PAGODA_HF_MODELS") + "/tokenizer-qwen3/models/";
   auto imported = tools::ImportHfTokenizerFiles(dir + "tokenizer.json", "");
-  ASSERT_TRUE(imported.ok()) << imported.status();
+  ASSERT_OK(imported);
   common::RandomModelOptions o;
   o.n_layers = 1;
   o.dim = 16;
@@ -156,13 +157,13 @@ TEST(HfTokenizer, MakeModelWritesARealTokenizer) {
   o.vocab_size = static_cast<int>(imported->tokens.size());
   o.write_tokenizer = [&](common::GgufWriter& w) { tools::AddHfTokenizerMetadata(*imported, w); };
   auto writer = common::BuildRandomModel(o);
-  ASSERT_TRUE(writer.ok()) << writer.status();
+  ASSERT_OK(writer);
   auto file = common::GgufFile::FromBytes(writer->Serialize());
-  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_OK(file);
   auto config = common::ReadModelConfig(**file);
-  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_OK(config);
   auto tokenizer = LoadGgufTokenizer(**file);
-  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  ASSERT_OK(tokenizer);
   EXPECT_EQ(config->vocab_size, tokenizer->vocab_size());
   EXPECT_EQ(tokenizer->Encode("Hello world", false), (std::vector<int32_t>{9707, 1879}));
 }
