@@ -11,8 +11,9 @@
 //    prefill and output;
 //  * the first token comes with the step that ends the later of the two, plus the plans
 //    already in flight (overlap).
-// Who goes before it: every queued request of a higher effective class and, in its own class,
-// all of them (arrival order) or, with fair share, its own tenant's and as much of each other
+// Who goes before it: every queued request of a class standing at least as high as its own
+// (RequestQueue::Standing: a tie goes to the class queued first) and, in its own class, all of
+// them (arrival order) or, with fair share, its own tenant's and as much of each other
 // tenant's as that tenant is served (weighted) before the new request's tenant catches up with
 // its counter.
 #include <algorithm>
