@@ -35,6 +35,7 @@ const TenantStats* Find(const std::vector<TenantStats>& all, const std::string& 
 // One worker, one plan in flight; returns when `until` says so or the work is done. Records the
 // step at which each request got its first token.
 struct Driver {
+  explicit Driver(Scheduler& scheduler) : s(scheduler) {}
   Scheduler& s;
   double now = 0;
   std::map<RequestId, double> first_token;
@@ -61,7 +62,7 @@ TEST(FairShareTest, ChargesUncachedPromptAndOutputTokensOverTheWeight) {
   Scheduler s(o);
   s.AddWorker(1, Worker(64));
   ASSERT_OK(s.AddRequest(TenantRequest(1, "gold", 10, 5), 0));
-  Driver d{s};
+  Driver d(s);
   while (s.HasWork()) d.Step();
   const std::vector<TenantStats> stats = s.tenant_stats();
   const TenantStats* gold = Find(stats, "gold");
@@ -85,7 +86,7 @@ TEST(FairShareTest, ALightTenantOvertakesAFloodAndGetsASlot) {
     for (RequestId id = 1; id <= 12; ++id) {
       ASSERT_OK(s.AddRequest(TenantRequest(id, "heavy", 4, 30), 0));
     }
-    Driver d{s};
+    Driver d(s);
     for (int i = 0; i < 3; ++i) d.Step();
     ASSERT_OK(s.AddRequest(TenantRequest(100, "light", 4, 3), d.now));
     const double arrival = d.now;
@@ -121,7 +122,7 @@ TEST(FairShareTest, BackloggedTenantsGetServiceInProportionToTheirWeights) {
     submit("one", 0);
     submit("two", 0);
   }
-  Driver d{s};
+  Driver d(s);
   for (int step = 0; step < 3000; ++step) {
     d.Step();
     // Closed loop: each finished request is replaced by one of its tenant's.
@@ -143,7 +144,7 @@ TEST(FairShareTest, VictimsComeFromTheMostServedTenant) {
   s.AddWorker(1, Worker(14));  // 56 tokens of KV; the three requests below grow to 69
   ASSERT_OK(s.AddRequest(TenantRequest(1, "rich", 4, 20), 0));
   ASSERT_OK(s.AddRequest(TenantRequest(2, "rich", 4, 20), 0));
-  Driver d{s};
+  Driver d(s);
   for (int i = 0; i < 3; ++i) d.Step();
   // Lifted to rich's counter on arrival; rich's two sequences then earn it twice as fast.
   ASSERT_OK(s.AddRequest(TenantRequest(3, "poor", 4, 20), d.now));

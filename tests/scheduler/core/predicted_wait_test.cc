@@ -24,6 +24,7 @@ constexpr double kStep = 0.02;  // seconds a scripted step takes, whatever it ho
 // Steps one worker (plans in flight as the options allow) with a fixed step time; collects
 // finished events.
 struct Clock {
+  explicit Clock(Scheduler& scheduler) : s(scheduler) {}
   Scheduler& s;
   double now = 0;
   std::map<RequestId, Event> finished;
@@ -47,7 +48,7 @@ struct Clock {
 // Attaches worker 1 and runs one request, so that steps and an output length are measured.
 Clock Warmed(Scheduler& s) {
   s.AddWorker(1, Worker(1024));
-  Clock clock{s};
+  Clock clock(s);
   EXPECT_OK(s.AddRequest(Request(1, 8, 20), 0));
   clock.Drain();
   return clock;
@@ -75,7 +76,7 @@ TEST(PredictedWaitTest, NoPredictionBeforeAStepIsMeasured) {
 TEST(PredictedWaitTest, PredictionsMatchTheWaitOfAQueue) {
   Scheduler s(Busy());
   s.AddWorker(1, Worker(1024));
-  Clock clock{s};
+  Clock clock(s);
   for (RequestId id = 1; id <= 4; ++id) ASSERT_OK(s.AddRequest(Request(id, 8, 20), 0));
   clock.Drain();  // measures steps and output lengths
   for (RequestId id = 10; id < 40; ++id) {

@@ -36,7 +36,6 @@ constexpr int kKeys = 32;  // positions per K/V tile
 constexpr int kThreadsPerRow = kThreads / kRows;
 constexpr int kKeysPerThread = kKeys / kThreadsPerRow;
 constexpr int kProbStride = kKeys + 1;  // padded rows of the probability tile
-constexpr int kMaxHeadDim = 256;
 static_assert(kThreadsPerRow == 4, "the row reductions below shuffle over 4 lanes");
 
 struct PrefillArgs {
