@@ -11,8 +11,8 @@
 #include <string>
 
 #include "common/gguf_reader.h"
+#include "modelgen/gguf_writer.h"
 #include "scheduler/text/gguf_vocab.h"
-#include "testing/gguf_writer.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 int main(int argc, char** argv) {
@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s\n", imported.status().ToString().c_str());
     return 1;
   }
-  pagoda::common::GgufWriter w;
+  pagoda::modelgen::GgufWriter w;
   pagoda::tools::AddHfTokenizerMetadata(*imported, w);
   auto file = pagoda::common::GgufFile::FromBytes(w.Serialize());
   const auto t1 = Clock::now();

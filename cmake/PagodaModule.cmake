@@ -21,7 +21,7 @@
 #            so a new header always has an owner. New headers appear at the next build (the
 #            glob re-runs CMake).
 # The tree is remade at every configure, so a deleted header disappears too. The target's
-# property PAGODA_HEADER_ROOT holds the tree's path (tests/testing/cuda_emulation compiles the
+# property PAGODA_HEADER_ROOT holds the tree's path (tests/support/cuda_emulation compiles the
 # CUDA backend's sources against it without linking the backend).
 function(pagoda_module_headers target)
   cmake_parse_arguments(arg "" "DIR" "SUBDIRS;HEADERS;EXCLUDE" ${ARGN})

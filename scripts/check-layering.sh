@@ -44,12 +44,12 @@ rule common '(scheduler|worker|tools|tests)/.*' 'common/ holds only what both pr
 for dir in scheduler worker common tools; do
   rule "$dir" 'tests/.*' 'product code never includes test code'
 done
-# The fixtures (random models, synthetic vocabularies, the GGUF writer, the quantizer) are for
-# tests, benches and tools: what ships never includes them, and they build on common/ alone.
+# modelgen/ (random models, synthetic vocabularies, the GGUF writer, the quantizer) is for
+# tests, benches and tools: what ships never includes it, and it builds on common/ alone.
 for dir in scheduler worker common; do
-  rule "$dir" 'testing/.*' 'product code never includes the testing/ fixtures'
+  rule "$dir" 'modelgen/.*' 'product code never includes the modelgen/ generators'
 done
-rule testing '(scheduler|worker|tools|tests)/.*' 'testing/ fixtures depend only on common/'
+rule modelgen '(scheduler|worker|tools|tests)/.*' 'modelgen/ depends only on common/'
 
 # The core is sans-IO and single-threaded: time, ids and randomness come in as arguments.
 rule scheduler/core 'grpc.*|grpcpp/.*|pagoda/.*\.pb\.h' 'scheduler/core includes no gRPC or proto'

@@ -13,7 +13,7 @@
 #include "absl/strings/ascii.h"
 #include "common/flags.h"
 #include "common/gguf_reader.h"
-#include "testing/random_model.h"
+#include "modelgen/random_model.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 ABSL_FLAG(std::string, output, "", "path of the GGUF file to write (required)");
@@ -42,7 +42,7 @@ ABSL_FLAG(std::string, tokenizer_config, "",
 
 namespace {
 
-bool ParseDtype(std::string text, pagoda::common::RandomModelOptions* o) {
+bool ParseDtype(std::string text, pagoda::modelgen::RandomModelOptions* o) {
   using pagoda::common::GgmlType;
   absl::AsciiStrToLower(&text);
   o->k_m_mix = text == "q4_k_m" || text == "q5_k_m";
@@ -64,7 +64,7 @@ bool ParseDtype(std::string text, pagoda::common::RandomModelOptions* o) {
 
 int main(int argc, char** argv) {
   pagoda::common::ParseFlags(argc, argv);  // accepts --kv-heads as well as --kv_heads
-  pagoda::common::RandomModelOptions o;
+  pagoda::modelgen::RandomModelOptions o;
   const std::string output = absl::GetFlag(FLAGS_output);
   if (output.empty()) {
     std::fprintf(stderr, "pagoda-make-model: --output is required\n");
@@ -97,18 +97,18 @@ int main(int argc, char** argv) {
       return 2;
     }
     o.vocab_size = static_cast<int>(tokenizer->tokens.size());
-    o.write_tokenizer = [t = *std::move(tokenizer)](pagoda::common::GgufWriter& w) {
+    o.write_tokenizer = [t = *std::move(tokenizer)](pagoda::modelgen::GgufWriter& w) {
       pagoda::tools::AddHfTokenizerMetadata(t, w);
     };
   } else if (!absl::GetFlag(FLAGS_tokenizer_config).empty()) {
     std::fprintf(stderr, "pagoda-make-model: --tokenizer_config needs --tokenizer_json\n");
     return 2;
   }
-  if (auto s = pagoda::common::ValidateRandomModelOptions(o); !s.ok()) {
+  if (auto s = pagoda::modelgen::ValidateRandomModelOptions(o); !s.ok()) {
     std::fprintf(stderr, "pagoda-make-model: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  if (auto s = pagoda::common::WriteRandomModel(o, output); !s.ok()) {
+  if (auto s = pagoda::modelgen::WriteRandomModel(o, output); !s.ok()) {
     std::fprintf(stderr, "pagoda-make-model: %s\n", std::string(s.message()).c_str());
     return 1;
   }

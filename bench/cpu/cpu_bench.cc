@@ -23,7 +23,7 @@
 #include "common/aligned_vector.h"
 #include "common/fp16.h"
 #include "common/gguf_reader.h"
-#include "testing/random_model.h"
+#include "modelgen/random_model.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cpu/thread_pool.h"
@@ -324,7 +324,7 @@ void BM_Attention(benchmark::State& state) {
 
 // The issue-16 model shape (dim 768, 12 layers, 12 heads, 4 KV heads, ffn 2048), in memory.
 std::shared_ptr<const worker::LlamaModel> IssueModel(GgmlType type, bool k_m_mix) {
-  common::RandomModelOptions o;
+  modelgen::RandomModelOptions o;
   o.n_layers = 12;
   o.dim = 768;
   o.n_heads = 12;
@@ -334,7 +334,7 @@ std::shared_ptr<const worker::LlamaModel> IssueModel(GgmlType type, bool k_m_mix
   o.context_length = 2048;
   o.dtype = type;
   o.k_m_mix = k_m_mix;
-  auto writer = common::BuildRandomModel(o).value();
+  auto writer = modelgen::BuildRandomModel(o).value();
   auto file = common::GgufFile::FromBytes(writer.Serialize()).value();
   return worker::LlamaModel::Load(*file).value();
 }

@@ -5,12 +5,14 @@
 #include "common/fp16.h"
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
-#include "testing/gguf_writer.h"
-#include "tests/testing/status_assertions.h"
-#include "tests/testing/test_models.h"
+#include "modelgen/gguf_writer.h"
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_models.h"
 
 namespace pagoda::common {
 namespace {
+
+using ::pagoda::modelgen::GgufWriter;
 
 std::string AllTypesImage() {
   GgufWriter w;

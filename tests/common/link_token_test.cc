@@ -4,7 +4,7 @@
 
 #include <fstream>
 
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::common {
 namespace {

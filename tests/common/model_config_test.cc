@@ -1,13 +1,17 @@
 #include "common/model_config.h"
 
 #include "gtest/gtest.h"
-#include "testing/gguf_writer.h"
-#include "testing/random_model.h"
-#include "tests/testing/status_assertions.h"
-#include "tests/testing/test_models.h"
+#include "modelgen/gguf_writer.h"
+#include "modelgen/random_model.h"
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_models.h"
 
 namespace pagoda::common {
 namespace {
+
+using ::pagoda::modelgen::BuildRandomModel;
+using ::pagoda::modelgen::GgufWriter;
+using ::pagoda::modelgen::RandomModelOptions;
 
 absl::StatusOr<ModelConfig> ConfigOf(const GgufWriter& w) {
   auto f = GgufFile::FromBytes(w.Serialize());

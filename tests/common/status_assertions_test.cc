@@ -1,7 +1,7 @@
-// EXPECT_OK / ASSERT_OK / ASSERT_OK_AND_ASSIGN (tests/testing/status_assertions.h): a failure
+// EXPECT_OK / ASSERT_OK / ASSERT_OK_AND_ASSIGN (tests/support/status_assertions.h): a failure
 // names the expression, the status's code and message, and any streamed context; the argument is
 // evaluated once.
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 #include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::common {
 namespace {

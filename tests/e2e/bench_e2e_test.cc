@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/cluster.h"
-#include "tests/testing/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace pagoda::testing {
 namespace {

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "tests/testing/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace pagoda::testing {
 

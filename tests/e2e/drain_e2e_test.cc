@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
 #include "tests/e2e/trained_model.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {

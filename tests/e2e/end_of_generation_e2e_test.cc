@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "testing/random_model.h"
-#include "testing/synthetic_vocab.h"
+#include "modelgen/random_model.h"
+#include "modelgen/synthetic_vocab.h"
 #include "tests/e2e/cluster.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {
@@ -19,7 +19,7 @@ namespace v1 = pagoda::v1;
 
 // A small random model; `extra_key` (e.g. tokenizer.ggml.eot_token_id) = `extra_id` when set.
 std::string WriteModel(const std::string& path, const std::string& extra_key, int32_t extra_id) {
-  common::RandomModelOptions o;
+  modelgen::RandomModelOptions o;
   o.n_layers = 2;
   o.dim = 64;
   o.n_heads = 4;
@@ -28,13 +28,13 @@ std::string WriteModel(const std::string& path, const std::string& extra_key, in
   o.vocab_size = 600;
   o.context_length = 256;
   o.seed = 11;
-  o.write_tokenizer = [&](common::GgufWriter& w) {
-    auto vocab = common::BuildSyntheticVocab(o.vocab_size, o.seed);
+  o.write_tokenizer = [&](modelgen::GgufWriter& w) {
+    auto vocab = modelgen::BuildSyntheticVocab(o.vocab_size, o.seed);
     EXPECT_OK(vocab);
-    common::AddSyntheticTokenizer(w, *vocab);
+    modelgen::AddSyntheticTokenizer(w, *vocab);
     if (!extra_key.empty()) w.AddUint32(extra_key, static_cast<uint32_t>(extra_id));
   };
-  absl::Status s = common::WriteRandomModel(o, path);
+  absl::Status s = modelgen::WriteRandomModel(o, path);
   EXPECT_OK(s);
   return path;
 }
@@ -93,7 +93,7 @@ TEST(EndOfGenerationTest, EotAndEomFinishWithEos) {
               end);
     EXPECT_EQ(std::vector<int32_t>(info.end_of_generation_token_ids().begin(),
                                    info.end_of_generation_token_ids().end()),
-              (std::vector<int32_t>{common::kSyntheticEosId, end}));
+              (std::vector<int32_t>{modelgen::kSyntheticEosId, end}));
   }
 }
 

@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "tests/e2e/cluster.h"
 #include "tests/e2e/stream_driver.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 #include "worker/backend/synthetic/synthetic_backend.h"
 
 namespace pagoda::testing {

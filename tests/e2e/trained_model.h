@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tests/e2e/cluster.h"
-#include "tests/testing/test_models.h"
+#include "tests/support/test_models.h"
 
 namespace pagoda::testing {
 

@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::testing {
 namespace {

@@ -2,7 +2,7 @@
 // indices, block barriers, the warp intrinsics' lane arithmetic, dynamic shared memory, and the
 // failures it must report instead of hanging (divergent barriers, shuffles with exited lanes).
 // The kernels below are written as for nvcc; the emulator makes them plain C++.
-#include "tests/testing/cuda_emulation/cuda_emulation.h"
+#include "tests/support/cuda_emulation/cuda_emulation.h"
 // (first: it defines the device dialect the kernels below use)
 
 #include <gtest/gtest.h>

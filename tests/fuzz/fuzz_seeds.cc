@@ -17,10 +17,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "modelgen/gguf_writer.h"
+#include "modelgen/random_model.h"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/text/vocab.h"
-#include "testing/gguf_writer.h"
-#include "testing/random_model.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace pagoda::fuzz {
@@ -42,7 +42,7 @@ absl::Status WriteSeed(const fs::path& dir, const std::string& name, const std::
 
 // Every metadata value type and array kind, and one tensor of each storage family.
 absl::StatusOr<std::string> AllTypesGguf() {
-  common::GgufWriter w;
+  modelgen::GgufWriter w;
   w.AddUint8("u8", 200);
   w.AddInt8("i8", -100);
   w.AddUint16("u16", 60000);
@@ -72,7 +72,7 @@ absl::StatusOr<std::string> AllTypesGguf() {
 // A four-token llama vocabulary with every tokenizer key (too small for a Tokenizer, which
 // needs the 256 byte tokens, but it reaches each ReadGgufVocab check in a few mutations).
 std::string SmallVocabGguf() {
-  common::GgufWriter w;
+  modelgen::GgufWriter w;
   w.AddString("tokenizer.ggml.model", "llama");
   w.AddStringArray("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>",
                                              "\xE2\x96\x81"
@@ -92,7 +92,7 @@ std::string SmallVocabGguf() {
 // A byte-level BPE tokenizer (tests/fuzz's small vocabulary) with every gpt2 tokenizer key.
 std::string ByteLevelVocabGguf() {
   const scheduler::text::Vocab v = ByteLevelFuzzVocab(scheduler::text::PreTokenizerKind::kLlama3);
-  common::GgufWriter w;
+  modelgen::GgufWriter w;
   w.AddString("tokenizer.ggml.model", "gpt2");
   w.AddString("tokenizer.ggml.pre", "llama-bpe");
   w.AddStringArray("tokenizer.ggml.tokens", v.pieces);
@@ -112,7 +112,7 @@ std::string ByteLevelVocabGguf() {
 
 // Every llama.* key ReadModelConfig reads, with a [dim, vocab] token embedding.
 absl::StatusOr<std::string> SmallConfigGguf() {
-  common::GgufWriter w;
+  modelgen::GgufWriter w;
   w.AddString("general.architecture", "llama");
   w.AddString("general.name", "tiny");
   w.AddUint32("llama.context_length", 16);
@@ -169,7 +169,7 @@ absl::Status WriteGgufSeeds(const fs::path& dir, bool with_model) {
   RETURN_IF_ERROR(WriteSeed(dir, "huge_array.bin", ArrayKv(8, uint64_t{1} << 60, "abcdefgh")));
   RETURN_IF_ERROR(WriteSeed(dir, "nested_array.bin", ArrayKv(9, 1, std::string(12, '\0'))));
   if (!with_model) return absl::OkStatus();
-  common::RandomModelOptions o;
+  modelgen::RandomModelOptions o;
   o.n_layers = 1;
   o.dim = 8;
   o.n_heads = 2;
@@ -179,7 +179,7 @@ absl::Status WriteGgufSeeds(const fs::path& dir, bool with_model) {
   o.context_length = 64;
   o.dtype = GgmlType::F16;
   o.tie_output = true;
-  ASSIGN_OR_RETURN(common::GgufWriter model, common::BuildRandomModel(o));
+  ASSIGN_OR_RETURN(modelgen::GgufWriter model, modelgen::BuildRandomModel(o));
   return WriteSeed(dir, "model_f16.bin", model.Serialize());
 }
 

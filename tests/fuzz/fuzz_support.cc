@@ -15,17 +15,17 @@
 #include "absl/strings/str_replace.h"
 #include "common/gguf_reader.h"
 #include "common/utf8.h"
+#include "modelgen/synthetic_vocab.h"
 #include "scheduler/text/bpe_encoder.h"
 #include "scheduler/text/detokenizer.h"
 #include "scheduler/text/gguf_vocab.h"
 #include "scheduler/text/pre_tokenizer.h"
-#include "testing/synthetic_vocab.h"
 
 namespace pagoda::fuzz {
 namespace {
 
 std::unique_ptr<scheduler::text::Tokenizer> BuildSyntheticTokenizer() {
-  auto synthetic = common::BuildSyntheticVocab(kSyntheticFuzzVocab, /*seed=*/7);
+  auto synthetic = modelgen::BuildSyntheticVocab(kSyntheticFuzzVocab, /*seed=*/7);
   if (!synthetic.ok()) {
     FuzzFail(absl::StrCat("synthetic vocabulary: ", synthetic.status().ToString()));
   }
@@ -35,9 +35,9 @@ std::unique_ptr<scheduler::text::Tokenizer> BuildSyntheticTokenizer() {
   for (int32_t type : synthetic->token_types) {
     vocab.types.push_back(static_cast<scheduler::text::TokenType>(type));
   }
-  vocab.bos_id = common::kSyntheticBosId;
-  vocab.eos_id = common::kSyntheticEosId;
-  vocab.unk_id = common::kSyntheticUnkId;
+  vocab.bos_id = modelgen::kSyntheticBosId;
+  vocab.eos_id = modelgen::kSyntheticEosId;
+  vocab.unk_id = modelgen::kSyntheticUnkId;
   auto tokenizer = scheduler::text::Tokenizer::Create(std::move(vocab));
   if (!tokenizer.ok()) {
     FuzzFail(absl::StrCat("synthetic tokenizer: ", tokenizer.status().ToString()));

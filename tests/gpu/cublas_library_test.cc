@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <pthread.h>
 
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::worker::cuda {
 namespace {

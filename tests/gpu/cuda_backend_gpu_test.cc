@@ -15,8 +15,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
-#include "tests/testing/status_assertions.h"
-#include "tests/testing/test_models.h"
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
@@ -138,7 +138,7 @@ TEST(CudaBackendGpuTest, RaggedLogitsMatchCpu) {
   for (const Shape& shape : shapes) {
     for (DType dtype : {DType::kBf16, DType::kFp16}) {
       for (int ps : {8, 16, 32}) {
-        common::RandomModelOptions o =
+        modelgen::RandomModelOptions o =
             testing::SmallRandomOptions(shape.dim, shape.heads, shape.kv_heads, 2, rng());
         o.context_length = 1024;
         // Weights exactly representable in the dtype: only activation rounding differs.
@@ -181,7 +181,7 @@ TEST(CudaBackendGpuTest, QuantizedFilesMatchCpu) {
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(11);
-  common::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 3);
+  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 3);
   o.context_length = 1024;
   o.dtype = common::GgmlType::F16;
   auto model = testing::RandomModel(o);
@@ -194,7 +194,7 @@ TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
-  common::RandomModelOptions o = testing::SmallRandomOptions(512, 4, 1, 1, 9);
+  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 4, 1, 1, 9);
   o.context_length = 4096;
   o.dtype = common::GgmlType::F16;
   auto model = testing::RandomModel(o);
@@ -317,7 +317,7 @@ TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
 // tokens eager steps give, greedy and seeded sampling alike.
 TEST(CudaBackendGpuTest, GraphReplaysMatchEagerSteps) {
   SKIP_WITHOUT_GPU();
-  common::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 21);
+  modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 21);
   o.context_length = 1024;
   o.dtype = common::GgmlType::F16;
   auto model = testing::RandomModel(o);
@@ -458,7 +458,7 @@ TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
   for (const Case& k :
        {Case{"qwen2", 0.0f, common::GgmlType::F16}, Case{"qwen3", 0.0f, common::GgmlType::F16},
         Case{"llama", 8.0f, common::GgmlType::F16}, Case{"qwen3", 8.0f, common::GgmlType::Q4_K}}) {
-    common::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 2, rng());
+    modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 2, rng());
     o.architecture = k.arch;
     o.rope_scaling_factor = k.scaling;
     o.dtype = k.dtype;
@@ -483,7 +483,7 @@ TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
 TEST(CudaBackendGpuTest, PageCopiesGiveAForkThePromptKv) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(17);
-  common::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 5);
+  modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 5);
   o.dtype = common::GgmlType::F16;
   auto model = testing::RandomModel(o);
   ASSERT_NE(model, nullptr);
@@ -524,7 +524,7 @@ TEST(CudaBackendGpuTest, PageCopiesGiveAForkThePromptKv) {
 // arena of 1,100 pages; on a GPU, 2 GiB, neither).
 TEST(CudaBackendGpuTest, SwapRoundTripRestoresTheKv) {
   SKIP_WITHOUT_GPU();
-  common::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 23);
+  modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 23);
   o.dtype = common::GgmlType::F16;
   auto model = testing::RandomModel(o);
   ASSERT_NE(model, nullptr);

@@ -1,6 +1,6 @@
 // Helpers shared by the CUDA kernel tests (tests/gpu, also built for the host emulator): a
 // cudaMalloc'd buffer that frees itself and dtype <-> float conversion of 16-bit values. Launchers'
-// statuses are checked with ASSERT_OK (tests/testing/status_assertions.h).
+// statuses are checked with ASSERT_OK (tests/support/status_assertions.h).
 #pragma once
 
 #include <cuda_runtime.h>

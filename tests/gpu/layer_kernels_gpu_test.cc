@@ -16,7 +16,7 @@
 
 #include "common/fp16.h"
 #include "tests/gpu/gpu_test_support.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 #include "worker/backend/cpu/cpu_kernels.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"

@@ -24,7 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "tests/gpu/gpu_test_support.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
 #include "worker/backend/cuda/sampling/logprobs.h"

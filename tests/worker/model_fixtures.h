@@ -6,16 +6,16 @@
 
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
-#include "testing/random_model.h"
-#include "tests/testing/status_assertions.h"
+#include "modelgen/random_model.h"
+#include "tests/support/status_assertions.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::testing {
 
 // Builds a random llama model with `options` entirely in memory and loads it.
 inline std::shared_ptr<const worker::LlamaModel> RandomModel(
-    const common::RandomModelOptions& options) {
-  auto writer = common::BuildRandomModel(options);
+    const modelgen::RandomModelOptions& options) {
+  auto writer = modelgen::BuildRandomModel(options);
   EXPECT_OK(writer);
   if (!writer.ok()) return nullptr;
   auto file = common::GgufFile::FromBytes(writer->Serialize());
@@ -26,9 +26,9 @@ inline std::shared_ptr<const worker::LlamaModel> RandomModel(
   return model.ok() ? *model : nullptr;
 }
 
-inline common::RandomModelOptions SmallRandomOptions(int dim, int heads, int kv_heads, int layers,
-                                                     uint64_t seed) {
-  common::RandomModelOptions o;
+inline modelgen::RandomModelOptions SmallRandomOptions(int dim, int heads, int kv_heads, int layers,
+                                                       uint64_t seed) {
+  modelgen::RandomModelOptions o;
   o.n_layers = layers;
   o.dim = dim;
   o.n_heads = heads;

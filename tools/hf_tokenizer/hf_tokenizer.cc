@@ -241,7 +241,7 @@ absl::StatusOr<HfTokenizer> ImportHfTokenizerFiles(const std::string& tokenizer_
   return ImportHfTokenizer(tokenizer_json, config_json);
 }
 
-void AddHfTokenizerMetadata(const HfTokenizer& t, common::GgufWriter& w) {
+void AddHfTokenizerMetadata(const HfTokenizer& t, modelgen::GgufWriter& w) {
   w.AddString("tokenizer.ggml.model", "gpt2");
   w.AddString("tokenizer.ggml.pre", t.pre);
   w.AddStringArray("tokenizer.ggml.tokens", t.tokens);

@@ -24,7 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "testing/gguf_writer.h"
+#include "modelgen/gguf_writer.h"
 
 namespace pagoda::tools {
 
@@ -53,6 +53,6 @@ absl::StatusOr<HfTokenizer> ImportHfTokenizerFiles(const std::string& tokenizer_
                                                    const std::string& config_path);
 
 // Writes tokenizer.ggml.* (model "gpt2") and tokenizer.chat_template into `w`.
-void AddHfTokenizerMetadata(const HfTokenizer& tokenizer, common::GgufWriter& w);
+void AddHfTokenizerMetadata(const HfTokenizer& tokenizer, modelgen::GgufWriter& w);
 
 }  // namespace pagoda::tools

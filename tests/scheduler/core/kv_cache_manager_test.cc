@@ -4,7 +4,7 @@
 
 #include <numeric>
 
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "scheduler/core/scheduler.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {

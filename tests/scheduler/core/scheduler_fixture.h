@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "scheduler/core/scheduler.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler::testing {
 

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "tests/scheduler/core/scheduler_fixture.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "scheduler/core/scheduler.h"
 #include "tests/scheduler/core/scheduler_fixture.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler {
 namespace {

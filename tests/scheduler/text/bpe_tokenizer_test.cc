@@ -11,7 +11,7 @@
 #include "scheduler/text/bpe_encoder.h"
 #include "scheduler/text/pre_tokenizer.h"
 #include "scheduler/text/tokenizer.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {

@@ -8,8 +8,8 @@
 
 #include "common/gguf_reader.h"
 #include "gtest/gtest.h"
-#include "testing/gguf_writer.h"
-#include "tests/testing/status_assertions.h"
+#include "modelgen/gguf_writer.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {
@@ -107,7 +107,7 @@ TEST(ChatTemplate, StrftimeNowReadsTheInjectedClock) {
 }
 
 TEST(ChatTemplate, ReadsTheTemplateFromGguf) {
-  common::GgufWriter with;
+  modelgen::GgufWriter with;
   with.AddString("general.architecture", "llama");
   with.AddString("tokenizer.chat_template", kChatMl);
   absl::StatusOr<std::unique_ptr<common::GgufFile>> file =
@@ -117,7 +117,7 @@ TEST(ChatTemplate, ReadsTheTemplateFromGguf) {
   ASSERT_OK(source);
   EXPECT_EQ(*source, kChatMl);
 
-  common::GgufWriter without;
+  modelgen::GgufWriter without;
   without.AddString("general.architecture", "llama");
   file = common::GgufFile::FromBytes(without.Serialize());
   ASSERT_OK(file);
@@ -126,7 +126,7 @@ TEST(ChatTemplate, ReadsTheTemplateFromGguf) {
   EXPECT_EQ(source.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(source.status().message().find("--chat-template"), std::string::npos);
 
-  common::GgufWriter wrong;
+  modelgen::GgufWriter wrong;
   wrong.AddUint32("tokenizer.chat_template", 7);
   file = common::GgufFile::FromBytes(wrong.Serialize());
   ASSERT_OK(file);

@@ -7,17 +7,17 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "modelgen/gguf_writer.h"
+#include "modelgen/synthetic_vocab.h"
 #include "scheduler/text/bpe_encoder.h"
-#include "testing/gguf_writer.h"
-#include "testing/synthetic_vocab.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler::text {
 namespace {
 
-using ::pagoda::common::BuildSyntheticVocab;
 using ::pagoda::common::GgufFile;
-using ::pagoda::common::GgufWriter;
+using ::pagoda::modelgen::BuildSyntheticVocab;
+using ::pagoda::modelgen::GgufWriter;
 
 // A llama tokenizer of the 300-piece synthetic vocabulary; `types` false leaves token_type out.
 GgufWriter VocabWriter(bool types = true) {

@@ -10,7 +10,7 @@
 #include "nlohmann/json.hpp"
 #include "scheduler/text/jinja/js_string.h"
 #include "scheduler/text/jinja/template.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 
 namespace pagoda::scheduler::text::jinja {
 namespace {

@@ -11,8 +11,8 @@
 
 #include "common/utf8.h"
 #include "tests/scheduler/text/test_vocabs.h"
-#include "tests/testing/status_assertions.h"
-#include "tests/testing/test_models.h"
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_models.h"
 
 namespace pagoda::scheduler::text {
 namespace {

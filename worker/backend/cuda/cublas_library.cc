@@ -19,7 +19,7 @@ namespace {
 
 absl::StatusOr<CublasLibrary> Load() {
 #ifdef PAGODA_CUDA_EMULATION
-  // The emulated build (tests/testing/cuda_emulation) links host versions of these entry points.
+  // The emulated build (tests/support/cuda_emulation) links host versions of these entry points.
   CublasLibrary fake;
   fake.create = &cublasCreate_v2;
   fake.destroy = &cublasDestroy_v2;

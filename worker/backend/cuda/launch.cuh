@@ -1,5 +1,5 @@
 // LaunchKernel and PAGODA_DYNAMIC_SHARED: the two places where kernel code differs between nvcc
-// and the host emulator (tests/testing/cuda_emulation/cuda_emulation.h), so that the same launchers
+// and the host emulator (tests/support/cuda_emulation/cuda_emulation.h), so that the same launchers
 // and kernels also run in tests on machines without a GPU.
 #pragma once
 

@@ -18,13 +18,13 @@
 #include "common/model_config.h"
 #include "common/utf8.h"
 #include "gtest/gtest.h"
+#include "modelgen/gguf_writer.h"
+#include "modelgen/random_model.h"
 #include "nlohmann/json.hpp"
 #include "scheduler/text/detokenizer.h"
 #include "scheduler/text/gguf_vocab.h"
 #include "scheduler/text/tokenizer.h"
-#include "testing/gguf_writer.h"
-#include "testing/random_model.h"
-#include "tests/testing/status_assertions.h"
+#include "tests/support/status_assertions.h"
 #include "tools/hf_tokenizer/hf_tokenizer.h"
 
 namespace pagoda::scheduler::text {
@@ -55,7 +55,7 @@ Model Load(const std::string& package) {
   auto imported =
       tools::ImportHfTokenizerFiles(dir + "tokenizer.json", dir + "tokenizer_config.json");
   EXPECT_OK(imported);
-  common::GgufWriter w;
+  modelgen::GgufWriter w;
   tools::AddHfTokenizerMetadata(*imported, w);
   auto file = common::GgufFile::FromBytes(w.Serialize());
   EXPECT_OK(file);
@@ -147,7 +147,7 @@ TEST(HfTokenizer, MakeModelWritesARealTokenizer) {
   const std::string dir = Env("PAGODA_HF_MODELS") + "/tokenizer-qwen3/models/";
   auto imported = tools::ImportHfTokenizerFiles(dir + "tokenizer.json", "");
   ASSERT_OK(imported);
-  common::RandomModelOptions o;
+  modelgen::RandomModelOptions o;
   o.n_layers = 1;
   o.dim = 16;
   o.n_heads = 2;
@@ -155,8 +155,8 @@ TEST(HfTokenizer, MakeModelWritesARealTokenizer) {
   o.ffn_dim = 32;
   o.tie_output = true;
   o.vocab_size = static_cast<int>(imported->tokens.size());
-  o.write_tokenizer = [&](common::GgufWriter& w) { tools::AddHfTokenizerMetadata(*imported, w); };
-  auto writer = common::BuildRandomModel(o);
+  o.write_tokenizer = [&](modelgen::GgufWriter& w) { tools::AddHfTokenizerMetadata(*imported, w); };
+  auto writer = modelgen::BuildRandomModel(o);
   ASSERT_OK(writer);
   auto file = common::GgufFile::FromBytes(writer->Serialize());
   ASSERT_OK(file);

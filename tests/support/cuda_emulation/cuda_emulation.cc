@@ -1,0 +1,378 @@
+// The emulator's scheduler: every thread of a block is a fiber on the launching thread; the
+// scheduler runs the runnable fibers (in a shuffled order), then completes the warp collectives and
+// block barriers whose participants have all arrived, until every fiber has returned or none can
+// move.
+#include "tests/support/cuda_emulation/cuda_emulation.h"
+
+#include <sys/mman.h>
+#include <ucontext.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <numeric>
+#include <random>
+#include <vector>
+
+namespace pagoda::worker::cuda::emulation {
+namespace {
+
+// A fiber's saved execution context and the switch between two. On x86-64 a switch pushes the
+// callee-saved registers and swaps stack pointers: swapcontext also saves the signal mask, a
+// system call each way, which made the emulator spend a third of its time in the kernel.
+#if defined(__x86_64__)
+extern "C" void PagodaEmulationSwitch(void** save_sp, void* load_sp);
+asm(R"(
+  .text
+  .globl PagodaEmulationSwitch
+  .type PagodaEmulationSwitch, @function
+PagodaEmulationSwitch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size PagodaEmulationSwitch, .-PagodaEmulationSwitch
+  .section .note.GNU-stack, "", @progbits
+  .text
+)");
+
+struct Context {
+  void* sp = nullptr;
+};
+void Switch(Context& save, Context& load) { PagodaEmulationSwitch(&save.sp, load.sp); }
+// The first switch to `c` enters `entry` (which must never return) on the given stack: six zero
+// registers for the pops, `entry` for the ret, and a zero return address for `entry` itself,
+// leaving the stack pointer 16-byte aligned minus 8 at entry, as after a call.
+void Prepare(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  const uintptr_t top = (reinterpret_cast<uintptr_t>(stack) + bytes) & ~uintptr_t{15};
+  void** sp = reinterpret_cast<void**>(top - 8 * sizeof(void*));
+  for (int i = 0; i < 6; ++i) sp[i] = nullptr;
+  sp[6] = reinterpret_cast<void*>(entry);
+  sp[7] = nullptr;
+  c.sp = sp;
+}
+#else
+struct Context {
+  ucontext_t uc;
+};
+void Switch(Context& save, Context& load) { swapcontext(&save.uc, &load.uc); }
+void Prepare(Context& c, char* stack, size_t bytes, void (*entry)()) {
+  getcontext(&c.uc);
+  c.uc.uc_stack.ss_sp = stack;
+  c.uc.uc_stack.ss_size = bytes;
+  c.uc.uc_link = nullptr;
+  makecontext(&c.uc, entry, 0);
+}
+#endif
+
+// Kernels keep small register arrays (the sampler's and attention's largest are a few KiB);
+// pages of a stack that are never touched cost nothing. Below each stack, a page that faults on
+// access turns an overflow into a crash instead of corrupting the next fiber's stack.
+constexpr size_t kStackBytes = 256 << 10;
+constexpr size_t kGuardBytes = 4096;
+constexpr unsigned kMaxBlockThreads = 1024;
+constexpr size_t kMaxDynamicShared = 227 << 10;  // sm_90's opt-in limit per block
+
+enum class Wait { kNone, kSync, kWarp, kDone };
+
+struct Fiber {
+  Context context;
+  char* stack = nullptr;  // kStackBytes, in Stacks
+  Builtins builtins;
+  Wait wait = Wait::kNone;
+  unsigned mask = 0;            // kWarp: the collective's lane mask
+  uint64_t posted = 0;          // kWarp: this lane's value
+  uint64_t* all = nullptr;      // kWarp: where the lanes' values go
+  unsigned* arrived = nullptr;  // kWarp: where the mask of posting lanes goes
+};
+
+// One mapping holding every fiber's stack, each above a guard page.
+class Stacks {
+ public:
+  explicit Stacks(size_t count) : bytes_(count * (kGuardBytes + kStackBytes)) {
+    void* p = mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) {
+      std::fprintf(stderr, "cuda emulation: cannot map %zu bytes of fiber stacks\n", bytes_);
+      std::abort();
+    }
+    base_ = static_cast<char*>(p);
+    for (size_t i = 0; i < count; ++i) mprotect(Guard(i), kGuardBytes, PROT_NONE);
+  }
+  ~Stacks() { munmap(base_, bytes_); }
+  Stacks(const Stacks&) = delete;
+  Stacks& operator=(const Stacks&) = delete;
+
+  char* Stack(size_t i) const { return Guard(i) + kGuardBytes; }
+
+ private:
+  char* Guard(size_t i) const { return base_ + i * (kGuardBytes + kStackBytes); }
+
+  char* base_ = nullptr;
+  size_t bytes_;
+};
+
+struct LaunchState {
+  std::vector<Fiber> fibers;
+  std::unique_ptr<Stacks> stacks;
+  std::string fault;  // the first ReportFault of the launch
+  Context scheduler;
+  const std::function<void()>* body = nullptr;
+  Fiber* current = nullptr;
+  std::unique_ptr<char[]> dynamic_shared;
+  std::mt19937 rng;  // the fibers' order; seeded per launch (see Launch)
+};
+
+// Global by necessity (see the header): __shared__ variables are statics, so launches are
+// serialized, and the fibers find their launch through the thread-local pointer.
+std::mutex launch_mutex;
+thread_local LaunchState* active = nullptr;
+
+// Launches so far: seeds each launch's schedule, so that repeated launches run their fibers in
+// different orders (a race shows up as a result that changes) while a process is reproducible.
+uint64_t launches = 0;  // guarded by launch_mutex
+
+std::mutex error_mutex;
+cudaError_t sticky_error = cudaSuccess;
+std::string last_message;
+
+void SetError(cudaError_t err, std::string message) {
+  std::lock_guard<std::mutex> lock(error_mutex);
+  sticky_error = err;
+  last_message = std::move(message);
+  if (!last_message.empty()) std::fprintf(stderr, "cuda emulation: %s\n", last_message.c_str());
+}
+
+Fiber& Self() {
+  if (active == nullptr || active->current == nullptr) {
+    std::fprintf(stderr, "cuda emulation: a device built-in used outside a kernel\n");
+    std::abort();
+  }
+  return *active->current;
+}
+
+// Back to the scheduler until it resumes this fiber.
+void Block(Fiber& f, Wait wait) {
+  f.wait = wait;
+  Switch(f.context, active->scheduler);
+}
+
+// A fiber's entry: the kernel, then back to the scheduler for good.
+void FiberMain() {
+  LaunchState& s = *active;
+  (*s.body)();
+  Fiber& f = *s.current;
+  f.wait = Wait::kDone;
+  Switch(f.context, s.scheduler);
+  std::abort();  // a finished fiber is never resumed
+}
+
+std::string Describe(const LaunchState& s, const char* what) {
+  std::string out = std::string("deadlock: ") + what + "; block (" +
+                    std::to_string(s.fibers[0].builtins.block_idx.x) + "," +
+                    std::to_string(s.fibers[0].builtins.block_idx.y) + "," +
+                    std::to_string(s.fibers[0].builtins.block_idx.z) + "), threads:";
+  int shown = 0;
+  for (size_t i = 0; i < s.fibers.size() && shown < 16; ++i) {
+    const Wait w = s.fibers[i].wait;
+    if (w == Wait::kDone) continue;
+    out += " " + std::to_string(i) + (w == Wait::kSync ? "@sync" : "@warp");
+    ++shown;
+  }
+  return out;
+}
+
+// Completes the warp collectives whose participants have all arrived: for each mask that waiting
+// lanes of a warp name, when every lane of the mask waits with that mask or has returned.
+void ReleaseWarps(LaunchState& s, bool* released) {
+  const size_t n = s.fibers.size();
+  for (size_t w0 = 0; w0 < n; w0 += 32) {
+    const size_t lanes = std::min<size_t>(32, n - w0);
+    unsigned pending = 0;  // lanes waiting in a collective not yet released in this pass
+    for (size_t l = 0; l < lanes; ++l) {
+      if (s.fibers[w0 + l].wait == Wait::kWarp) pending |= 1u << l;
+    }
+    while (pending != 0) {
+      const unsigned mask = s.fibers[w0 + std::countr_zero(pending)].mask;
+      unsigned posting = 0;
+      bool complete = true;
+      for (size_t l = 0; l < lanes; ++l) {
+        const Fiber& f = s.fibers[w0 + l];
+        const bool waits_here = f.wait == Wait::kWarp && f.mask == mask;
+        if (waits_here) posting |= 1u << l;
+        if ((mask >> l & 1u) != 0 && !waits_here && f.wait != Wait::kDone) complete = false;
+      }
+      pending &= ~posting;
+      if (!complete) continue;
+      uint64_t all[32] = {};
+      for (size_t l = 0; l < lanes; ++l) {
+        if (posting >> l & 1u) all[l] = s.fibers[w0 + l].posted;
+      }
+      for (size_t l = 0; l < lanes; ++l) {
+        if ((posting >> l & 1u) == 0) continue;
+        Fiber& f = s.fibers[w0 + l];
+        std::memcpy(f.all, all, sizeof(all));
+        *f.arrived = posting;
+        f.wait = Wait::kNone;
+      }
+      *released = true;
+    }
+  }
+}
+
+// Runs one block's fibers to completion; false (with *error) on a deadlock.
+bool RunBlock(LaunchState& s, std::string* error) {
+  std::vector<size_t> order(s.fibers.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  for (;;) {
+    std::shuffle(order.begin(), order.end(), s.rng);
+    for (size_t i : order) {
+      Fiber& f = s.fibers[i];
+      if (f.wait != Wait::kNone) continue;
+      s.current = &f;
+      Switch(s.scheduler, f.context);
+    }
+    s.current = nullptr;
+    bool released = false;
+    ReleaseWarps(s, &released);
+    if (released) continue;
+    size_t alive = 0, at_sync = 0;
+    for (const Fiber& f : s.fibers) {
+      alive += f.wait != Wait::kDone;
+      at_sync += f.wait == Wait::kSync;
+    }
+    if (alive == 0) return true;
+    if (at_sync == alive) {
+      for (Fiber& f : s.fibers) {
+        if (f.wait == Wait::kSync) f.wait = Wait::kNone;
+      }
+      continue;
+    }
+    *error = Describe(s, at_sync > 0 ? "__syncthreads reached by some threads while others wait "
+                                       "in a warp collective"
+                                     : "warp collectives whose lanes wait in other collectives");
+    return false;
+  }
+}
+
+// Points the fiber at the kernel's start.
+void StartFiber(Fiber& f, const Builtins& builtins) {
+  f.builtins = builtins;
+  f.wait = Wait::kNone;
+  Prepare(f.context, f.stack, kStackBytes, FiberMain);
+}
+
+}  // namespace
+
+cudaError_t CheckConfiguration(dim3 grid, dim3 block, size_t dynamic_shared_bytes) {
+  const uint64_t threads = uint64_t{block.x} * block.y * block.z;
+  const bool valid = grid.x > 0 && grid.y > 0 && grid.z > 0 && grid.y <= 65535 && grid.z <= 65535 &&
+                     threads > 0 && threads <= kMaxBlockThreads && block.z <= 64 &&
+                     dynamic_shared_bytes <= kMaxDynamicShared;
+  return valid ? cudaSuccess : cudaErrorInvalidConfiguration;
+}
+
+void ReportFault(const std::string& message) {
+  LaunchState& s = *active;
+  if (!s.fault.empty()) return;
+  const Builtins& b = Self().builtins;
+  s.fault = message + " (thread " + std::to_string(b.thread_idx.x) + " of block (" +
+            std::to_string(b.block_idx.x) + "," + std::to_string(b.block_idx.y) + "," +
+            std::to_string(b.block_idx.z) + "))";
+}
+
+const Builtins& Current() { return Self().builtins; }
+
+void SyncThreads() { Block(Self(), Wait::kSync); }
+
+void* DynamicShared() { return active->dynamic_shared.get(); }
+
+unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]) {
+  Fiber& f = Self();
+  unsigned arrived = 0;
+  if ((mask >> LaneId() & 1u) == 0) {
+    std::fprintf(stderr, "cuda emulation: a warp collective called by a lane outside its mask\n");
+    std::abort();
+  }
+  f.mask = mask;
+  f.posted = value;
+  f.all = all;
+  f.arrived = &arrived;
+  Block(f, Wait::kWarp);
+  return arrived;
+}
+
+cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
+                   const std::function<void()>& body) {
+  if (CheckConfiguration(grid, block, dynamic_shared_bytes) != cudaSuccess) {
+    SetError(cudaErrorInvalidConfiguration, "invalid launch configuration");
+    return cudaErrorInvalidConfiguration;
+  }
+  std::lock_guard<std::mutex> lock(launch_mutex);
+  LaunchState s;
+  s.rng.seed(static_cast<uint32_t>(++launches));
+  s.body = &body;
+  const unsigned threads = block.x * block.y * block.z;
+  s.fibers.resize(threads);
+  s.stacks = std::make_unique<Stacks>(threads);
+  for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = s.stacks->Stack(t);
+  s.dynamic_shared.reset(new char[std::max<size_t>(dynamic_shared_bytes, 16)]);
+  active = &s;
+  std::string error;
+  bool ok = true;
+  for (unsigned bz = 0; ok && bz < grid.z; ++bz) {
+    for (unsigned by = 0; ok && by < grid.y; ++by) {
+      for (unsigned bx = 0; ok && bx < grid.x; ++bx) {
+        // Shared memory starts undefined on the GPU: poison the dynamic part (NaN as floats).
+        std::memset(s.dynamic_shared.get(), 0xff, dynamic_shared_bytes);
+        for (unsigned t = 0; t < threads; ++t) {
+          const uint3 thread_idx =
+              make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+          StartFiber(s.fibers[t], {thread_idx, make_uint3(bx, by, bz), block, grid});
+        }
+        ok = RunBlock(s, &error) && s.fault.empty();
+      }
+    }
+  }
+  active = nullptr;
+  if (!s.fault.empty()) error = s.fault;
+  if (!ok) {
+    SetError(cudaErrorLaunchFailure, error);
+    return cudaErrorLaunchFailure;
+  }
+  std::lock_guard<std::mutex> error_lock(error_mutex);
+  last_message.clear();
+  return cudaSuccess;
+}
+
+std::string LastLaunchError() {
+  std::lock_guard<std::mutex> lock(error_mutex);
+  return last_message;
+}
+
+cudaError_t TakeLastError() {
+  std::lock_guard<std::mutex> lock(error_mutex);
+  const cudaError_t err = sticky_error;
+  sticky_error = cudaSuccess;
+  return err;
+}
+
+cudaError_t PeekLastError() {
+  std::lock_guard<std::mutex> lock(error_mutex);
+  return sticky_error;
+}
+
+}  // namespace pagoda::worker::cuda::emulation

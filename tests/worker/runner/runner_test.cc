@@ -1,0 +1,346 @@
+// Runner: plans in, sampled tokens out, on the CPU backend with the trained model.
+#include "worker/runner/runner.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tests/support/status_assertions.h"
+#include "tests/support/test_models.h"
+#include "tests/worker/model_fixtures.h"
+#include "worker/backend/cpu/cpu_backend.h"
+#include "worker/model/llama_model.h"
+
+namespace pagoda::worker {
+namespace {
+
+namespace wv1 = pagoda::worker::v1;
+
+std::unique_ptr<Runner> MakeRunner(const std::string& path, int page_size, int pages) {
+  auto model = LlamaModel::Load(path);
+  EXPECT_OK(model);
+  CpuBackendOptions options;
+  options.page_size = page_size;
+  options.num_pages = pages;
+  options.num_threads = 1;
+  auto backend = CpuBackend::Create(*model, options);
+  EXPECT_OK(backend);
+  return std::make_unique<Runner>(*std::move(backend));
+}
+
+wv1::SequenceStep* AddStep(wv1::IterationPlan& plan, uint64_t seq,
+                           const std::vector<int32_t>& tokens, int start,
+                           const std::vector<uint32_t>& pages, bool sample, int index) {
+  auto* s = plan.add_steps();
+  s->set_seq_id(seq);
+  s->mutable_tokens()->Add(tokens.begin(), tokens.end());
+  s->set_start_pos(start);
+  s->mutable_new_pages()->Add(pages.begin(), pages.end());
+  s->set_sample(sample);
+  s->set_sample_index(index);
+  s->set_first_sight(start == 0);
+  return s;
+}
+
+// Chunked prefill then decode through Execute reproduces llama.cpp's greedy tokens, with two
+// sequences interleaved in the same plans on scattered pages.
+TEST(RunnerTest, ExecutesChunkedPrefillAndDecodesGolden) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
+  std::ifstream in(*golden_path);
+  const auto cases = nlohmann::json::parse(in)["cases"];
+  const auto a_prompt = cases[0]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto a_expect = cases[0]["expected_token_ids"].get<std::vector<int32_t>>();
+  const auto b_prompt = cases[1]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto b_expect = cases[1]["expected_token_ids"].get<std::vector<int32_t>>();
+  constexpr int kPage = 4;
+  auto runner = MakeRunner(*model, kPage, 64);
+  // Pages handed out alternately so the two sequences' tables interleave.
+  uint32_t next_page = 63;
+  std::vector<int32_t> a = a_prompt, b = b_prompt;
+  int a_pages = 0, b_pages = 0;
+  auto grow = [&](int& have, int positions) {
+    std::vector<uint32_t> out;
+    while (have * kPage < positions) out.push_back(next_page--), ++have;
+    return out;
+  };
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  AddStep(plan, 1, std::vector<int32_t>(a.begin(), a.begin() + 3), 0, grow(a_pages, 3), false, 0);
+  AddStep(plan, 2, b, 0, grow(b_pages, b.size()), true, 0);
+  plan.mutable_steps(0)->mutable_sampling()->set_temperature(0);
+  wv1::IterationResult r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled_size(), 1);
+  b.push_back(r.sampled(0).token_id());
+  plan.Clear();
+  plan.set_iteration(2);
+  AddStep(plan, 1, std::vector<int32_t>(a.begin() + 3, a.end()), 3, grow(a_pages, a.size()), true,
+          0);
+  for (int step = 0; step < 10; ++step) {
+    const int bpos = static_cast<int>(b.size()) - 1;
+    AddStep(plan, 2, {b.back()}, bpos, grow(b_pages, bpos + 1), true, bpos - b_prompt.size() + 1);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    for (const auto& t : r.sampled()) (t.seq_id() == 1 ? a : b).push_back(t.token_id());
+    plan.Clear();
+    plan.set_iteration(3 + step);
+    const int apos = static_cast<int>(a.size()) - 1;
+    AddStep(plan, 1, {a.back()}, apos, grow(a_pages, apos + 1), true, apos - a_prompt.size() + 1);
+  }
+  EXPECT_EQ(std::vector<int32_t>(a.begin() + a_prompt.size(), a.end()),
+            std::vector<int32_t>(a_expect.begin(), a_expect.begin() + 10));
+  EXPECT_EQ(std::vector<int32_t>(b.begin() + b_prompt.size(), b.end()),
+            std::vector<int32_t>(b_expect.begin(), b_expect.begin() + 11));
+  EXPECT_EQ(runner->num_sequences(), 2u);
+  plan.Clear();
+  plan.add_free_seq_ids(1);
+  plan.add_free_seq_ids(2);
+  EXPECT_TRUE(runner->Execute(plan).error().empty());
+  EXPECT_EQ(runner->num_sequences(), 0u);
+}
+
+TEST(RunnerTest, BadPlansGiveErrorsNotCrashes) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  auto runner = MakeRunner(*model, 4, 8);
+  wv1::IterationPlan unknown;
+  AddStep(unknown, 9, {5}, 3, {}, true, 0)->set_first_sight(false);
+  EXPECT_NE(runner->Execute(unknown).error().find("does not know"), std::string::npos);
+  wv1::IterationPlan bad_page;
+  AddStep(bad_page, 1, {1, 2}, 0, {8}, true, 0);
+  EXPECT_NE(runner->Execute(bad_page).error().find("outside the arena of 8 pages"),
+            std::string::npos);
+  wv1::IterationPlan bad_token;
+  AddStep(bad_token, 2, {1, 100000}, 0, {0}, true, 0);
+  EXPECT_FALSE(runner->Execute(bad_token).error().empty());
+}
+
+}  // namespace
+}  // namespace pagoda::worker
+
+namespace pagoda::worker {
+namespace {
+
+// Copy on write as n > 1 uses it: sequence 2 shares sequence 1's whole prompt pages and a copy
+// of its partial last page, recomputes the last prompt token and samples what sequence 1
+// sampled; sequence 1 keeps decoding in its own page, and both continue like the golden run.
+TEST(RunnerTest, PageCopiesLetAForkContinueFromSharedPages) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
+  std::ifstream in(*golden_path);
+  const auto cases = nlohmann::json::parse(in)["cases"];
+  const auto prompt = cases[2]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const auto expect = cases[2]["expected_token_ids"].get<std::vector<int32_t>>();
+  const int p = static_cast<int>(prompt.size());
+  // A page size that leaves a whole page to share and several positions in the partial one.
+  int kPage = std::max(3, (p + 1) / 2);
+  while ((p - 1) % kPage == 0) ++kPage;
+  auto runner = MakeRunner(*model, kPage, 64);
+  std::vector<uint32_t> pages;  // room for two decode steps
+  for (int i = 0; i < (p + 2 + kPage - 1) / kPage; ++i) pages.push_back(10 + i);
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  AddStep(plan, 1, prompt, 0, pages, true, 0);
+  wv1::IterationResult r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled(0).token_id(), expect[0]);
+  // The fork: whole pages shared, the partial one (holding position p - 1) copied to page 40.
+  const int partial = (p - 1) / kPage;
+  std::vector<uint32_t> fork_pages(pages.begin(), pages.begin() + partial);
+  fork_pages.push_back(40);
+  fork_pages.push_back(41);  // room for one decode step
+  plan.Clear();
+  plan.set_iteration(2);
+  auto* copy = plan.add_page_copies();
+  copy->set_src(pages[partial]);
+  copy->set_dst(40);
+  AddStep(plan, 1, {expect[0]}, p, {}, true, 1);
+  AddStep(plan, 2, {prompt.back()}, p - 1, fork_pages, true, 0)->set_first_sight(true);
+  r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled_size(), 2);
+  EXPECT_EQ(r.sampled(0).token_id(), expect[1]);
+  EXPECT_EQ(r.sampled(1).token_id(), expect[0]) << "the fork sees the copied prompt KV";
+  // Both continue: sequence 2's writes land in its copy, never in sequence 1's page.
+  plan.Clear();
+  plan.set_iteration(3);
+  AddStep(plan, 1, {expect[1]}, p + 1, {}, true, 2);
+  AddStep(plan, 2, {expect[0]}, p, {}, true, 1);
+  r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  EXPECT_EQ(r.sampled(0).token_id(), expect[2]);
+  EXPECT_EQ(r.sampled(1).token_id(), expect[1]);
+  // Bad copies are refused before anything runs.
+  plan.Clear();
+  plan.set_iteration(4);
+  copy = plan.add_page_copies();
+  copy->set_src(3);
+  copy->set_dst(64);
+  r = runner->Execute(plan);
+  EXPECT_NE(r.error().find("below 64"), std::string::npos) << r.error();
+}
+
+constexpr int kPage = 4;
+
+// A runner on a small random-weights model (no file needed), with `swap_slots` of swap space.
+std::unique_ptr<Runner> MakeRandomRunner(int page_size, int pages, int swap_slots) {
+  auto model = testing::RandomModel(testing::SmallRandomOptions(64, 4, 2, 2, 7));
+  CpuBackendOptions options;
+  options.page_size = page_size;
+  options.num_pages = pages;
+  options.num_threads = 1;
+  auto backend = CpuBackend::Create(model, options);
+  EXPECT_OK(backend);
+  if (swap_slots > 0) {
+    EXPECT_OK((*backend)->InitSwapSpace(swap_slots));
+  }
+  return std::make_unique<Runner>(*std::move(backend));
+}
+
+std::vector<int32_t> Prompt(int n, uint32_t seed) {
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) out.push_back(static_cast<int32_t>((seed + 37u * i * i) % 320));
+  return out;
+}
+
+// Decodes sequence 1 (greedy, `seq` its tokens so far) `decodes` more steps on the pages it
+// has, appending each sample to `seq` and `out`.
+void Decode(Runner& runner, uint64_t& iteration, std::vector<int32_t>& seq, int prompt_len,
+            int decodes, std::vector<int32_t>* out) {
+  for (int i = 0; i < decodes; ++i) {
+    wv1::IterationPlan plan;
+    plan.set_iteration(iteration++);
+    const int pos = static_cast<int>(seq.size()) - 1;
+    AddStep(plan, 1, {seq.back()}, pos, {}, true, pos - prompt_len + 1);
+    wv1::IterationResult r = runner.Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    seq.push_back(r.sampled(0).token_id());
+    out->push_back(seq.back());
+  }
+}
+
+// Swap preemption end to end: sequence 1's pages go to swap slots (the same plan frees it and
+// hands its pages to sequence 2, whose prefill overwrites them), then come back into other pages
+// (the same plan resumes it, first sight again): greedy decoding continues with exactly the
+// tokens of an unswapped run. Without the swap in, its new pages hold no KV: other tokens.
+TEST(RunnerTest, SwappedSequenceContinuesWithTheSameTokens) {
+  const std::vector<int32_t> prompt = Prompt(11, 3), other = Prompt(16, 11);
+  const std::vector<uint32_t> first_pages = {3, 7, 5, 9, 2};  // positions [0, 20)
+  std::vector<int32_t> reference;
+  {
+    auto runner = MakeRandomRunner(kPage, 16, 0);
+    wv1::IterationPlan plan;
+    plan.set_iteration(1);
+    AddStep(plan, 1, prompt, 0, first_pages, true, 0);
+    wv1::IterationResult r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(r.sampled(0).token_id());
+    reference.push_back(seq.back());
+    uint64_t iteration = 2;
+    Decode(*runner, iteration, seq, 11, 8, &reference);
+  }
+  for (bool swap_in : {true, false}) {
+    SCOPED_TRACE(swap_in ? "swapped in" : "not swapped in");
+    auto runner = MakeRandomRunner(kPage, 16, 8);
+    std::vector<StepTiming> timings;
+    runner->SetStepObserver([&](const StepTiming& t) { timings.push_back(t); });
+    wv1::IterationPlan plan;
+    plan.set_iteration(1);
+    AddStep(plan, 1, prompt, 0, first_pages, true, 0);
+    wv1::IterationResult r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    std::vector<int32_t> seq = prompt, got;
+    seq.push_back(r.sampled(0).token_id());
+    got.push_back(seq.back());
+    uint64_t iteration = 2;
+    Decode(*runner, iteration, seq, 11, 3, &got);  // positions [0, 14) computed
+    // Preempt: pages 3, 7, 5, 9 (positions [0, 16)) out, and sequence 2 prefills into them.
+    plan.Clear();
+    plan.set_iteration(iteration++);
+    const std::vector<std::pair<uint32_t, uint32_t>> out = {{3, 5}, {7, 0}, {5, 2}, {9, 6}};
+    for (const auto& [page, slot] : out) {
+      auto* c = plan.add_swap_out();
+      c->set_page(page);
+      c->set_slot(slot);
+    }
+    plan.add_free_seq_ids(1);
+    AddStep(plan, 2, other, 0, {9, 5, 7, 3}, true, 0);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    EXPECT_GT(r.swap_seconds(), 0);
+    EXPECT_EQ(runner->num_sequences(), 1u);
+    // Resume into pages 11, 12, 1, 14 (+ 0 for room), feeding its last sample.
+    plan.Clear();
+    plan.set_iteration(iteration++);
+    const std::vector<std::pair<uint32_t, uint32_t>> in = {{11, 5}, {12, 0}, {1, 2}, {14, 6}};
+    for (const auto& [page, slot] : in) {
+      if (!swap_in) break;
+      auto* c = plan.add_swap_in();
+      c->set_page(page);
+      c->set_slot(slot);
+    }
+    const int pos = static_cast<int>(seq.size()) - 1;
+    AddStep(plan, 1, {seq.back()}, pos, {11, 12, 1, 14, 0}, true, pos - 10)->set_first_sight(true);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    seq.push_back(r.sampled(0).token_id());
+    got.push_back(seq.back());
+    Decode(*runner, iteration, seq, 11, 4, &got);
+    if (swap_in) {
+      EXPECT_EQ(got, reference);
+      ASSERT_GE(timings.size(), 6u);
+      EXPECT_EQ(timings[4].pages_swapped_out, 4);
+      EXPECT_EQ(timings[5].pages_swapped_in, 4);
+      EXPECT_GT(timings[5].swap_seconds, 0);
+      EXPECT_EQ(timings[5].pages_swapped_out, 0);
+    } else {
+      EXPECT_NE(got, reference);
+    }
+  }
+}
+
+TEST(RunnerTest, BadSwapsGiveErrorsBeforeAnythingRuns) {
+  auto plan_with = [](const char* list, uint32_t page, uint32_t slot) {
+    wv1::IterationPlan plan;
+    plan.set_iteration(7);
+    auto* c = std::string(list) == "out" ? plan.add_swap_out() : plan.add_swap_in();
+    c->set_page(page);
+    c->set_slot(slot);
+    return plan;
+  };
+  auto none = MakeRandomRunner(kPage, 8, 0);
+  std::string error = none->Execute(plan_with("out", 0, 0)).error();
+  EXPECT_NE(error.find("no swap space"), std::string::npos) << error;
+  auto runner = MakeRandomRunner(kPage, 8, 4);
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  AddStep(plan, 1, Prompt(5, 1), 0, {0, 1}, true, 0);
+  ASSERT_TRUE(runner->Execute(plan).error().empty());
+  error = runner->Execute(plan_with("in", 2, 4)).error();
+  EXPECT_NE(error.find("swap_in entry 0: page 2, slot 4"), std::string::npos) << error;
+  EXPECT_NE(error.find("slots below 4"), std::string::npos) << error;
+  // A bad entry after a good one: the plan's free is not applied either.
+  plan = plan_with("out", 0, 0);
+  auto* bad = plan.add_swap_out();
+  bad->set_page(8);
+  bad->set_slot(1);
+  plan.add_free_seq_ids(1);
+  error = runner->Execute(plan).error();
+  EXPECT_NE(error.find("pages must be below 8"), std::string::npos) << error;
+  EXPECT_EQ(runner->num_sequences(), 1u);
+}
+
+TEST(RunnerTest, MeasuresTheSwapTimeOfOnePage) {
+  auto none = MakeRandomRunner(kPage, 8, 0);
+  ASSERT_OK(none->MeasureSwap());
+  EXPECT_EQ(none->swap_seconds_per_page(), 0);
+  auto runner = MakeRandomRunner(kPage, 8, 3);
+  ASSERT_OK(runner->MeasureSwap());
+  EXPECT_GT(runner->swap_seconds_per_page(), 0);
+  EXPECT_LT(runner->swap_seconds_per_page(), 1);
+}
+
+}  // namespace
+}  // namespace pagoda::worker
