@@ -10,8 +10,11 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <ostream>
 #include <random>
 #include <set>
+#include <string>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -130,53 +133,78 @@ struct Shape {
   int dim, heads, kv_heads;
 };
 
-TEST(CudaBackendGpuTest, RaggedLogitsMatchCpu) {
+// head_dim 32 (generic path), 64, 128 with GQA ratios 1, 4 and 8.
+constexpr Shape kRaggedShapes[] = {{256, 8, 2}, {512, 8, 8}, {512, 4, 1}, {1024, 8, 1}};
+
+std::string DTypeParamName(DType dtype) { return dtype == DType::kBf16 ? "Bf16" : "Fp16"; }
+
+}  // namespace
+
+// Parameters print as bf16 / fp16 in test names and failures (found by argument lookup).
+void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
+
+namespace {
+
+class RaggedLogits : public ::testing::TestWithParam<std::tuple<int, DType>> {};
+
+TEST_P(RaggedLogits, MatchCpu) {
   SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(7);
-  // head_dim 32 (generic path), 64, 128 with GQA ratios 1, 4 and 8.
-  const Shape shapes[] = {{256, 8, 2}, {512, 8, 8}, {512, 4, 1}, {1024, 8, 1}};
-  for (const Shape& shape : shapes) {
-    for (DType dtype : {DType::kBf16, DType::kFp16}) {
-      for (int ps : {8, 16, 32}) {
-        modelgen::RandomModelOptions o =
-            testing::SmallRandomOptions(shape.dim, shape.heads, shape.kv_heads, 2, rng());
-        o.context_length = 1024;
-        // Weights exactly representable in the dtype: only activation rounding differs.
-        o.dtype = dtype == DType::kBf16 ? common::GgmlType::BF16 : common::GgmlType::F16;
-        auto model = testing::RandomModel(o);
-        ASSERT_NE(model, nullptr);
-        const int pages = 6 * 1024 / ps;
-        auto cpu = MakeCpu(model, ps, pages);
-        auto gpu = MakeCuda(model, ps, pages, dtype);
-        ASSERT_NE(gpu, nullptr);
-        SCOPED_TRACE(::testing::Message()
-                     << "dim " << shape.dim << " heads " << shape.heads << "/" << shape.kv_heads
-                     << " " << DTypeName(dtype) << " page " << ps);
-        CompareRagged(*cpu, *gpu, rng, 5, 300, 8, dtype == DType::kBf16 ? 3e-2 : 6e-3);
-      }
-    }
+  const auto [shape_index, dtype] = GetParam();
+  const Shape shape = kRaggedShapes[shape_index];
+  std::mt19937_64 rng(7 + 2 * shape_index + (dtype == DType::kFp16 ? 1 : 0));
+  for (int ps : {8, 16, 32}) {
+    modelgen::RandomModelOptions o =
+        testing::SmallRandomOptions(shape.dim, shape.heads, shape.kv_heads, 2, rng());
+    o.context_length = 1024;
+    // Weights exactly representable in the dtype: only activation rounding differs.
+    o.dtype = dtype == DType::kBf16 ? common::GgmlType::BF16 : common::GgmlType::F16;
+    auto model = testing::RandomModel(o);
+    ASSERT_NE(model, nullptr);
+    const int pages = 6 * 1024 / ps;
+    auto cpu = MakeCpu(model, ps, pages);
+    auto gpu = MakeCuda(model, ps, pages, dtype);
+    ASSERT_NE(gpu, nullptr);
+    SCOPED_TRACE(::testing::Message() << "page " << ps);
+    CompareRagged(*cpu, *gpu, rng, 5, 300, 8, dtype == DType::kBf16 ? 3e-2 : 6e-3);
   }
 }
 
+INSTANTIATE_TEST_SUITE_P(
+    CudaBackendGpuTest, RaggedLogits,
+    ::testing::Combine(::testing::Range(0, static_cast<int>(std::size(kRaggedShapes))),
+                       ::testing::Values(DType::kBf16, DType::kFp16)),
+    [](const ::testing::TestParamInfo<RaggedLogits::ParamType>& info) {
+      const Shape& s = kRaggedShapes[std::get<0>(info.param)];
+      return absl::StrCat("Dim", s.dim, "Heads", s.heads, "Kv", s.kv_heads, "_",
+                          DTypeParamName(std::get<1>(info.param)));
+    });
+
 // llama.cpp's quantized files load too: the matrices are dequantized and converted to the dtype
 // at upload, and the logits follow the CPU backend's (which computes with the stored blocks).
-TEST(CudaBackendGpuTest, QuantizedFilesMatchCpu) {
+class QuantizedFiles : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QuantizedFiles, MatchCpu) {
   SKIP_WITHOUT_GPU();
+  const DType dtype = GetParam();
   std::mt19937_64 rng(5);
   for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf"}) {
     PAGODA_SKIP_WITHOUT_TEST_MODELS(path, file);
     auto model = LlamaModel::Load(*path);
     ASSERT_OK(model);
-    for (DType dtype : {DType::kFp16, DType::kBf16}) {
-      SCOPED_TRACE(absl::StrCat(file, " as ", DTypeName(dtype)));
-      auto cpu = MakeCpu(*model, 16, 16);
-      auto gpu = MakeCuda(*model, 16, 16, dtype);
-      ASSERT_NE(gpu, nullptr);
-      CompareRagged(*cpu, *gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 2 : 6,
-                    dtype == DType::kBf16 ? 3e-2 : 6e-3);
-    }
+    SCOPED_TRACE(file);
+    auto cpu = MakeCpu(*model, 16, 16);
+    auto gpu = MakeCuda(*model, 16, 16, dtype);
+    ASSERT_NE(gpu, nullptr);
+    CompareRagged(*cpu, *gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 2 : 6,
+                  dtype == DType::kBf16 ? 3e-2 : 6e-3);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(CudaBackendGpuTest, QuantizedFiles,
+                         ::testing::Values(DType::kFp16, DType::kBf16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return DTypeParamName(info.param);
+                         });
 
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();
@@ -286,8 +314,11 @@ void ExpectGoldenUpToNearTie(CpuBackend& cpu, const GoldenCase& c, const std::ve
               what.c_str(), k, c.expected.size(), c.expected[k], got[k], margin);
 }
 
-TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
+class TrainedModelGolden : public ::testing::TestWithParam<std::tuple<DType, bool>> {};
+
+TEST_P(TrainedModelGolden, GreedyTokensMatch) {
   SKIP_WITHOUT_GPU();
+  const auto [dtype, graphs] = GetParam();
   PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
   PAGODA_SKIP_WITHOUT_TEST_MODELS(model_path, "stories260K-f32.gguf");
   auto model = LlamaModel::Load(*model_path);
@@ -296,22 +327,26 @@ TEST(CudaBackendGpuTest, TrainedModelGreedyTokensMatchGolden) {
   ASSERT_FALSE(cases.empty());
   auto cpu = MakeCpu(*model, 16, 256);
   ASSERT_NE(cpu, nullptr);
-  for (DType dtype : {DType::kFp16, DType::kBf16}) {
-    for (bool graphs : {true, false}) {
-      auto gpu = MakeCuda(*model, 16, 256, dtype, graphs);
-      ASSERT_NE(gpu, nullptr);
-      const auto out = GreedyGolden(*gpu, cases);
-      for (size_t i = 0; i < cases.size(); ++i) {
-        ExpectGoldenUpToNearTie(
-            *cpu, cases[i], out[i],
-            absl::StrCat("case ", i, " ", DTypeName(dtype), graphs ? " graphs" : " eager"));
-      }
-      if (graphs) {
-        EXPECT_GT(gpu->graph_replays(), 0);
-      }
-    }
+  auto gpu = MakeCuda(*model, 16, 256, dtype, graphs);
+  ASSERT_NE(gpu, nullptr);
+  const auto out = GreedyGolden(*gpu, cases);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    ExpectGoldenUpToNearTie(
+        *cpu, cases[i], out[i],
+        absl::StrCat("case ", i, " ", DTypeName(dtype), graphs ? " graphs" : " eager"));
+  }
+  if (graphs) {
+    EXPECT_GT(gpu->graph_replays(), 0);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(CudaBackendGpuTest, TrainedModelGolden,
+                         ::testing::Combine(::testing::Values(DType::kFp16, DType::kBf16),
+                                            ::testing::Bool()),
+                         [](const ::testing::TestParamInfo<TrainedModelGolden::ParamType>& info) {
+                           return DTypeParamName(std::get<0>(info.param)) +
+                                  (std::get<1>(info.param) ? "_Graphs" : "_Eager");
+                         });
 
 // Decode-only batches of every size up to 70: graph replays (padded to their bucket) give the
 // tokens eager steps give, greedy and seeded sampling alike.
