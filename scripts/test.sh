@@ -3,19 +3,52 @@
 # from $PAGODA_TEST_MODELS (default ../shared/models) and skip with a message when it is absent;
 # GPU tests (label gpu) skip without a device.
 #
-#   scripts/test.sh [CTEST_ARGS...]          every tier (what CI runs)
+#   scripts/test.sh                          every tier (what CI runs): the full tier in build/,
+#                                            then the sanitizer tier
+#   scripts/test.sh CTEST_ARGS...            the full tier's build, then ctest with these
+#                                            arguments (e.g. -L e2e); no sanitizer tier
 #   scripts/test.sh --quick [CTEST_ARGS...]  the quick tier (ctest -L quick): unit tests and
 #                                            static checks; installs no clang, Node or Prometheus
+#   scripts/test.sh --sanitize               the sanitizer tier alone: the quick tier built with
+#                                            ASan + UBSan in build-asan/, and the unit tests that
+#                                            run threads built with TSan in build-tsan/
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$root/build}"
+jobs="$(nproc)"
 
-tier=()
-if [ "${1:-}" = "--quick" ]; then
-  shift
-  tier=(-L quick)
-else
-  "$root/scripts/install-deps.sh" build test
-fi
-"$root/scripts/build.sh"
-ctest --test-dir "$build_dir" --output-on-failure -j "$(nproc)" --timeout 600 "${tier[@]}" "$@"
+# The sanitizer tier. Every finding fails its test: ASan and UBSan abort on the first report,
+# TSan stops the process that races (halt_on_error).
+sanitize() {
+  PAGODA_SANITIZE=address,undefined BUILD_DIR="$root/build-asan" BUILD_TYPE=Sanitize \
+    "$root/scripts/build.sh" pagoda_quick_tests
+  ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1" \
+    UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" --timeout 600 -L quick
+
+  PAGODA_SANITIZE=thread BUILD_DIR="$root/build-tsan" BUILD_TYPE=Sanitize \
+    "$root/scripts/build.sh" pagoda_thread_tests
+  # Only the targets above are built; gtest registers a test once its binary exists, and the
+  # placeholders of unbuilt binaries carry no label, so -L selects exactly what was built.
+  TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp" \
+    ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
+    -L '^quick:(scheduler/(engine|service)|worker/(runner|backend/cpu))$'
+}
+
+case "${1:-}" in
+  --quick)
+    shift
+    "$root/scripts/build.sh"
+    exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600 -L quick "$@"
+    ;;
+  --sanitize)
+    "$root/scripts/install-deps.sh" build
+    sanitize
+    ;;
+  *)
+    "$root/scripts/install-deps.sh" build test
+    "$root/scripts/build.sh"
+    ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600 "$@"
+    if [ $# -eq 0 ]; then sanitize; fi
+    ;;
+esac
