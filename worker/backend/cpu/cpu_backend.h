@@ -40,7 +40,7 @@ struct CpuBackendOptions {
   // true: quantized weights multiply activations quantized to 8 bits (as llama.cpp does);
   // false: they are decoded to float (float activations). Unset: 8-bit where the kernel table
   // has integer dot products (cpu::HasIntegerProducts), float elsewhere (its 8-bit products are
-  // scalar code there, about 4x slower than decoding).
+  // the portable code there, slower than decoding: bench/journal/cpu-kernel-notes.md).
   std::optional<bool> quantize_activations = std::nullopt;
   size_t max_kv_bytes = size_t{64} << 30;
 };

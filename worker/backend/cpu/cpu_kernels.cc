@@ -27,8 +27,8 @@ constexpr size_t kMaxProducts = 8;
 // only a few hundred bytes, too short a run for the hardware prefetcher to hide the memory
 // latency. Called once per row, just before that row's decode, so the requests spread over the
 // block instead of queuing up at its start. The next block's bounds are recomputed per row on
-// purpose: hoisting them out of the row loop (one computation per block) measured 15-25% slower
-// batch-1 GEMV in alternating A/B runs, the prefetches then arriving in tighter bursts.
+// purpose: computed once per block, outside the row loop, the prefetches arrive in tighter
+// bursts and batch-1 GEMV runs slower (bench/journal/cpu-kernel-notes.md).
 void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r, int k_block) {
   int next_r0 = r0, next_k0 = k0 + k_block;
   if (next_k0 >= w.cols) {
@@ -39,8 +39,8 @@ void PrefetchNextBlockRow(const WeightMatrix& w, int r0, int k0, int r, int k_bl
   const size_t begin = RowBytes(w.type, next_k0);
   const size_t end = RowBytes(w.type, std::min(w.cols, next_k0 + k_block));
   const uint8_t* row = w.row(next_r0 + r);
-  // Into L2 (locality 2: prefetcht1): F16 decode steps of batch 16 measured 13% faster than
-  // into L1 on an AMD EPYC (Zen 4) VM.
+  // Into L2 (locality 2: prefetcht1), where decode steps ran faster than with the bytes asked
+  // for into L1 (bench/journal/cpu-kernel-notes.md).
   for (size_t b = begin; b < end; b += common::kCacheLineBytes) __builtin_prefetch(row + b, 0, 2);
 }
 
@@ -102,9 +102,8 @@ void RunPanel(const ExecContext& ctx, const MatMulParams& p, const PanelInput& x
   }
   // One token with float weights: the table reads each row once, in place, asking for the next
   // panel's rows (into L2) as it goes (the same rows' bytes one panel ahead: the panels a thread
-  // takes are consecutive). Prefetching measured 15-20% faster F16 decode steps of batch 1 than the
-  // hardware prefetcher alone in alternating runs, and reading in place instead of decoding to
-  // the scratch first about 1.5x faster (both on an AMD EPYC Zen 4 VM).
+  // takes are consecutive). The prefetch beats the hardware prefetcher alone, and the read in
+  // place a decode to the scratch first (bench/journal/cpu-kernel-notes.md).
   const bool float_weights = w.type == common::GgmlType::F32 || w.type == common::GgmlType::F16 ||
                              w.type == common::GgmlType::BF16;
   if (tokens == 1 && float_weights && ctx.kernels->float_gemv != nullptr) {

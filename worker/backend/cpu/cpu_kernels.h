@@ -26,11 +26,11 @@ namespace pagoda::worker::cpu {
 inline constexpr int kPanelRows = 8;
 // Elements of those rows decoded at a time (a multiple of every block size): the panel block
 // (24 KiB of float32) stays in L1 beside the activations the tiles read. A 768-wide row is one
-// block, so its tiles reduce their lanes at once instead of storing and reloading them; 768
-// against 512 measured 7-11% faster products of 16 tokens with 768 columns in alternating A/B
-// runs, and 1024 no faster. A call of one token (GEMV) decodes kOneTokenKBlock at a time where
-// it is decoded at all (tables without float_gemv; quantized weights without integer products):
-// with 768 it was 12% slower. The block size does not change results: the lanes carry over exactly.
+// block, so its tiles reduce their lanes at once instead of storing and reloading them (768 ran
+// faster than 512 and no slower than 1024: bench/journal/cpu-kernel-notes.md). A call of one
+// token (GEMV) decodes kOneTokenKBlock at a time where it is decoded at all (tables without
+// float_gemv; quantized weights without integer products), which ran faster for it than 768.
+// The block size does not change results: the lanes carry over exactly.
 inline constexpr int kKBlock = 768;
 inline constexpr int kOneTokenKBlock = 512;
 // Most tokens multiplied per pass over a panel (each keeps kMaxLanes lane sums per row).

@@ -116,10 +116,11 @@ absl::StatusOr<CpuIsa> ResolveCpuIsa(std::string_view name) {
                    "' unknown (auto, portable, avx2, avx512, avx512vnni, avx512amx)"));
 }
 
+// The avx512vnni and avx512amx tables are kAvx512Kernels with the entries set below, built on
+// first use, after every translation unit's tables are initialized.
 const KernelTable& Kernels(CpuIsa isa) {
 #if defined(__x86_64__)
   if (isa == CpuIsa::kAvx512Vnni) {
-    // Built on first use, after every translation unit's tables are initialized.
     static const KernelTable vnni = [] {
       KernelTable table = kAvx512Kernels;
       table.isa = CpuIsa::kAvx512Vnni;

@@ -1,5 +1,6 @@
 // Run-time selection of the CPU kernels' instruction set, and the table of kernels built for
-// each one.
+// each one. docs/cpu-kernels.md has the kernel families, their names per weight type and table,
+// and the checklists for adding a weight type or an instruction set.
 //
 // Contract: one binary runs on any x86-64: the AVX2 and AVX-512 kernels live in their own
 // translation units compiled with function sets for those extensions only, and are called only
@@ -7,6 +8,63 @@
 // one table, the arithmetic of one output (one row of one token) never depends on how many
 // tokens or rows are computed with it (batch invariance). Tables differ from each other only by
 // float rounding (tests bound the difference).
+//
+// Names. A table entry's function is the entry's name and the table's: QuantGemmPanelAvx512Vnni,
+// FloatGemvAvx512, AttentionHeadAvx2. One that several tables share is named for its file:
+// ...Portable (kernels_body.inc, kernels_portable.cc: the portable code, which the SIMD tables
+// compile for their own instruction sets where they have no kernel of their own, and the
+// reference they are tested against), ...Simd (dequantize_simd.inc), ...Tiles (gemm_tiles.inc).
+// The kernels of the products behind the entries are named as ggml names its dot products
+// (ggml_vec_dot_q4_K_q8_K: weights, then activations):
+//   <Gemv|Gemm><weights>[_<activations>]<how>
+//   Gemv: one token x up to 8 weight rows; Gemm: one or several tokens x a panel's rows.
+//   weights: F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K, or a family, whose template argument
+//     is the type: Float (F32, F16, BF16), Qx_0 (Q8_0, Q4_0: blocks of 32 elements), Qx_K (Q4_K,
+//     Q5_K, Q6_K: super-blocks of 256).
+//   activations, where not float32: Q8_0 or Q8_K, the 8-bit records of quantized_activations.h
+//     (kBlock32, kSuper256; ggml's block_q8_0 and block_q8_K in layouts of their own).
+//   how: Tile<RB, TB> (a register tile of RB rows x TB tokens), Group16 (16 tokens, one per
+//     SIMD lane), Amx (AMX tiles), Portable (the reference); none where there is one way.
+// So GemmQx_K_Q8_KAmx<GgmlType::Q4_K> multiplies Q4_K weights by Q8_K activations of several
+// tokens on AMX tiles. Block decoders: Decode<type> (portable, worker/model/dequantize_blocks.inc,
+// shared with the loader) and Decode<type>Simd (dequantize_simd.inc).
+//
+// Who computes what, per weight type and table. MatMul (cpu_kernels.cc) picks the entry: float
+// weights go through float_gemv (one token, where set), float_gemm_panel (where set for the
+// type) or dequantize_row and gemm_panel; quantized ones through quantize_activations,
+// pack_activations (several tokens, where set) and quant_gemm_panel, or, with float activations
+// (--cpu-quantize-activations=false, the default on portable, avx2 and avx512), as float ones.
+// Tables: portable, avx2, avx512, vnni (avx512vnni), amx (avx512amx); [ref]: the reference.
+//
+// F32, F16, BF16 weights, float32 activations
+//   dequantize   portable: DequantizeRowPortable = DecodeRow [ref]; avx2: DequantizeRowSimd;
+//                avx512, vnni, amx: DequantizeRowAvx512 (MatMul reads F32 rows in place)
+//   1 token      portable: GemmPanelPortable [ref]; avx2: GemmPanelTiles -> GemmF32Tile<RB, 1>
+//                on decoded rows; avx512, vnni, amx: FloatGemvAvx512 -> GemvFloat<type, RB>
+//                on the stored rows; amx with AMX-BF16, BF16 only: FloatGemmPanelAmx ->
+//                GemmBF16Amx
+//   n tokens     portable: GemmPanelPortable [ref]; avx2, avx512, vnni, amx: GemmPanelTiles ->
+//                GemmF32Tile<RB, TB> on decoded rows; amx with AMX-BF16, BF16 only:
+//                FloatGemmPanelAmx -> GemmBF16Amx
+// Q8_0, Q4_0 weights (Qx_0), Q8_0 activations
+//   dequantize   DecodeQ8_0, DecodeQ4_0 [ref]; avx2, avx512, vnni, amx: DecodeQ8_0Simd,
+//                DecodeQ4_0Simd
+//   activations  portable, avx2: QuantizeActivationsPortable [ref]; avx512, vnni, amx:
+//                QuantizeActivationsAvx512 (the same bytes)
+//   1 token      portable, avx2, avx512: QuantGemmPanelPortable -> GemmQx_0_Q8_0Portable [ref];
+//                vnni: QuantGemmPanelAvx512Vnni -> GemvQx_0_Q8_0; amx: QuantGemmPanelAmx ->
+//                GemvQx_0_Q8_0
+//   n tokens     portable, avx2, avx512: GemmQx_0_Q8_0Portable [ref]; vnni: GemmQx_0_Q8_0Group16
+//                (activations packed by PackActivationsAvx512Vnni; the last few tokens of a call
+//                by GemvQx_0_Q8_0); amx: GemmQx_0_Q8_0Amx (packed by PackActivationsAmx)
+// Q4_K, Q5_K, Q6_K weights (Qx_K), Q8_K activations
+//   dequantize   DecodeQ4_K, DecodeQ5_K, DecodeQ6_K [ref]; avx2, avx512, vnni, amx:
+//                DecodeQ4_KOrQ5_KSimd, DecodeQ6_KSimd
+//   activations  as Qx_0's
+//   1 token      portable, avx2, avx512: QuantGemmPanelPortable -> GemmQx_K_Q8_KPortable [ref];
+//                vnni, amx: GemvQx_K_Q8_K
+//   n tokens     portable, avx2, avx512: GemmQx_K_Q8_KPortable [ref]; vnni: GemmQx_K_Q8_KGroup16
+//                (the last few tokens of a call by GemvQx_K_Q8_K); amx: GemmQx_K_Q8_KAmx
 #pragma once
 
 #include <cstddef>

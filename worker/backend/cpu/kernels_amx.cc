@@ -1,8 +1,19 @@
-// Products of quantized weights with quantized activations on AMX tiles (the avx512amx table:
-// kAvx512Vnni's kernels, with these for the quantized types: Q8_0 and Q4_0 here, Q4_K, Q5_K and
-// Q6_K below), and of BF16 weights with float activations on AMX-BF16 tiles (below). Compiled
-// with AMX for this file only (CMakeLists.txt); called only where the CPU has it and the OS
-// granted the tile state (kernel_table.cc).
+// The avx512amx table's products on AMX tiles: of quantized weights with quantized activations
+// (AMX-INT8), and of BF16 weights with float activations (AMX-BF16); the rest of the table is
+// the avx512vnni one (kernel_table.cc builds it). Compiled with AMX for this file only
+// (CMakeLists.txt); called only where the CPU has it and the OS granted the tile state
+// (kernel_table.cc).
+//
+// Per weight type (QuantGemmPanelAmx and FloatGemmPanelAmx, at the end):
+//   Q8_0, Q4_0        several tokens: GemmQx_0_Q8_0Amx (tiles); one token: GemvQx_0_Q8_0
+//                     (quant_products_avx512.inc). Reference: GemmQx_0_Q8_0Portable.
+//   Q4_K, Q5_K, Q6_K  several tokens: GemmQx_K_Q8_KAmx (tiles); one token: GemvQx_K_Q8_K
+//                     (quant_products_avx512.inc). Reference: GemmQx_K_Q8_KPortable.
+//   BF16              where the CPU has AMX-BF16 and AVX512-BF16, one token and several:
+//                     GemmBF16Amx. Reference: GemmPanelPortable over the decoded rows.
+// (References in kernels_body.inc and kernels_portable.cc.)
+//
+// ---- Q8_0, Q4_0 weights on AMX-INT8 tiles ----
 //
 // One tile dot product (tdpbssd) multiplies 8 weight rows by 16 tokens over one block of 32
 // elements: the A tile is the rows' 32 signed weights (Q8_0: read in place from the GGUF rows;
@@ -44,7 +55,7 @@ struct alignas(64) TileConfig {
 };
 
 // The tile layouts of this file: the int8 products' (below), and the bfloat16 products' for
-// groups of 16 tokens and of one token (FloatOnTiles).
+// groups of 16 tokens and of one token (GemmBF16Amx).
 enum class TileMode { kNone, kInt8, kSuper, kBf16Group, kBf16One };
 
 // The tile configuration is per thread; loaded by each thread that multiplies, again when it
@@ -207,6 +218,8 @@ inline void PrefetchNextRows(const QuantGemmArgs& a, int r0, int b) {
   }
 }
 
+// Tile row r0 (rows <= kTileRows weight rows) x one group of 16 tokens, two blocks in flight;
+// writes the outputs of the group's first `tokens` tokens.
 template <GgmlType kType>
 void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpacked,
               const float* dws, int tokens, int r0, int rows, float* out) {
@@ -238,12 +251,14 @@ void TileRows(const QuantGemmArgs& a, const uint8_t* group, const int8_t* unpack
 // rows unpack each block as its tiles load it.
 constexpr int kMaxUnpackedCols = 4096;
 
+// Q8_0 / Q4_0 weights x Q8_0 activations: one token by GemvQx_0_Q8_0, several by tiles, per
+// tile row of 8 weight rows and group of 16 tokens (TileRows).
 template <GgmlType kType>
-void PanelOnTiles(const QuantGemmArgs& a) {
+void GemmQx_0_Q8_0Amx(const QuantGemmArgs& a) {
   if (a.num_tokens == 1) {
     for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
-      OneTokenRows<kType, _MM_HINT_T0>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows,
-                                       a.out + r0);
+      GemvQx_0_Q8_0<kType, _MM_HINT_T0>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows,
+                                        a.out + r0);
     }
     return;
   }
@@ -253,7 +268,8 @@ void PanelOnTiles(const QuantGemmArgs& a) {
   for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
     const int rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
     // Scales converted ahead serve every group of the call; a call of one group reads each as
-    // its block folds (converting ahead measured 8% slower decode steps at batch 16).
+    // its block folds: for it, converting ahead costs more than it saves
+    // (bench/journal/cpu-kernel-notes.md).
     const float* dws = nullptr;
     if (a.num_tokens > kPackTokens && a.k / 32 <= kMaxScaleBlocks) {
       ConvertRowScales<kType>(a, r0, rows, scales_buf);
@@ -281,7 +297,7 @@ void PanelOnTiles(const QuantGemmArgs& a) {
 // ---- Q4_K, Q5_K and Q6_K weights on AMX tiles ----
 //
 // Each (row, token) gets a super-block's exact integer sums S and M and folds them in one float
-// step per super-block, as quant_products_avx512.inc describes: OneTokenSuperRows (VNNI) for one
+// step per super-block, as quant_products_avx512.inc describes: GemvQx_K_Q8_K (VNNI) for one
 // token, tiles for groups of 16, so these products are batch-invariant too (and give the bits
 // of the VNNI table's).
 //
@@ -399,12 +415,14 @@ inline void SuperBlockOnTiles(const SuperSlab& slab, int j, const uint8_t* packe
   FoldGroup<kType>(slab.folds, j, packed, total, acc);
 }
 
+// Q4_K / Q5_K / Q6_K weights x Q8_K activations: one token by GemvQx_K_Q8_K, several by tiles,
+// per slab of super-blocks of 8 weight rows and group of 16 tokens (SuperBlockOnTiles).
 template <GgmlType kType>
-void PanelOnSuperTiles(const QuantGemmArgs& a) {
+void GemmQx_K_Q8_KAmx(const QuantGemmArgs& a) {
   if (a.num_tokens == 1) {
     for (int r0 = 0; r0 < a.rows; r0 += kTileRows) {
-      OneTokenSuperRows<kType, _MM_HINT_T0>(
-          a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows, a.out + r0);
+      GemvQx_K_Q8_K<kType, _MM_HINT_T0>(a, r0, a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows,
+                                        a.out + r0);
     }
     return;
   }
@@ -433,9 +451,9 @@ void PanelOnSuperTiles(const QuantGemmArgs& a) {
 // tile of the his (16 rows; row i holds elements 2i and 2i + 1 of each token as one 32-bit
 // word), then that of the los.
 //
-// (F16 weights stay on the float path: split exactly into two bfloat16 terms, they took four
-// tile products per block and a conversion per weight, which made one-token products slower
-// than the FMA kernels'.)
+// F16 weights stay on the float path: split exactly into two bfloat16 terms, they would take
+// four tile products per block and a conversion per weight, more work per product of one token
+// than the FMA kernels' (bench/journal/cpu-kernel-notes.md).
 
 constexpr int kFloatBlock = 32;  // elements per tile dot product
 constexpr size_t kATileBytes = kTileRows * 64;
@@ -510,8 +528,9 @@ inline void PrefetchBlocksAhead(const FloatGemmArgs& a, int b, int ahead) {
 using PartialSums = float[kPartialSums][kTileRows][kPackTokens];
 constexpr int kSumsStride = 4 * kPackTokens;
 
-// The product of a tile row: a.rows <= kTileRows.
-void FloatOnTiles(const FloatGemmArgs& a) {
+// BF16 weights x float32 activations (split into bfloat16 his and los), one or several tokens,
+// one tile row: a.rows <= kTileRows. Reference: GemmPanelPortable over the decoded rows.
+void GemmBF16Amx(const FloatGemmArgs& a) {
   // Invariants of MatMul: BF16 weights; one-column groups only for products of one token.
   if (a.type != GgmlType::BF16 ||
       (a.columns != kPackTokens && (a.columns != 1 || a.num_tokens != 1))) {
@@ -608,19 +627,19 @@ void QuantGemmPanelAmx(const QuantGemmArgs& a) {
   }
   switch (a.type) {
     case GgmlType::Q8_0:
-      PanelOnTiles<GgmlType::Q8_0>(a);
+      GemmQx_0_Q8_0Amx<GgmlType::Q8_0>(a);
       return;
     case GgmlType::Q4_0:
-      PanelOnTiles<GgmlType::Q4_0>(a);
+      GemmQx_0_Q8_0Amx<GgmlType::Q4_0>(a);
       return;
     case GgmlType::Q4_K:
-      PanelOnSuperTiles<GgmlType::Q4_K>(a);
+      GemmQx_K_Q8_KAmx<GgmlType::Q4_K>(a);
       return;
     case GgmlType::Q5_K:
-      PanelOnSuperTiles<GgmlType::Q5_K>(a);
+      GemmQx_K_Q8_KAmx<GgmlType::Q5_K>(a);
       return;
     default:
-      PanelOnSuperTiles<GgmlType::Q6_K>(a);
+      GemmQx_K_Q8_KAmx<GgmlType::Q6_K>(a);
       return;
   }
 }
@@ -663,7 +682,7 @@ void FloatGemmPanelAmx(const FloatGemmArgs& a) {
     tile.w += static_cast<size_t>(r0) * a.w_stride;
     tile.out += r0;
     tile.rows = a.rows - r0 < kTileRows ? a.rows - r0 : kTileRows;
-    FloatOnTiles(tile);
+    GemmBF16Amx(tile);
   }
 }
 

@@ -1,5 +1,8 @@
-// AVX2 kernels (with FMA and F16C), compiled with those extensions for this file only
-// (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc).
+// The avx2 table (AVX2 with FMA and F16C), compiled with those extensions for this file only
+// (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc). Its own kernels:
+// dequantize_row (DequantizeRowSimd), the float32 register tiles of gemm_panel (GemmF32Tile<RB,
+// TB>), attention, SwiGLU and the KV cache's halves; the rest is the portable code of
+// kernels_body.inc compiled with AVX2, including the products of quantized weights.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -62,19 +65,21 @@ inline void EmitI8(__m128i q, float mul, float* out) {
 
 #include "worker/backend/cpu/dequantize_simd.inc"
 
-// A register tile of RB weight rows x TB tokens: one 8-lane accumulator per output (from zero,
-// or from the lane sums of the previous k block), summed over the block in 8-element steps
-// (the k tail masked), then reduced across lanes (or stored for the next block). The operations on
-// one output are the same for every (RB, TB), so the result of a row does not depend on the
-// tile it was computed in.
+// Sum of the 8 lanes in a fixed tree: the two 128-bit halves, then their halves, then the pair.
 inline float ReduceAdd(__m256 v) {
   const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
   return _mm_cvtss_f32(_mm_add_ss(s2, _mm_movehdup_ps(s2)));
 }
 
+// Float32 weights x float32 activations, a register tile of RB weight rows x TB tokens: one
+// 8-lane accumulator per output (from zero, or from the lane sums of the previous k block),
+// summed over the block in 8-element steps (the k tail masked), then reduced across lanes (or
+// stored for the next block). The operations on one output are the same for every (RB, TB), so
+// the result of a row does not depend on the tile it was computed in. Reference:
+// GemmPanelPortable (kernels_portable.cc).
 template <int RB, int TB>
-void Tile(const GemmPanelArgs& a, int r0, int t0) {
+void GemmF32Tile(const GemmPanelArgs& a, int r0, int t0) {
   __m256 acc[RB][TB];
   for (int r = 0; r < RB; ++r) {
     for (int t = 0; t < TB; ++t) {
@@ -154,7 +159,7 @@ void FloatToHalfAvx2(const float* x, size_t n, uint16_t* out) {
   for (; i < n; ++i) out[i] = common::FloatToF16(x[i]);
 }
 
-// gate = gate / (1 + exp(-gate)) * up, 8 at a time (SwiGluImpl's operations with Exp8).
+// gate = gate / (1 + exp(-gate)) * up, 8 at a time (SwiGluPortable's operations with Exp8).
 void SwiGluAvx2(float* gate, const float* up, size_t n) {
   for (size_t i = 0; i < n; i += 8) {
     const __m256i m = FirstLanes(n - i >= 8 ? 8 : static_cast<int>(n - i));
@@ -181,12 +186,12 @@ inline float ReduceMax(__m256 v) {
 // Positions per pass of AttentionHeadAvx2Chunks (scores and weights: 1 KiB, in L1).
 constexpr int kAttentionPass = 256;
 
-// kernels_avx512.cc's AttentionHeadChunks in 8 lanes: passes of up to kAttentionPass positions,
-// all scores first (8 positions' dot products reduced together by ReduceAdd8), the pass's
-// maximum, its weights by Exp8, then the weighted values into one register sum per 8 elements
-// (q is read from memory in the scores: 16 registers hold only the sums), with the output and
-// the denominator rescaled once per pass. kChunks = head_dim / 8 rounded up. The steps depend
-// on the head's own inputs only.
+// kernels_avx512.cc's AttentionHeadAvx512Chunks in 8 lanes (reference: AttentionHeadPortable,
+// kernels_body.inc): passes of up to kAttentionPass positions, all scores first (8 positions'
+// dot products reduced together by ReduceAdd8), the pass's maximum, its weights by Exp8, then
+// the weighted values into one register sum per 8 elements (q is read from memory in the
+// scores: 16 registers hold only the sums), with the output and the denominator rescaled once
+// per pass. kChunks = head_dim / 8 rounded up. The steps depend on the head's own inputs only.
 template <int kChunks>
 void AttentionHeadAvx2Chunks(const AttentionHeadArgs& a) {
   const int tail = a.head_dim - 8 * (kChunks - 1);  // 1..8 elements in the last chunk
@@ -281,15 +286,17 @@ constexpr int kTokenBlock = 5;
 
 }  // namespace
 
-const KernelTable kAvx2Kernels = {CpuIsa::kAvx2,
-                                  DequantizeRowSimd,
-                                  GemmPanelImpl,
-                                  QuantGemmPanelImpl,
-                                  QuantizeActivationsImpl,
-                                  AttentionHeadAvx2,
-                                  RmsNormRowImpl,
-                                  SwiGluAvx2,
-                                  AddImpl,
-                                  FloatToHalfAvx2};
+const KernelTable kAvx2Kernels = {
+    .isa = CpuIsa::kAvx2,
+    .dequantize_row = DequantizeRowSimd,
+    .gemm_panel = GemmPanelTiles,
+    .quant_gemm_panel = QuantGemmPanelPortable,
+    .quantize_activations = QuantizeActivationsPortable,
+    .attention_head = AttentionHeadAvx2,
+    .rms_norm_row = RmsNormRowPortable,
+    .swiglu = SwiGluAvx2,
+    .add = AddPortable,
+    .float_to_half = FloatToHalfAvx2,
+};
 
 }  // namespace pagoda::worker::cpu

@@ -1,5 +1,11 @@
-// AVX-512 kernels (F, BW, VL, DQ with FMA and F16C), compiled with those extensions for this
-// file only (CMakeLists.txt); called only where the CPU supports them (kernel_table.cc).
+// The avx512 table (AVX-512 F, BW, VL, DQ with FMA and F16C), compiled with those extensions
+// for this file only (CMakeLists.txt); called only where the CPU supports them
+// (kernel_table.cc). Its own kernels: dequantize_row (DequantizeRowAvx512), the float32 register
+// tiles of gemm_panel (GemmF32Tile<RB, TB>), one token's product with float weights read in
+// place (GemvFloat<kType, RB>), the quantization of activations, attention, SwiGLU and the KV
+// cache's halves; the rest is the portable code of kernels_body.inc compiled with AVX-512,
+// including the products of quantized weights. The avx512vnni and avx512amx tables are this
+// one with other products of quantized weights (kernel_table.cc).
 #include <immintrin.h>
 
 #include <algorithm>
@@ -64,7 +70,7 @@ inline __m512 LoadWeights(const uint8_t* row, int k, __mmask16 m) {
 }
 
 // DequantizeRowSimd with BF16 widened 16 at a time (LoadWeights: the bits moved up 16, exact,
-// as the scalar decoder) instead of one element at a time.
+// as the portable Bf16RowToFloat of dequantize_blocks.inc) instead of one element at a time.
 void DequantizeRowAvx512(common::GgmlType type, const uint8_t* row, int n, float* out) {
   if (type != common::GgmlType::BF16) return DequantizeRowSimd(type, row, n, out);
   for (int i = 0; i < n; i += 16) {
@@ -100,16 +106,17 @@ inline __m512 ReduceAdd4x4(const __m512 (&v)[4][4]) {
                        _mm512_shuffle_ps(s2[0], s2[1], 0xDD));
 }
 
-// A register tile of RB weight rows x TB tokens: one 16-lane accumulator per output (from zero,
-// or from the lane sums of the previous k block), summed over the block in 16-element steps
-// (the k tail masked), then reduced across lanes (or stored for the next block): one token's
-// outputs by ReduceAdd (avx512_common.inc), several tokens' by ReduceAdd4x4, which makes the same
-// additions. The operations on one output are the same for every (RB, TB), so the result of a
-// row does not depend on the tile it was computed in (MatMulIsBatchInvariantOnEveryPath fails
-// if ReduceAdd4x4 pairs its lanes otherwise).
+// Float32 weights x float32 activations, a register tile of RB weight rows x TB tokens: one
+// 16-lane accumulator per output (from zero, or from the lane sums of the previous k block),
+// summed over the block in 16-element steps (the k tail masked), then reduced across lanes (or
+// stored for the next block): one token's outputs by ReduceAdd (avx512_common.inc), several
+// tokens' by ReduceAdd4x4, which makes the same additions. The operations on one output are the
+// same for every (RB, TB), so the result of a row does not depend on the tile it was computed in
+// (MatMulIsBatchInvariantOnEveryPath fails if ReduceAdd4x4 pairs its lanes otherwise).
+// Reference: GemmPanelPortable (kernels_portable.cc).
 
 template <int RB, int TB>
-void Tile(const GemmPanelArgs& a, int r0, int t0) {
+void GemmF32Tile(const GemmPanelArgs& a, int r0, int t0) {
   __m512 acc[RB][TB];
   for (int r = 0; r < RB; ++r) {
     for (int t = 0; t < TB; ++t) {
@@ -168,7 +175,7 @@ void Tile(const GemmPanelArgs& a, int r0, int t0) {
   }
 }
 
-// QuantizeActivationsImpl (kernels_body.inc) 16 values at a time: the same IEEE operations
+// QuantizeActivationsPortable (kernels_body.inc) 16 values at a time: the same IEEE operations
 // (max of |x|, d = max / 127, one product x * (1 / d) rounded to nearest even, clamped), so
 // the same bytes.
 inline float AbsMax(const float* x, int n, bool* finite) {
@@ -258,7 +265,7 @@ inline __m512 Exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// gate = gate / (1 + exp(-gate)) * up, 16 at a time (SwiGluImpl's operations with Exp16).
+// gate = gate / (1 + exp(-gate)) * up, 16 at a time (SwiGluPortable's operations with Exp16).
 void SwiGluAvx512(float* gate, const float* up, size_t n) {
   for (size_t i = 0; i < n; i += 16) {
     const __mmask16 m =
@@ -310,10 +317,12 @@ inline __m512 LoadHalves(__mmask16 m, const uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
-// Positions per pass of AttentionHeadChunks: the pass's scores and weights (1 KiB) stay in L1.
+// Positions per pass of AttentionHeadAvx512Chunks: the pass's scores and weights (1 KiB) stay in
+// L1.
 constexpr int kAttentionPass = 256;
 
-// AttentionHeadImpl a pass of up to kAttentionPass positions at a time: all of the pass's
+// AttentionHeadPortable (kernels_body.inc, the reference) a pass of up to kAttentionPass
+// positions at a time: all of the pass's
 // scores first (dot products in 16 lanes, reduced 16 positions together by ReduceAdd16), their
 // maximum, their weights by Exp16, then the weighted values into the running output (two
 // sums, of even and of odd positions, added at the end) and the denominator (16 lane sums),
@@ -321,7 +330,7 @@ constexpr int kAttentionPass = 256;
 // = head_dim / 16 rounded up, a constant so that q and the sums stay in registers. The steps
 // depend on the head's own inputs only.
 template <int kChunks>
-void AttentionHeadChunks(const AttentionHeadArgs& a) {
+void AttentionHeadAvx512Chunks(const AttentionHeadArgs& a) {
   const __mmask16 tail = a.head_dim % 16 == 0
                              ? __mmask16{0xFFFF}
                              : static_cast<__mmask16>((1u << (a.head_dim % 16)) - 1);
@@ -402,27 +411,29 @@ void AttentionHeadChunks(const AttentionHeadArgs& a) {
 }
 
 template <int... kChunks>
-void AttentionHeadDispatch(const AttentionHeadArgs& a, std::integer_sequence<int, kChunks...>) {
+void AttentionHeadAvx512Dispatch(const AttentionHeadArgs& a,
+                                 std::integer_sequence<int, kChunks...>) {
   using Fn = void (*)(const AttentionHeadArgs&);
-  static constexpr Fn kByChunks[] = {&AttentionHeadChunks<kChunks + 1>...};
+  static constexpr Fn kByChunks[] = {&AttentionHeadAvx512Chunks<kChunks + 1>...};
   kByChunks[(a.head_dim + 15) / 16 - 1](a);
 }
 
 void AttentionHeadAvx512(const AttentionHeadArgs& a) {
-  AttentionHeadDispatch(a, std::make_integer_sequence<int, kMaxHeadDim / 16>());
+  AttentionHeadAvx512Dispatch(a, std::make_integer_sequence<int, kMaxHeadDim / 16>());
 }
 
 constexpr int kRowBlock = 4;
 constexpr int kTokenBlock = 6;
 #include "worker/backend/cpu/gemm_tiles.inc"
 
-// One token's product with RB rows of float weights, read in place: Tile<RB, 1>'s lanes and
-// reduction over the whole row, without the decoded copy (each row streams through once). The
-// next panel's bytes are asked for into L2 (prefetcht1): on an AMD EPYC (Zen 4) VM that made
-// F16 decode steps of batch 1 about 30% faster than into L1 (prefetcht0) in alternating runs,
-// and two or four panels ahead were no faster than one.
+// F32, F16 or BF16 weights x one token's float32 activations, RB rows read in place:
+// GemmF32Tile<RB, 1>'s lanes and reduction over the whole row, without the decoded copy (each
+// row streams through once), so the bits of GemmPanelTiles over the decoded rows. Reference:
+// GemmPanelPortable (kernels_portable.cc). The next panel's bytes (a.prefetch) are asked for a
+// cache line per row as this panel's are read, into L2 (prefetcht1) and one panel ahead: the
+// hint and distance that decode steps ran fastest with (bench/journal/cpu-kernel-notes.md).
 template <common::GgmlType kType, int RB>
-void GemvRows(const FloatGemvArgs& a) {
+void GemvFloat(const FloatGemvArgs& a) {
   __m512 acc[RB];
   for (int r = 0; r < RB; ++r) acc[r] = _mm512_setzero_ps();
   // 16 elements from k (lanes outside m zero) into every row's lanes.
@@ -454,20 +465,20 @@ void GemvRows(const FloatGemvArgs& a) {
 
 using GemvFn = void (*)(const FloatGemvArgs&);
 template <common::GgmlType kType, int... R>
-constexpr std::array<GemvFn, kMaxGemvRows> GemvByRows(std::integer_sequence<int, R...>) {
-  return {&GemvRows<kType, R + 1>...};
+constexpr std::array<GemvFn, kMaxGemvRows> GemvFloatByRows(std::integer_sequence<int, R...>) {
+  return {&GemvFloat<kType, R + 1>...};
 }
 template <common::GgmlType kType>
-constexpr auto kGemv = GemvByRows<kType>(std::make_integer_sequence<int, kMaxGemvRows>{});
+constexpr auto kGemvFloat = GemvFloatByRows<kType>(std::make_integer_sequence<int, kMaxGemvRows>{});
 
 void FloatGemvAvx512(const FloatGemvArgs& a) {
   switch (a.type) {
     case common::GgmlType::F32:
-      return kGemv<common::GgmlType::F32>[a.rows - 1](a);
+      return kGemvFloat<common::GgmlType::F32>[a.rows - 1](a);
     case common::GgmlType::F16:
-      return kGemv<common::GgmlType::F16>[a.rows - 1](a);
+      return kGemvFloat<common::GgmlType::F16>[a.rows - 1](a);
     case common::GgmlType::BF16:
-      return kGemv<common::GgmlType::BF16>[a.rows - 1](a);
+      return kGemvFloat<common::GgmlType::BF16>[a.rows - 1](a);
     default:
       std::abort();  // RunPanel sends only float weights
   }
@@ -475,22 +486,18 @@ void FloatGemvAvx512(const FloatGemvArgs& a) {
 
 }  // namespace
 
-const KernelTable kAvx512Kernels = {CpuIsa::kAvx512,
-                                    DequantizeRowAvx512,
-                                    GemmPanelImpl,
-                                    QuantGemmPanelImpl,
-                                    QuantizeActivationsAvx512,
-                                    AttentionHeadAvx512,
-                                    RmsNormRowImpl,
-                                    SwiGluAvx512,
-                                    AddImpl,
-                                    FloatToHalfAvx512,
-                                    nullptr,  // packed_group_bytes .. float_gemm_panel
-                                    nullptr,
-                                    nullptr,
-                                    nullptr,
-                                    nullptr,
-                                    nullptr,
-                                    FloatGemvAvx512};
+const KernelTable kAvx512Kernels = {
+    .isa = CpuIsa::kAvx512,
+    .dequantize_row = DequantizeRowAvx512,
+    .gemm_panel = GemmPanelTiles,
+    .quant_gemm_panel = QuantGemmPanelPortable,
+    .quantize_activations = QuantizeActivationsAvx512,
+    .attention_head = AttentionHeadAvx512,
+    .rms_norm_row = RmsNormRowPortable,
+    .swiglu = SwiGluAvx512,
+    .add = AddPortable,
+    .float_to_half = FloatToHalfAvx512,
+    .float_gemv = FloatGemvAvx512,
+};
 
 }  // namespace pagoda::worker::cpu

@@ -1,15 +1,24 @@
-// Products of quantized weights with quantized activations on AVX-512 VNNI (the avx512vnni
-// table: kAvx512Kernels with this quant_gemm_panel, and the packing of the activations of
-// products of several tokens). Compiled with VNNI for this file only (CMakeLists.txt); called
-// only where the CPU has it (kernel_table.cc).
+// The avx512vnni table's products of quantized weights with quantized activations on AVX-512
+// VNNI (kAvx512Kernels with this quant_gemm_panel, and the packing of the activations of
+// products of several tokens; kernel_table.cc builds the table). Compiled with VNNI for this
+// file only (CMakeLists.txt); called only where the CPU has it (kernel_table.cc).
+//
+// Per weight type (QuantGemmPanelAvx512Vnni, at the end):
+//   Q8_0, Q4_0        several tokens: GemmQx_0_Q8_0Group16; one token, and the last few of a
+//                     call: GemvQx_0_Q8_0 (quant_products_avx512.inc)
+//   Q4_K, Q5_K, Q6_K  several tokens: GemmQx_K_Q8_KGroup16; one token, and the last few of a
+//                     call: GemvQx_K_Q8_K (quant_products_avx512.inc)
+// The portable references are GemmQx_0_Q8_0Portable and GemmQx_K_Q8_KPortable
+// (kernels_body.inc).
 //
 // Every (row, token) sums a block's (Q8_0, Q4_0) or super-block's (Q4_K, Q5_K, Q6_K) products
 // exactly into the integers of quant_products_avx512.inc and folds them there, so the results
-// are batch-invariant, and the bits of the AMX table's: one token at a time by OneTokenRows /
-// OneTokenSuperRows (a register's lanes hold 64 positions of the token's row), or 16 tokens at
-// a time with one token per lane (BlockPanel, SuperPanel, below): each vpdpbusd then multiplies
-// 4 weight bytes, broadcast to every lane, with 4 bytes of each of the 16 tokens, so nothing is
-// summed across lanes and each block's sums are folded for 16 tokens at once.
+// are batch-invariant, and the bits of the AMX table's: one token at a time by GemvQx_0_Q8_0 /
+// GemvQx_K_Q8_K (a register's lanes hold 64 positions of the token's row), or 16 tokens at a
+// time with one token per lane (GemmQx_0_Q8_0Group16, GemmQx_K_Q8_KGroup16, below): each
+// vpdpbusd then multiplies 4 weight bytes, broadcast to every lane, with 4 bytes of each of the
+// 16 tokens, so nothing is summed across lanes and each block's sums are folded for 16 tokens at
+// once.
 #include <immintrin.h>
 
 #include <cstring>
@@ -24,12 +33,11 @@ using common::GgmlType;
 #include "worker/backend/cpu/avx512_common.inc"
 #include "worker/backend/cpu/quant_products_avx512.inc"
 
-// Asks for the bytes of this block position `kLeadRows` rows further down, into L2: the rows
-// the next slab unpacks (rows are short, a few hundred bytes, so the hardware prefetcher sees
-// no stream long enough to follow). Into L2 (prefetcht1) rather than L1 measured Q8_0 decode
-// steps of batch 1 1.6-2x as fast and Q4_K/Q5_K/Q6_K GEMV 15-35% faster on an AMD EPYC (Zen 4)
-// VM in alternating runs (with the earlier tiles), batches of 16 within noise. The one-token
-// kernels ask for the same rows into L2 too.
+// Asks for the bytes of this block position `kLeadRows` rows further down: the rows the next
+// slab unpacks (rows are short, a few hundred bytes, so the hardware prefetcher sees no stream
+// long enough to follow). Into L2 (prefetcht1), where the next slab's unpacking reads them from,
+// as do this table's one-token kernels: into L1 ran slower for one token and no faster for 16
+// (bench/journal/cpu-kernel-notes.md).
 constexpr int kLeadRows = 8;
 template <size_t kBytes>
 inline void PrefetchAhead(const uint8_t* p, size_t row_stride) {
@@ -39,8 +47,8 @@ inline void PrefetchAhead(const uint8_t* p, size_t row_stride) {
 }
 
 // Fewest tokens a group multiplies: fewer (a product of a few tokens, or the last few of a
-// larger one) go one token at a time, rereading the panel's rows from the cache. (Q4_K_M decode
-// steps of 2-8 sequences on Zen 4: the one-token path was as fast as a group at 4 tokens.)
+// larger one) go one token at a time, rereading the panel's rows from the cache, which runs as
+// fast as a group at those counts (bench/journal/cpu-kernel-notes.md).
 constexpr int kMinGroupTokens = 5;
 
 // A call's products: its full groups of tokens, and the last one if it has at least
@@ -64,7 +72,7 @@ void GroupsThenSingles(const QuantGemmArgs& a, int units, int slab_units, size_t
   });
 }
 
-// ---- Q4_K, Q5_K, Q6_K ----
+// ---- Q4_K, Q5_K, Q6_K: GemmQx_K_Q8_KGroup16 ----
 
 // Groups of kPackTokens tokens (activations packed by PackSuperActivations, one token per
 // lane) multiply 8 rows at a time, with a slab of super-blocks unpacked ahead per 8 rows: each
@@ -76,10 +84,8 @@ void GroupsThenSingles(const QuantGemmArgs& a, int units, int slab_units, size_t
 // and meet the activations + 128, so S gains 128 x (sum of scale x weight), which the slab
 // keeps per row and super-block (`correction`) and takes off. M comes from vpdpwssd on the
 // packed sub-block sums, and both fold as above. Per 64 products: one vpdpbusd and one
-// broadcast load, and per sub-block a vpmulld and a vpaddd; tiles whose lanes held 16 positions
-// of one token took a vpdpbusd, a vpdpwssd and about two instructions of fold per 64. Q4_K,
-// Q5_K and Q6_K GEMM of 64 tokens measured 2.7-3.2x as fast, decode steps of 16 sequences of
-// the Q4_K_M model 1.5-1.9x, on an AMD EPYC (Zen 4) VM.
+// broadcast load, and per sub-block a vpmulld and a vpaddd (lanes holding 16 positions of one
+// token would need a vpdpwssd and the fold's instructions per 64 products besides).
 
 // A slab of 8 rows' weights (kSuperSlab super-blocks, 2,048 elements: 16 KiB of bytes), with
 // each row's scales, correction and folds.
@@ -180,8 +186,10 @@ inline void SuperBlockOnGroup(const SuperSlab& slab, int j, const uint8_t* packe
   FoldGroup<kType>(slab.folds, j, packed, s, acc);
 }
 
+// Q4_K / Q5_K / Q6_K weights x Q8_K activations: groups of 16 tokens as above, the rest of the
+// call's tokens by GemvQx_K_Q8_K. Reference: GemmQx_K_Q8_KPortable (kernels_body.inc).
 template <GgmlType kType>
-void SuperPanel(const QuantGemmArgs& a) {
+void GemmQx_K_Q8_KGroup16(const QuantGemmArgs& a) {
   SuperSlab slab;
   GroupsThenSingles(
       a, a.k / 256, kSuperSlab, kSuperPackedBytes,
@@ -191,17 +199,17 @@ void SuperPanel(const QuantGemmArgs& a) {
       [&](int j, const uint8_t* packed, __m512* acc) {
         SuperBlockOnGroup<kType>(slab, j, packed, acc);
       },
-      OneTokenSuperRows<kType, _MM_HINT_T1>);
+      GemvQx_K_Q8_K<kType, _MM_HINT_T1>);
 }
 
-// ---- Q8_0 / Q4_0 ----
+// ---- Q8_0 / Q4_0: GemmQx_0_Q8_0Group16 ----
 //
 // Groups of kPackTokens tokens (activations packed by PackBlock32Activations, one token per
 // lane) multiply 8 rows at a time, with a slab of blocks unpacked ahead per 8 rows: each row's
 // weights as signed bytes (Q4_0: q - 8), its d as float, and 128 x the sum of its weights per
 // block. One vpdpbusd multiplies 4 weight bytes, broadcast from the slab, with the activations
 // + 128 of 16 tokens; the block's sums, less the correction, are its exact int32 sums, folded
-// as quant_products_avx512.inc describes (the bits of OneTokenRows and of the AMX tiles).
+// as quant_products_avx512.inc describes (the bits of GemvQx_0_Q8_0 and of the AMX tiles).
 
 // Blocks per unpacked slab of 8 rows (2,048 elements: 16 KiB of weight bytes).
 constexpr int kBlockSlab = 64;
@@ -283,8 +291,10 @@ inline void BlockOnGroup(const BlockSlab& slab, int j, const uint8_t* packed, __
   }
 }
 
+// Q8_0 / Q4_0 weights x Q8_0 activations: groups of 16 tokens as above, the rest of the call's
+// tokens by GemvQx_0_Q8_0. Reference: GemmQx_0_Q8_0Portable (kernels_body.inc).
 template <GgmlType kType>
-void BlockPanel(const QuantGemmArgs& a) {
+void GemmQx_0_Q8_0Group16(const QuantGemmArgs& a) {
   BlockSlab slab;
   GroupsThenSingles(
       a, a.k / 32, kBlockSlab, kPackedBlockBytes,
@@ -292,28 +302,25 @@ void BlockPanel(const QuantGemmArgs& a) {
         UnpackBlockSlab<kType>(a, r0, rows, b0, count, &slab);
       },
       [&](int j, const uint8_t* packed, __m512* acc) { BlockOnGroup(slab, j, packed, acc); },
-      OneTokenRows<kType, _MM_HINT_T1>);
+      GemvQx_0_Q8_0<kType, _MM_HINT_T1>);
 }
 
 }  // namespace
 
 void QuantGemmPanelAvx512Vnni(const QuantGemmArgs& a) {
   switch (a.type) {
-    case GgmlType::Q4_K:
-      SuperPanel<GgmlType::Q4_K>(a);
-      return;
-    case GgmlType::Q5_K:
-      SuperPanel<GgmlType::Q5_K>(a);
-      return;
-    case GgmlType::Q6_K:
-      SuperPanel<GgmlType::Q6_K>(a);
-      return;
     case GgmlType::Q8_0:
-      BlockPanel<GgmlType::Q8_0>(a);
-      return;
+      return GemmQx_0_Q8_0Group16<GgmlType::Q8_0>(a);
+    case GgmlType::Q4_0:
+      return GemmQx_0_Q8_0Group16<GgmlType::Q4_0>(a);
+    case GgmlType::Q4_K:
+      return GemmQx_K_Q8_KGroup16<GgmlType::Q4_K>(a);
+    case GgmlType::Q5_K:
+      return GemmQx_K_Q8_KGroup16<GgmlType::Q5_K>(a);
+    case GgmlType::Q6_K:
+      return GemmQx_K_Q8_KGroup16<GgmlType::Q6_K>(a);
     default:
-      BlockPanel<GgmlType::Q4_0>(a);
-      return;
+      return;  // MatMul quantizes activations for these types only
   }
 }
 

@@ -1,5 +1,6 @@
-// Portable kernels: baseline x86-64 (SSE2) or any other target; the reference the SIMD tables
-// are tested against.
+// The portable table: baseline x86-64 (SSE2) or any other target, and the reference the SIMD
+// tables are tested against. Its kernels are kernels_body.inc's, with the block decoders of
+// worker/model/dequantize_blocks.inc; this file adds GemmPanelPortable.
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -18,11 +19,16 @@ constexpr auto& HalfRowToFloat = common::F16RowToFloat;
 
 #include "worker/backend/cpu/kernels_body.inc"
 
-void DequantizeRowImpl(common::GgmlType type, const uint8_t* row, int n, float* out) {
+// DecodeRow (worker/model/dequantize_blocks.inc, the loader's decoders): the reference of
+// DequantizeRowSimd and DequantizeRowAvx512, which give the same bits.
+void DequantizeRowPortable(common::GgmlType type, const uint8_t* row, int n, float* out) {
   DecodeRow(type, row, n, out);
 }
 
-void GemmPanelImpl(const GemmPanelArgs& a) {
+// Float32 weights x float32 activations, one or several tokens, each output in kLanes lane sums
+// carried between k blocks: the reference of GemmPanelTiles (GemmF32Tile<RB, TB> of
+// kernels_avx2.cc and kernels_avx512.cc) and of GemvFloat<kType, RB> (kernels_avx512.cc).
+void GemmPanelPortable(const GemmPanelArgs& a) {
   for (int t = 0; t < a.num_tokens; ++t) {
     const float* x = a.x + static_cast<size_t>(t) * a.ldx;
     float* out = a.out + static_cast<size_t>(t) * a.ldo;
@@ -42,15 +48,17 @@ void GemmPanelImpl(const GemmPanelArgs& a) {
 
 }  // namespace
 
-const KernelTable kPortableKernels = {CpuIsa::kPortable,
-                                      DequantizeRowImpl,
-                                      GemmPanelImpl,
-                                      QuantGemmPanelImpl,
-                                      QuantizeActivationsImpl,
-                                      AttentionHeadImpl,
-                                      RmsNormRowImpl,
-                                      SwiGluImpl,
-                                      AddImpl,
-                                      FloatToHalfImpl};
+const KernelTable kPortableKernels = {
+    .isa = CpuIsa::kPortable,
+    .dequantize_row = DequantizeRowPortable,
+    .gemm_panel = GemmPanelPortable,
+    .quant_gemm_panel = QuantGemmPanelPortable,
+    .quantize_activations = QuantizeActivationsPortable,
+    .attention_head = AttentionHeadPortable,
+    .rms_norm_row = RmsNormRowPortable,
+    .swiglu = SwiGluPortable,
+    .add = AddPortable,
+    .float_to_half = FloatToHalfPortable,
+};
 
 }  // namespace pagoda::worker::cpu

@@ -4,7 +4,10 @@
 #include <fstream>
 #include <numeric>
 #include <optional>
+#include <ostream>
 #include <random>
+#include <string>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -13,6 +16,14 @@
 #include "tests/worker/model_fixtures.h"
 #include "tests/worker/reference_forward.h"
 #include "worker/model/llama_model.h"
+
+// GoogleTest prints a test's parameters with these (found by argument-dependent lookup).
+namespace pagoda::common {
+static void PrintTo(GgmlType type, std::ostream* os) { *os << GgmlTypeName(type); }
+}  // namespace pagoda::common
+namespace pagoda::worker::cpu {
+static void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
+}  // namespace pagoda::worker::cpu
 
 namespace pagoda::worker {
 namespace {
@@ -268,88 +279,137 @@ TEST(CpuBackend, BatchInvariant) {
   EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
 }
 
+constexpr cpu::CpuIsa kIsas[] = {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
+                                 cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx};
+
+// An instruction set as test names spell it ("Avx512Vnni").
+std::string IsaLabel(cpu::CpuIsa isa) {
+  switch (isa) {
+    case cpu::CpuIsa::kPortable:
+      return "Portable";
+    case cpu::CpuIsa::kAvx2:
+      return "Avx2";
+    case cpu::CpuIsa::kAvx512:
+      return "Avx512";
+    case cpu::CpuIsa::kAvx512Vnni:
+      return "Avx512Vnni";
+    case cpu::CpuIsa::kAvx512Amx:
+      return "Avx512Amx";
+  }
+  return "Unknown";
+}
+
+// The parameters' part of a test's name: "Avx512Vnni", "Avx512Vnni_Q4_K".
+struct ParamName {
+  std::string operator()(const ::testing::TestParamInfo<cpu::CpuIsa>& info) const {
+    return IsaLabel(info.param);
+  }
+  std::string operator()(
+      const ::testing::TestParamInfo<std::tuple<cpu::CpuIsa, common::GgmlType>>& info) const {
+    return IsaLabel(std::get<0>(info.param)) + "_" + common::GgmlTypeName(std::get<1>(info.param));
+  }
+};
+
+// The backend on one kernel table (and with one weight type), skipped where this CPU (or OS)
+// lacks the table's instructions.
+class OnTableAndType : public ::testing::TestWithParam<std::tuple<cpu::CpuIsa, common::GgmlType>> {
+ protected:
+  void SetUp() override {
+    if (!cpu::IsaSupported(isa())) {
+      GTEST_SKIP() << "this CPU (or OS) lacks the instructions of the " << cpu::CpuIsaName(isa())
+                   << " kernel table";
+    }
+  }
+  cpu::CpuIsa isa() const { return std::get<0>(GetParam()); }
+  common::GgmlType type() const { return std::get<1>(GetParam()); }
+};
+INSTANTIATE_TEST_SUITE_P(
+    CpuBackend, OnTableAndType,
+    ::testing::Combine(::testing::ValuesIn(kIsas),
+                       ::testing::Values(common::GgmlType::F32, common::GgmlType::F16,
+                                         common::GgmlType::BF16, common::GgmlType::Q8_0,
+                                         common::GgmlType::Q4_0, common::GgmlType::Q4_K,
+                                         common::GgmlType::Q5_K, common::GgmlType::Q6_K)),
+    ParamName());
+
+class OnTable : public ::testing::TestWithParam<cpu::CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (!cpu::IsaSupported(GetParam())) {
+      GTEST_SKIP() << "this CPU (or OS) lacks the instructions of the "
+                   << cpu::CpuIsaName(GetParam()) << " kernel table";
+    }
+  }
+};
+INSTANTIATE_TEST_SUITE_P(CpuBackend, OnTable, ::testing::ValuesIn(kIsas), ParamName());
+
 // Logits are bitwise the same across batch compositions on every kernel table and weight type
 // (quantized ones with 8-bit and with float activations), and every SIMD table stays within
 // float rounding of the portable one.
-TEST(CpuBackend, BatchInvariantOnEveryPathAndType) {
-  using common::GgmlType;
-  std::vector<cpu::CpuIsa> isas;
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
-                          cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx}) {
-    if (cpu::IsaSupported(isa)) isas.push_back(isa);
-  }
-  for (GgmlType type : {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0,
-                        GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K}) {
-    for (bool quantize_activations : {true, false}) {
-      if (!quantize_activations && cpu::ActivationFormatFor(type) == cpu::ActivationFormat::kNone) {
-        continue;
-      }
-      modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 1, 21);
-      o.ffn_dim = 512;
-      o.dtype = type;
-      auto model = testing::RandomModel(o);
-      ASSERT_NE(model, nullptr);
+TEST_P(OnTableAndType, BatchInvariantOnEveryPathAndType) {
+  for (bool quantize_activations : {true, false}) {
+    if (!quantize_activations && cpu::ActivationFormatFor(type()) == cpu::ActivationFormat::kNone) {
+      continue;
+    }
+    SCOPED_TRACE(quantize_activations ? "8-bit activations" : "float activations");
+    modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 4, 2, 1, 21);
+    o.ffn_dim = 512;
+    o.dtype = type();
+    auto model = testing::RandomModel(o);
+    ASSERT_NE(model, nullptr);
+    auto make = [&](cpu::CpuIsa isa, int threads) {
+      CpuBackendOptions options;
+      options.page_size = 4;
+      options.num_pages = 16;
+      options.num_threads = threads;
+      options.kernels = cpu::CpuIsaName(isa);
+      options.quantize_activations = quantize_activations;
+      return std::move(CpuBackend::Create(model, options).value());
+    };
+    std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {10, 11, 12}, c = {13};
+    std::vector<int32_t> pa = {3, 1}, pb = {0, 2}, pc = {4};
+    SeqInput in_a{a, 0, pa, true};
+    auto alone = make(isa(), 1), shared = make(isa(), 2);
+    std::vector<float> la, lb, lc;
+    ASSERT_OK(alone->Forward({&in_a, 1}, &la));
+    std::vector<SeqInput> batch = {{b, 0, pb, true}, {a, 0, pa, true}, {c, 0, pc, true}};
+    ASSERT_OK(shared->Forward(batch, &lb));
+    std::vector<SeqInput> other = {{c, 0, pc, false}, {a, 0, pa, true}};
+    ASSERT_OK(shared->Forward(other, &lc));
+    ASSERT_EQ(lb.size(), 3 * la.size());
+    ASSERT_EQ(lc.size(), la.size());
+    EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
+    EXPECT_TRUE(std::equal(la.begin(), la.end(), lc.begin()));
+    if (isa() != cpu::CpuIsa::kPortable) {
       std::vector<float> portable;
-      for (cpu::CpuIsa isa : isas) {
-        SCOPED_TRACE(common::GgmlTypeName(type) + " on " + cpu::CpuIsaName(isa) +
-                     (quantize_activations ? "" : " (float activations)"));
-        auto make = [&](int threads) {
-          CpuBackendOptions options;
-          options.page_size = 4;
-          options.num_pages = 16;
-          options.num_threads = threads;
-          options.kernels = cpu::CpuIsaName(isa);
-          options.quantize_activations = quantize_activations;
-          return std::move(CpuBackend::Create(model, options).value());
-        };
-        auto alone = make(1), shared = make(2);
-        std::vector<int32_t> a = {5, 6, 7, 8, 9}, b = {10, 11, 12}, c = {13};
-        std::vector<int32_t> pa = {3, 1}, pb = {0, 2}, pc = {4};
-        std::vector<float> la, lb, lc;
-        SeqInput in_a{a, 0, pa, true};
-        ASSERT_OK(alone->Forward({&in_a, 1}, &la));
-        std::vector<SeqInput> batch = {{b, 0, pb, true}, {a, 0, pa, true}, {c, 0, pc, true}};
-        ASSERT_OK(shared->Forward(batch, &lb));
-        std::vector<SeqInput> other = {{c, 0, pc, false}, {a, 0, pa, true}};
-        ASSERT_OK(shared->Forward(other, &lc));
-        ASSERT_EQ(lb.size(), 3 * la.size());
-        ASSERT_EQ(lc.size(), la.size());
-        EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
-        EXPECT_TRUE(std::equal(la.begin(), la.end(), lc.begin()));
-        if (isa == cpu::CpuIsa::kPortable) {
-          portable = la;
-        } else {
-          for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], portable[i], 2e-3) << i;
-        }
-      }
+      ASSERT_OK(make(cpu::CpuIsa::kPortable, 1)->Forward({&in_a, 1}, &portable));
+      ASSERT_EQ(portable.size(), la.size());
+      for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], portable[i], 2e-3) << i;
     }
   }
 }
 
 // Unset, the activations of quantized weights are 8-bit on the tables with integer dot products
 // and float on the others; set, they are what was asked.
-TEST(CpuBackend, ActivationsFollowTheKernelTableUnlessAsked) {
+TEST_P(OnTable, ActivationsFollowTheKernelTableUnlessAsked) {
+  const cpu::CpuIsa isa = GetParam();
   modelgen::RandomModelOptions o = testing::SmallRandomOptions(64, 2, 2, 1, 3);
   o.ffn_dim = 128;
   o.dtype = common::GgmlType::Q8_0;
   auto model = testing::RandomModel(o);
   ASSERT_NE(model, nullptr);
-  for (cpu::CpuIsa isa : {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
-                          cpu::CpuIsa::kAvx512Vnni, cpu::CpuIsa::kAvx512Amx}) {
-    if (!cpu::IsaSupported(isa)) continue;
-    for (std::optional<bool> asked :
-         {std::optional<bool>(), std::optional<bool>(true), std::optional<bool>(false)}) {
-      CpuBackendOptions options;
-      options.num_pages = 8;
-      options.num_threads = 1;
-      options.kernels = cpu::CpuIsaName(isa);
-      options.quantize_activations = asked;
-      auto backend = CpuBackend::Create(model, options);
-      ASSERT_OK(backend);
-      const bool integer = isa == cpu::CpuIsa::kAvx512Vnni || isa == cpu::CpuIsa::kAvx512Amx;
-      EXPECT_EQ((*backend)->quantizes_activations(), asked.value_or(integer))
-          << cpu::CpuIsaName(isa) << (asked ? (*asked ? " asked 8-bit" : " asked float") : "");
-    }
+  for (std::optional<bool> asked :
+       {std::optional<bool>(), std::optional<bool>(true), std::optional<bool>(false)}) {
+    CpuBackendOptions options;
+    options.num_pages = 8;
+    options.num_threads = 1;
+    options.kernels = cpu::CpuIsaName(isa);
+    options.quantize_activations = asked;
+    auto backend = CpuBackend::Create(model, options);
+    ASSERT_OK(backend);
+    const bool integer = isa == cpu::CpuIsa::kAvx512Vnni || isa == cpu::CpuIsa::kAvx512Amx;
+    EXPECT_EQ((*backend)->quantizes_activations(), asked.value_or(integer))
+        << (asked ? (*asked ? "asked 8-bit" : "asked float") : "not asked");
   }
 }
 
