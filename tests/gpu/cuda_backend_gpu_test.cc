@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/gpu/gpu_test_support.h"
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
 #include "tests/worker/model_fixtures.h"
@@ -136,15 +137,6 @@ struct Shape {
 // head_dim 32 (generic path), 64, 128 with GQA ratios 1, 4 and 8.
 constexpr Shape kRaggedShapes[] = {{256, 8, 2}, {512, 8, 8}, {512, 4, 1}, {1024, 8, 1}};
 
-std::string DTypeParamName(DType dtype) { return dtype == DType::kBf16 ? "Bf16" : "Fp16"; }
-
-}  // namespace
-
-// Parameters print as bf16 / fp16 in test names and failures (found by argument lookup).
-void PrintTo(DType dtype, std::ostream* os) { *os << DTypeName(dtype); }
-
-namespace {
-
 class RaggedLogits : public ::testing::TestWithParam<std::tuple<int, DType>> {};
 
 TEST_P(RaggedLogits, MatchCpu) {
@@ -176,7 +168,7 @@ INSTANTIATE_TEST_SUITE_P(
     [](const ::testing::TestParamInfo<RaggedLogits::ParamType>& info) {
       const Shape& s = kRaggedShapes[std::get<0>(info.param)];
       return absl::StrCat("Dim", s.dim, "Heads", s.heads, "Kv", s.kv_heads, "_",
-                          DTypeParamName(std::get<1>(info.param)));
+                          DTypeTestName(std::get<1>(info.param)));
     });
 
 // llama.cpp's quantized files load too: the matrices are dequantized and converted to the dtype
@@ -203,7 +195,7 @@ TEST_P(QuantizedFiles, MatchCpu) {
 INSTANTIATE_TEST_SUITE_P(CudaBackendGpuTest, QuantizedFiles,
                          ::testing::Values(DType::kFp16, DType::kBf16),
                          [](const ::testing::TestParamInfo<DType>& info) {
-                           return DTypeParamName(info.param);
+                           return DTypeTestName(info.param);
                          });
 
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
@@ -344,7 +336,7 @@ INSTANTIATE_TEST_SUITE_P(CudaBackendGpuTest, TrainedModelGolden,
                          ::testing::Combine(::testing::Values(DType::kFp16, DType::kBf16),
                                             ::testing::Bool()),
                          [](const ::testing::TestParamInfo<TrainedModelGolden::ParamType>& info) {
-                           return DTypeParamName(std::get<0>(info.param)) +
+                           return DTypeTestName(std::get<0>(info.param)) +
                                   (std::get<1>(info.param) ? "_Graphs" : "_Eager");
                          });
 

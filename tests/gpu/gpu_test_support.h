@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <ostream>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -17,6 +19,11 @@
 namespace pagoda::worker::cuda {
 
 constexpr uint16_t kPoison = 0xffff;  // NaN in bf16 and in fp16
+
+// Value-parameterized tests over the dtypes: parameters print as bf16 / fp16 (found by argument
+// lookup), and instances are named Bf16 / Fp16.
+inline void PrintTo(DType d, std::ostream* os) { *os << DTypeName(d); }
+inline std::string DTypeTestName(DType d) { return d == DType::kBf16 ? "Bf16" : "Fp16"; }
 
 inline uint16_t ToBits(float f, DType d) {
   return d == DType::kBf16 ? common::FloatToBf16(f) : common::FloatToF16(f);

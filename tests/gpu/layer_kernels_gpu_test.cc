@@ -25,8 +25,6 @@
 namespace pagoda::worker::cuda {
 namespace {
 
-constexpr DType kDTypes[] = {DType::kBf16, DType::kFp16};
-
 // Relative precision of one rounding to the dtype (half an ulp at 1.0).
 float Eps(DType d) { return d == DType::kBf16 ? 1.0f / 256 : 1.0f / 2048; }
 
@@ -69,73 +67,75 @@ class LayerKernelsGpuTest : public ::testing::Test {
   cpu::LocalContext cpu_{};  // portable kernels, one thread: the CPU twins' reference
 };
 
-TEST_F(LayerKernelsGpuTest, EmbedGathersRowsExactly) {
-  for (DType d : kDTypes) {
-    for (int dim : {8, 100, 300}) {
-      const int vocab = 37, tokens = 19;
-      const std::vector<uint16_t> table = ToDType(Normal(size_t(vocab) * dim, rng_), d);
-      std::vector<int32_t> ids(tokens);
-      for (int32_t& id : ids) id = static_cast<int32_t>(rng_() % vocab);
-      DeviceArray d_table(table.size() * 2), d_ids(ids.size() * 4), d_x(size_t(tokens) * dim * 4);
-      ASSERT_EQ(d_table.Upload(table), cudaSuccess);
-      ASSERT_EQ(d_ids.Upload(ids), cudaSuccess);
-      ASSERT_EQ(d_x.Poison(), cudaSuccess);
-      ASSERT_OK(LaunchEmbed({d_ids.as<int32_t>(), d_table.get(), d_x.as<float>(), tokens, dim, d},
-                            nullptr));
-      std::vector<float> x(size_t(tokens) * dim);
-      ASSERT_EQ(d_x.Download(x), cudaSuccess);
-      for (int t = 0; t < tokens; ++t) {
-        for (int i = 0; i < dim; ++i) {
-          ASSERT_EQ(x[size_t(t) * dim + i], FromBits(table[size_t(ids[t]) * dim + i], d))
-              << DTypeName(d) << " dim " << dim << " token " << t << " element " << i;
-        }
+// The tests that run for each dtype.
+class LayerKernelsDTypeTest : public LayerKernelsGpuTest,
+                              public ::testing::WithParamInterface<DType> {};
+
+TEST_P(LayerKernelsDTypeTest, EmbedGathersRowsExactly) {
+  const DType d = GetParam();
+  for (int dim : {8, 100, 300}) {
+    const int vocab = 37, tokens = 19;
+    const std::vector<uint16_t> table = ToDType(Normal(size_t(vocab) * dim, rng_), d);
+    std::vector<int32_t> ids(tokens);
+    for (int32_t& id : ids) id = static_cast<int32_t>(rng_() % vocab);
+    DeviceArray d_table(table.size() * 2), d_ids(ids.size() * 4), d_x(size_t(tokens) * dim * 4);
+    ASSERT_EQ(d_table.Upload(table), cudaSuccess);
+    ASSERT_EQ(d_ids.Upload(ids), cudaSuccess);
+    ASSERT_EQ(d_x.Poison(), cudaSuccess);
+    ASSERT_OK(LaunchEmbed({d_ids.as<int32_t>(), d_table.get(), d_x.as<float>(), tokens, dim, d},
+                          nullptr));
+    std::vector<float> x(size_t(tokens) * dim);
+    ASSERT_EQ(d_x.Download(x), cudaSuccess);
+    for (int t = 0; t < tokens; ++t) {
+      for (int i = 0; i < dim; ++i) {
+        ASSERT_EQ(x[size_t(t) * dim + i], FromBits(table[size_t(ids[t]) * dim + i], d))
+            << DTypeName(d) << " dim " << dim << " token " << t << " element " << i;
       }
     }
   }
 }
 
-TEST_F(LayerKernelsGpuTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
-  for (DType d : kDTypes) {
-    for (int dim : {8, 64, 100, 4096}) {
-      const int src_rows = 13;
-      const std::vector<float> x = Normal(size_t(src_rows) * dim, rng_, 3.0f);
-      const std::vector<float> w = Normal(dim, rng_);
-      for (bool gather : {false, true}) {
-        // Gather: rows in shuffled order, one repeated, some left out.
-        std::vector<int32_t> rows(src_rows);
-        std::iota(rows.begin(), rows.end(), 0);
-        if (gather) {
-          std::shuffle(rows.begin(), rows.end(), rng_);
-          rows.resize(7);
-          rows.push_back(rows.front());
-        }
-        const int n = static_cast<int>(rows.size());
-        std::vector<float> gathered(size_t(n) * dim), ref(size_t(n) * dim);
-        for (int r = 0; r < n; ++r) {
-          std::copy_n(x.begin() + size_t(rows[r]) * dim, dim, gathered.begin() + size_t(r) * dim);
-        }
-        cpu::RmsNorm(cpu_.get(), {gathered.data(), w.data(), ref.data(), n, dim, 1e-5f});
-
-        DeviceArray d_x(x.size() * 4), d_w(w.size() * 4), d_rows(rows.size() * 4),
-            d_out(ref.size() * 2);
-        ASSERT_EQ(d_x.Upload(x), cudaSuccess);
-        ASSERT_EQ(d_w.Upload(w), cudaSuccess);
-        ASSERT_EQ(d_rows.Upload(rows), cudaSuccess);
-        ASSERT_EQ(d_out.Poison(), cudaSuccess);
-        RmsNormCastParams p{d_x.as<float>(),
-                            gather ? d_rows.as<int32_t>() : nullptr,
-                            d_w.as<float>(),
-                            d_out.get(),
-                            n,
-                            dim,
-                            1e-5f,
-                            d};
-        ASSERT_OK(LaunchRmsNormCast(p, nullptr));
-        std::vector<uint16_t> got(ref.size());
-        ASSERT_EQ(d_out.Download(got), cudaSuccess);
-        ExpectNear(got, ref, d, 1e-3f,
-                   "RMSNorm dim " + std::to_string(dim) + (gather ? " gathered" : ""));
+TEST_P(LayerKernelsDTypeTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
+  const DType d = GetParam();
+  for (int dim : {8, 64, 100, 4096}) {
+    const int src_rows = 13;
+    const std::vector<float> x = Normal(size_t(src_rows) * dim, rng_, 3.0f);
+    const std::vector<float> w = Normal(dim, rng_);
+    for (bool gather : {false, true}) {
+      // Gather: rows in shuffled order, one repeated, some left out.
+      std::vector<int32_t> rows(src_rows);
+      std::iota(rows.begin(), rows.end(), 0);
+      if (gather) {
+        std::shuffle(rows.begin(), rows.end(), rng_);
+        rows.resize(7);
+        rows.push_back(rows.front());
       }
+      const int n = static_cast<int>(rows.size());
+      std::vector<float> gathered(size_t(n) * dim), ref(size_t(n) * dim);
+      for (int r = 0; r < n; ++r) {
+        std::copy_n(x.begin() + size_t(rows[r]) * dim, dim, gathered.begin() + size_t(r) * dim);
+      }
+      cpu::RmsNorm(cpu_.get(), {gathered.data(), w.data(), ref.data(), n, dim, 1e-5f});
+
+      DeviceArray d_x(x.size() * 4), d_w(w.size() * 4), d_rows(rows.size() * 4),
+          d_out(ref.size() * 2);
+      ASSERT_EQ(d_x.Upload(x), cudaSuccess);
+      ASSERT_EQ(d_w.Upload(w), cudaSuccess);
+      ASSERT_EQ(d_rows.Upload(rows), cudaSuccess);
+      ASSERT_EQ(d_out.Poison(), cudaSuccess);
+      RmsNormCastParams p{d_x.as<float>(),
+                          gather ? d_rows.as<int32_t>() : nullptr,
+                          d_w.as<float>(),
+                          d_out.get(),
+                          n,
+                          dim,
+                          1e-5f,
+                          d};
+      ASSERT_OK(LaunchRmsNormCast(p, nullptr));
+      std::vector<uint16_t> got(ref.size());
+      ASSERT_EQ(d_out.Download(got), cudaSuccess);
+      ExpectNear(got, ref, d, 1e-3f,
+                 "RMSNorm dim " + std::to_string(dim) + (gather ? " gathered" : ""));
     }
   }
 }
@@ -272,13 +272,12 @@ void CheckRopeKvWrite(DType d, const RopeShape& s, std::mt19937& rng) {
   }
 }
 
-TEST_F(LayerKernelsGpuTest, RopeKvWriteMatchesCpuRopeAndWriteKv) {
-  for (DType d : kDTypes) {
-    for (const RopeShape& s : {RopeShape{8, 4, 8, 8}, RopeShape{4, 1, 64, 16},
-                               RopeShape{8, 8, 128, 4}, RopeShape{6, 2, 96, 32}}) {
-      CheckRopeKvWrite(d, s, rng_);
-      if (HasFatalFailure()) return;
-    }
+TEST_P(LayerKernelsDTypeTest, RopeKvWriteMatchesCpuRopeAndWriteKv) {
+  const DType d = GetParam();
+  for (const RopeShape& s : {RopeShape{8, 4, 8, 8}, RopeShape{4, 1, 64, 16},
+                             RopeShape{8, 8, 128, 4}, RopeShape{6, 2, 96, 32}}) {
+    CheckRopeKvWrite(d, s, rng_);
+    if (HasFatalFailure()) return;
   }
 }
 
@@ -369,54 +368,57 @@ TEST_F(LayerKernelsGpuTest, QkvHooksMatchCpuArchitectureHooks) {
   }
 }
 
-TEST_F(LayerKernelsGpuTest, SiluMulMatchesCpuSwiGlu) {
-  for (DType d : kDTypes) {
-    for (int ffn : {1, 172, 2048}) {
-      const int tokens = 9;
-      const std::vector<float> gate_up = Normal(size_t(tokens) * 2 * ffn, rng_, 4.0f);
-      std::vector<float> ref(size_t(tokens) * ffn);
-      for (int t = 0; t < tokens; ++t) {
-        std::vector<float> gate(gate_up.begin() + size_t(t) * 2 * ffn,
-                                gate_up.begin() + size_t(t) * 2 * ffn + ffn);
-        cpu::SwiGlu(cpu_.get(), gate.data(), gate_up.data() + size_t(t) * 2 * ffn + ffn, 1, ffn);
-        std::copy(gate.begin(), gate.end(), ref.begin() + size_t(t) * ffn);
-      }
-      DeviceArray d_in(gate_up.size() * 4), d_out(ref.size() * 2);
-      ASSERT_EQ(d_in.Upload(gate_up), cudaSuccess);
-      ASSERT_EQ(d_out.Poison(), cudaSuccess);
-      ASSERT_OK(LaunchSiluMul({d_in.as<float>(), d_out.get(), tokens, ffn, d}, nullptr));
-      std::vector<uint16_t> got(ref.size());
-      ASSERT_EQ(d_out.Download(got), cudaSuccess);
-      ExpectNear(got, ref, d, 1e-3f, "SiLU·mul ffn " + std::to_string(ffn));
+TEST_P(LayerKernelsDTypeTest, SiluMulMatchesCpuSwiGlu) {
+  const DType d = GetParam();
+  for (int ffn : {1, 172, 2048}) {
+    const int tokens = 9;
+    const std::vector<float> gate_up = Normal(size_t(tokens) * 2 * ffn, rng_, 4.0f);
+    std::vector<float> ref(size_t(tokens) * ffn);
+    for (int t = 0; t < tokens; ++t) {
+      std::vector<float> gate(gate_up.begin() + size_t(t) * 2 * ffn,
+                              gate_up.begin() + size_t(t) * 2 * ffn + ffn);
+      cpu::SwiGlu(cpu_.get(), gate.data(), gate_up.data() + size_t(t) * 2 * ffn + ffn, 1, ffn);
+      std::copy(gate.begin(), gate.end(), ref.begin() + size_t(t) * ffn);
     }
+    DeviceArray d_in(gate_up.size() * 4), d_out(ref.size() * 2);
+    ASSERT_EQ(d_in.Upload(gate_up), cudaSuccess);
+    ASSERT_EQ(d_out.Poison(), cudaSuccess);
+    ASSERT_OK(LaunchSiluMul({d_in.as<float>(), d_out.get(), tokens, ffn, d}, nullptr));
+    std::vector<uint16_t> got(ref.size());
+    ASSERT_EQ(d_out.Download(got), cudaSuccess);
+    ExpectNear(got, ref, d, 1e-3f, "SiLU·mul ffn " + std::to_string(ffn));
   }
 }
 
 // The benchmarks' fill: seeded, deterministic, within [-scale, scale], never all zeros, and the
 // float32 variant adds its offset.
-TEST_F(LayerKernelsGpuTest, FillRandomIsSeededAndBounded) {
+TEST_P(LayerKernelsDTypeTest, FillRandomIsSeededAndBounded) {
+  const DType d = GetParam();
   const size_t n = 100003;
-  for (DType d : kDTypes) {
-    DeviceArray a(n * 2), b(n * 2), c(n * 2);
-    ASSERT_OK(LaunchFillRandom(a.get(), n, d, 0.5f, 7, nullptr));
-    ASSERT_OK(LaunchFillRandom(b.get(), n, d, 0.5f, 7, nullptr));
-    ASSERT_OK(LaunchFillRandom(c.get(), n, d, 0.5f, 8, nullptr));
-    std::vector<uint16_t> va(n), vb(n), vc(n);
-    ASSERT_EQ(a.Download(va), cudaSuccess);
-    ASSERT_EQ(b.Download(vb), cudaSuccess);
-    ASSERT_EQ(c.Download(vc), cudaSuccess);
-    EXPECT_EQ(va, vb) << DTypeName(d) << ": same seed, other values";
-    EXPECT_NE(va, vc) << DTypeName(d) << ": another seed, same values";
-    double sum = 0, sum_sq = 0;
-    for (uint16_t bits : va) {
-      const float x = FromBits(bits, d);
-      ASSERT_LE(std::fabs(x), 0.5f) << DTypeName(d);
-      sum += x;
-      sum_sq += double(x) * x;
-    }
-    EXPECT_NEAR(sum / n, 0.0, 0.01) << DTypeName(d);
-    EXPECT_NEAR(sum_sq / n, 0.25 / 3, 0.01) << DTypeName(d) << ": not uniform on [-0.5, 0.5]";
+  DeviceArray a(n * 2), b(n * 2), c(n * 2);
+  ASSERT_OK(LaunchFillRandom(a.get(), n, d, 0.5f, 7, nullptr));
+  ASSERT_OK(LaunchFillRandom(b.get(), n, d, 0.5f, 7, nullptr));
+  ASSERT_OK(LaunchFillRandom(c.get(), n, d, 0.5f, 8, nullptr));
+  std::vector<uint16_t> va(n), vb(n), vc(n);
+  ASSERT_EQ(a.Download(va), cudaSuccess);
+  ASSERT_EQ(b.Download(vb), cudaSuccess);
+  ASSERT_EQ(c.Download(vc), cudaSuccess);
+  EXPECT_EQ(va, vb) << DTypeName(d) << ": same seed, other values";
+  EXPECT_NE(va, vc) << DTypeName(d) << ": another seed, same values";
+  double sum = 0, sum_sq = 0;
+  for (uint16_t bits : va) {
+    const float x = FromBits(bits, d);
+    ASSERT_LE(std::fabs(x), 0.5f) << DTypeName(d);
+    sum += x;
+    sum_sq += double(x) * x;
   }
+  EXPECT_NEAR(sum / n, 0.0, 0.01) << DTypeName(d);
+  EXPECT_NEAR(sum_sq / n, 0.25 / 3, 0.01) << DTypeName(d) << ": not uniform on [-0.5, 0.5]";
+}
+
+// The float32 variant adds its offset to values within [-scale, scale].
+TEST_F(LayerKernelsGpuTest, FillRandomF32IsOffsetAndBounded) {
+  const size_t n = 100003;
   DeviceArray f(n * 4);
   ASSERT_OK(LaunchFillRandomF32(f.as<float>(), n, 0.25f, 1.0f, 3, nullptr));
   std::vector<float> vf(n);
@@ -427,6 +429,12 @@ TEST_F(LayerKernelsGpuTest, FillRandomIsSeededAndBounded) {
   EXPECT_LT(*lo, 0.76f);
   EXPECT_GT(*hi, 1.24f);
 }
+
+INSTANTIATE_TEST_SUITE_P(LayerKernelsGpuTest, LayerKernelsDTypeTest,
+                         ::testing::Values(DType::kBf16, DType::kFp16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return DTypeTestName(info.param);
+                         });
 
 }  // namespace
 }  // namespace pagoda::worker::cuda
