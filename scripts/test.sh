@@ -10,15 +10,15 @@
 #   scripts/test.sh --quick [CTEST_ARGS...]  the quick tier (ctest -L quick): unit tests and
 #                                            static checks; installs no clang, Node or Prometheus
 #   scripts/test.sh --sanitize               the sanitizer tier alone: the quick tier built with
-#                                            ASan + UBSan in build-asan/, and the unit tests that
-#                                            run threads built with TSan in build-tsan/
+#                                            ASan + UBSan in build-asan/; the unit tests that run
+#                                            threads and five e2e tests with TSan in build-tsan/
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build_dir="${BUILD_DIR:-$root/build}"
 jobs="$(nproc)"
 
-# The sanitizer tier. Every finding fails its test: ASan and UBSan abort on the first report,
-# TSan stops the process that races (halt_on_error).
+# The sanitizer tier (docs/testing.md). Every finding fails its test: ASan and UBSan abort on the
+# first report, TSan stops the process that races (halt_on_error).
 sanitize() {
   PAGODA_SANITIZE=address,undefined BUILD_DIR="$root/build-asan" BUILD_TYPE=Sanitize \
     "$root/scripts/build.sh" pagoda_quick_tests
@@ -33,6 +33,12 @@ sanitize() {
   TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$root/scripts/tsan.supp" \
     ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
     -L '^quick:(scheduler/(engine|service)|worker/(runner|backend/cpu))$'
+  # The e2e tests check the scheduler and worker processes they start (their TSAN_OPTIONS come
+  # from PAGODA_CHILD_TSAN_OPTIONS); the test clients themselves do not report.
+  TSAN_OPTIONS="report_bugs=0" \
+    PAGODA_CHILD_TSAN_OPTIONS="halt_on_error=1:suppressions=$root/scripts/tsan.supp" \
+    ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
+    -L '^e2e$' -E '^openai_client$'
 }
 
 case "${1:-}" in

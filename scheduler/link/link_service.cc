@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/link_token.h"
 #include "common/log.h"
+#include "common/race_annotations.h"
 #include "google/protobuf/arena.h"
 #include "scheduler/link/plan_codec.h"
 
@@ -83,6 +84,7 @@ class LinkService::Link final
     // Watches from the first byte: a peer that never registers does not hold a link forever.
     watchdog_ = std::make_unique<Watchdog>(context_, service_->options_.worker_timeout,
                                            "worker link from " + context_->peer());
+    common::HandOff(&in_);
     StartRead(&in_);
   }
 
@@ -93,6 +95,7 @@ class LinkService::Link final
   }
 
   void OnReadDone(bool ok) override {
+    const common::Reaction reaction(&in_);
     const absl::Time received = absl::Now();
     if (!ok) {
       if (id_ == 0) {
@@ -111,10 +114,12 @@ class LinkService::Link final
       service_->engine_->OnWorkerResult(id_, r.iteration(), DecodeSampled(r), r.error(),
                                         DecodeStepTimes(r), received);
     }
+    common::HandOff(&in_);
     StartRead(&in_);
   }
 
   void OnWriteDone(bool ok) override {
+    const common::Reaction reaction(&out_);
     std::optional<grpc::Status> finish;
     bool write = false;
     // The written message is freed here, outside the lock, off the path from a worker's
@@ -134,11 +139,14 @@ class LinkService::Link final
         finish = finish_;
       }
     }
-    if (write) StartWrite(out_->message);
-    if (finish) Finish(*finish);
+    if (write) StartWriteOut();
+    if (finish) FinishCall(*finish);
   }
 
   void OnDone() override {
+    common::TakeOver(&in_);
+    common::TakeOver(&out_);
+    common::TakeOver(this);
     watchdog_.reset();                              // before the context goes
     std::shared_ptr<Link> self = std::move(self_);  // may be the last reference
   }
@@ -181,7 +189,18 @@ class LinkService::Link final
       queue_.push_back(std::move(msg));
       if (!ClaimNextLocked()) return;
     }
-    StartWrite(out_->message);
+    StartWriteOut();
+  }
+
+  // Starts writing out_ (claimed by this thread), and finishing the call.
+  void StartWriteOut() {
+    const wv1::SchedulerMessage* message = out_->message;  // read before the hand-over
+    common::HandOff(&out_);
+    StartWrite(message);
+  }
+  void FinishCall(grpc::Status status) {
+    common::HandOff(this);
+    Finish(std::move(status));
   }
 
   // Takes the next queued message into out_ when no write is in flight; true when the caller
@@ -205,7 +224,7 @@ class LinkService::Link final
       if (writing_) return;  // OnWriteDone finishes
       finished_ = true;
     }
-    Finish(std::move(status));
+    FinishCall(std::move(status));
   }
 
   LinkService* const service_;

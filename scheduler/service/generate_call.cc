@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/race_annotations.h"
 #include "scheduler/engine/engine.h"
 
 namespace pagoda::scheduler {
@@ -142,7 +143,7 @@ void GenerateCall::Refuse(grpc::Status status) {
     done_ = true;
   }
   outcome_.status = status;
-  Finish(std::move(status));
+  FinishCall(std::move(status));
 }
 
 bool GenerateCall::OnToken(int index, int32_t token, const TokenLogprob* logprob) {
@@ -207,7 +208,7 @@ void GenerateCall::Flush() {
     }
     if (end) {
       outcome_.status = *end;
-      Finish(*std::move(end));
+      FinishCall(*std::move(end));
       return;
     }
     if (Write(index, taken_, taken_logprobs_, std::move(final), last)) return;
@@ -261,13 +262,13 @@ bool GenerateCall::Write(int index, const std::vector<int32_t>& tokens,
     if (last) {
       WriteFinal();
     } else {
-      StartWrite(&response_);
+      StartWriting();
     }
     return true;
   }
   if (response_.token_ids_size() == 0) return false;
   response_.set_text(std::move(text));
-  StartWrite(&response_);
+  StartWriting();
   return true;
 }
 
@@ -286,7 +287,7 @@ void GenerateCall::WriteFinal() {
   }
   if (early) {  // the client cancelled meanwhile: the end is not sent
     outcome_.status = *early;
-    Finish(*std::move(early));
+    FinishCall(*std::move(early));
     return;
   }
   // The log line's event: completion 0's, with the tokens and preemptions of all n.
@@ -298,7 +299,9 @@ void GenerateCall::WriteFinal() {
   }
   outcome_.status = end_status_;
   outcome_.finished = std::move(merged);
-  StartWriteAndFinish(&response_, grpc::WriteOptions(), outcome_.status);
+  grpc::Status status = outcome_.status;  // read before the hand-over
+  common::HandOff(this);
+  StartWriteAndFinish(&response_, grpc::WriteOptions(), std::move(status));
 }
 
 void GenerateCall::Stop(grpc::Status status, FinishReason reason) {
@@ -328,7 +331,18 @@ void GenerateCall::Abort(const std::string& why) {
   Stop(grpc::Status(grpc::StatusCode::UNAVAILABLE, why), FinishReason::kCancelled);
 }
 
+void GenerateCall::StartWriting() {
+  common::HandOff(this);
+  StartWrite(&response_);
+}
+
+void GenerateCall::FinishCall(grpc::Status status) {
+  common::HandOff(this);
+  Finish(std::move(status));
+}
+
 void GenerateCall::OnWriteDone(bool ok) {
+  const common::Reaction reaction(this);
   if (!ok) {
     Stop(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"),
          FinishReason::kCancelled);
@@ -341,6 +355,7 @@ void GenerateCall::OnWriteDone(bool ok) {
 }
 
 void GenerateCall::OnCancel() {
+  const common::Reaction reaction(this);
   if (context_->deadline() <= std::chrono::system_clock::now()) {
     Stop(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded"),
          FinishReason::kDeadline);
@@ -351,6 +366,7 @@ void GenerateCall::OnCancel() {
 }
 
 void GenerateCall::OnDone() {
+  common::TakeOver(this);
   service_->Report(outcome_, client_id_, service_->engine_->Now() - start_);
   service_->CallEnded(this);
   std::shared_ptr<GenerateCall> self = std::move(self_);  // may be the last reference

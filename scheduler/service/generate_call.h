@@ -106,6 +106,10 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   // As the writer, for the last message: marks the call done and writes with the status (or
   // finishes with the early end that came meanwhile).
   void WriteFinal();
+  // StartWrite(&response_) and Finish, after handing this call's state to the thread that will
+  // run the reaction (common/race_annotations.h).
+  void StartWriting();
+  void FinishCall(grpc::Status status);
 
   GenerationService* const service_;
   grpc::CallbackServerContext* const context_;

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/race_annotations.h"
 #include "common/status_macros.h"
 #include "common/utf8.h"
 #include "scheduler/metrics/metrics.h"
@@ -302,7 +303,9 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   v1::GenerateRequest decoded;
   absl::Status status = CheckRequestSize(request->Length(), limits_.max_request_bytes);
   if (status.ok()) status = DecodeRequest(Flatten(*request), limits_.max_request_bytes, &decoded);
-  return GenerateCall::Start(this, context, decoded, status);
+  GenerateCall* call = GenerateCall::Start(this, context, decoded, status);
+  common::HandOff(call);  // its reactions run on other threads (race_annotations.h)
+  return call;
 }
 
 void GenerationService::CallStarted(std::shared_ptr<GenerateCall> call) {
