@@ -4,9 +4,9 @@
 // thread completes (OnWriteDone) on another, ordered by gRPC's core. Debian builds gRPC without
 // TSan, so a TSan build sees no order between the two and would report the reactor's state as
 // raced. A reactor hands its state over before it starts an operation (HandOff(key)) and takes
-// it over when the operation's reaction runs (TakeOver(key), or a Reaction scope). Each kind of
-// operation has a key of its own, so independent operations (a read and a write in flight
-// together) stay unordered to TSan, as they are.
+// it over when the operation's reaction runs (TakeOver(key), or a Reaction scope). Operations
+// that run independently (a link's read and write, in flight together) have keys of their own,
+// so TSan still sees them unordered, as they are.
 #pragma once
 
 #if defined(__SANITIZE_THREAD__)
