@@ -13,7 +13,8 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 
-// The symbols, as the Abseil of Debian bookworm (inline namespace debian3) exports them.
+// The symbols, as the Abseil of Debian bookworm (inline namespace debian3) exports them. The
+// top-level CMakeLists.txt reads this list for the linker's --wrap options.
 #define MUTEX_LOCK _ZN4absl7debian35Mutex4LockEv
 #define MUTEX_UNLOCK _ZN4absl7debian35Mutex6UnlockEv
 #define MUTEX_READER_LOCK _ZN4absl7debian35Mutex10ReaderLockEv

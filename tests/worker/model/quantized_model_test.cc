@@ -5,7 +5,6 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
-#include <ostream>
 #include <string>
 #include <tuple>
 
@@ -13,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
+#include "tests/worker/param_printers.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/weight_matrix.h"
@@ -189,17 +189,6 @@ void CompareWithLlamaCpp(const std::shared_ptr<const LlamaModel>& model, cpu::Cp
     Feed(**backend, chosen, &pos, pages, &lp);
   }
 }
-
-}  // namespace
-}  // namespace pagoda::worker
-
-namespace pagoda::worker::cpu {
-// Kernel tables print by name in test names and failures (found by argument lookup).
-void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
-}  // namespace pagoda::worker::cpu
-
-namespace pagoda::worker {
-namespace {
 
 // One instance per kernel table and activation type; a table the CPU lacks is skipped.
 class KernelPathLogProbs : public ::testing::TestWithParam<std::tuple<cpu::CpuIsa, bool>> {};

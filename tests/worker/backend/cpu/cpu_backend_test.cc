@@ -4,7 +4,6 @@
 #include <fstream>
 #include <numeric>
 #include <optional>
-#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -14,16 +13,9 @@
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
 #include "tests/worker/model_fixtures.h"
+#include "tests/worker/param_printers.h"
 #include "tests/worker/reference_forward.h"
 #include "worker/model/llama_model.h"
-
-// GoogleTest prints a test's parameters with these (found by argument-dependent lookup).
-namespace pagoda::common {
-static void PrintTo(GgmlType type, std::ostream* os) { *os << GgmlTypeName(type); }
-}  // namespace pagoda::common
-namespace pagoda::worker::cpu {
-static void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
-}  // namespace pagoda::worker::cpu
 
 namespace pagoda::worker {
 namespace {

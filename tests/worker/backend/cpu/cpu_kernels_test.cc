@@ -10,7 +10,6 @@
 #include <cstring>
 #include <limits>
 #include <numeric>
-#include <ostream>
 #include <random>
 #include <string>
 #include <tuple>
@@ -21,15 +20,8 @@
 #include "gtest/gtest.h"
 #include "modelgen/quantize.h"
 #include "tests/support/status_assertions.h"
+#include "tests/worker/param_printers.h"
 #include "worker/backend/cpu/thread_pool.h"
-
-// GoogleTest prints a test's parameters with these (found by argument-dependent lookup).
-namespace pagoda::common {
-static void PrintTo(GgmlType type, std::ostream* os) { *os << GgmlTypeName(type); }
-}  // namespace pagoda::common
-namespace pagoda::worker::cpu {
-static void PrintTo(CpuIsa isa, std::ostream* os) { *os << CpuIsaName(isa); }
-}  // namespace pagoda::worker::cpu
 
 namespace pagoda::worker::cpu {
 namespace {
