@@ -28,20 +28,6 @@ std::string_view OpenAiReason(FinishReason reason) {
   }
 }
 
-// The failure an abnormal end stands for.
-absl::Status EndStatus(const Event& e) {
-  switch (e.reason) {
-    case FinishReason::kError:
-      return absl::InternalError(e.message);
-    case FinishReason::kCancelled:
-      return absl::CancelledError(e.message);
-    case FinishReason::kDeadline:
-      return absl::DeadlineExceededError(e.message);
-    default:
-      return absl::OkStatus();
-  }
-}
-
 }  // namespace
 
 void OpenAiCall::Start(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder,
@@ -76,12 +62,18 @@ void OpenAiCall::Begin() {
   chunks_.emplace(header_);
   outcome_.id = id_;
   outcome_.prompt_tokens = static_cast<int32_t>(r->prompt.size());
-  std::vector<std::shared_ptr<RequestSink>> sinks;
   const auto& stops = request_.generate.stop();
+  std::unique_ptr<OutputProcessor> output =
+      MakeOutputProcessor(engine, id_, r->n, frontend_->model_->tokenizer,
+                          std::vector<std::string>(stops.begin(), stops.end()), &mu_);
+  answers_.resize(r->n);
+  std::vector<std::shared_ptr<RequestSink>> sinks;
   for (int i = 0; i < r->n; ++i) {
-    completions_.push_back(std::make_unique<Completion>(
-        frontend_->model_->tokenizer, std::vector<std::string>(stops.begin(), stops.end())));
     sinks.push_back(std::make_shared<CompletionSink<OpenAiCall>>(shared_from_this(), i));
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    output_ = std::move(output);
   }
   submitted_ = true;
   if (absl::Status s = engine->SubmitCompletions(*std::move(r), std::move(sinks)); !s.ok()) {
@@ -92,9 +84,9 @@ void OpenAiCall::Begin() {
   if (request_.stream) {
     std::string head = EventStreamHead(keep_alive_);
     if (chat) {
-      for (size_t i = 0; i < completions_.size(); ++i) {
+      for (int i = 0; i < output_->n(); ++i) {
         std::string event;
-        chunks_->Append(static_cast<int>(i), "", /*role=*/true, "", nullptr, &event);
+        chunks_->Append(i, "", /*role=*/true, "", nullptr, &event);
         head += Chunk(event);
       }
     }
@@ -120,18 +112,14 @@ void OpenAiCall::Refuse(const absl::Status& status) {
 bool OpenAiCall::OnToken(int index, int32_t token, const TokenLogprob* logprob) {
   absl::MutexLock lock(&mu_);
   if (over_ || ending_) return false;
-  Completion& c = *completions_[index];
-  c.pending.push_back(token);
-  if (logprob != nullptr) c.pending_logprobs.push_back(*logprob);
+  output_->AddToken(index, token, logprob);
   return !pump_posted_;
 }
 
 bool OpenAiCall::OnFinished(int index, Event event) {
   absl::MutexLock lock(&mu_);
-  ++arrived_;
-  if (over_) return false;
-  completions_[index]->final = std::move(event);
-  return !pump_posted_;
+  output_->AddEnd(index, std::move(event));  // counted for Abort even when the call is over
+  return !over_ && !pump_posted_;
 }
 
 void OpenAiCall::Flush() {
@@ -144,15 +132,15 @@ void OpenAiCall::Flush() {
 }
 
 void OpenAiCall::Stop(absl::Status status) {
+  int tell_engine = 0;  // completions to finish in the engine
   {
     absl::MutexLock lock(&mu_);
     if (over_ || ending_) return;
     ending_ = status;
+    if (submitted_) tell_engine = output_->n();
   }
-  if (submitted_) {
-    for (size_t i = 0; i < completions_.size(); ++i) {
-      frontend_->engine_->Finish(id_ + i, FinishReason::kCancelled, std::string(status.message()));
-    }
+  for (int i = 0; i < tell_engine; ++i) {
+    frontend_->engine_->Finish(id_ + i, FinishReason::kCancelled, std::string(status.message()));
   }
   responder_->Post([self = shared_from_this()] { self->Pump(); });
 }
@@ -160,18 +148,13 @@ void OpenAiCall::Stop(absl::Status status) {
 void OpenAiCall::Abort(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
-    if (over_ || arrived_ == static_cast<int>(completions_.size())) return;
+    // Before Begin made the processor, Begin's own check of AbortMessage covers the call.
+    if (over_ || output_ == nullptr || output_->ends_arrived() == output_->n()) return;
   }
   Stop(absl::UnavailableError(why));
 }
 
 void OpenAiCall::Pump() {
-  struct News {
-    std::vector<int32_t> tokens;
-    std::vector<TokenLogprob> logprobs;
-    std::optional<Event> final;
-  };
-  std::vector<News> news(completions_.size());
   std::optional<absl::Status> ending;
   {
     absl::MutexLock lock(&mu_);
@@ -179,22 +162,17 @@ void OpenAiCall::Pump() {
     if (writing_ || done_) return;
     ending = ending_;
     if (!ending) {
-      for (size_t i = 0; i < completions_.size(); ++i) {
-        Completion& c = *completions_[i];
-        news[i].tokens.swap(c.pending);
-        news[i].logprobs.swap(c.pending_logprobs);
-        news[i].final = std::move(c.final);
-        c.final.reset();
+      for (int i = 0; i < output_->n(); ++i) {
+        if (output_->HasNews(i)) output_->Take(i);
       }
     }
   }
   if (ending) return EndEarly(*ending);
   std::string out;
-  for (size_t i = 0; i < news.size(); ++i) {
-    if (news[i].tokens.empty() && !news[i].final) continue;
-    Consume(static_cast<int>(i), news[i].tokens, news[i].logprobs, std::move(news[i].final), &out);
+  for (int i = 0; i < output_->n(); ++i) {
+    if (output_->Process(i, &delta_)) Consume(i, &out);
   }
-  const bool last = ended_ == static_cast<int>(completions_.size());
+  const bool last = output_->all_ended();
   if (last) out += Closing();
   if (out.empty()) return;
   if (request_.stream) out = Chunk(out) + (last ? std::string(kLastChunk) : "");
@@ -220,80 +198,58 @@ nlohmann::json OpenAiCall::LogprobsJson(const std::vector<TokenLogprobText>& tok
                                               : CompletionLogprobs(tokens, offset);
 }
 
-void OpenAiCall::Consume(int index, const std::vector<int32_t>& tokens,
-                         const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
-                         std::string* out) {
-  Completion& c = *completions_[index];
-  std::string text;
-  bool matched = false;
-  // Logprobs are parallel to the tokens when asked for (the worker sends one per token).
-  const bool with_logprobs = request_.top_logprobs >= 0 && logprobs.size() == tokens.size();
+void OpenAiCall::Consume(int index, std::string* out) {
+  Answer& a = answers_[index];
+  outcome_.sent_tokens += static_cast<int32_t>(delta_.tokens.size());
   std::vector<TokenLogprobText> chunk_logprobs;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int32_t t = tokens[i];
-    if (!c.matched_stop.empty()) break;
-    ++c.sent_tokens;
-    ++outcome_.sent_tokens;
-    if (with_logprobs) chunk_logprobs.push_back(LogprobText(t, logprobs[i]));
-    text::StopMatcher::Result m = c.stops.Push(c.detok.Push(t));
-    text += m.text;
-    if (m.matched) {
-      c.matched_stop = m.stop;
-      matched = true;
+  if (request_.top_logprobs >= 0) {
+    for (size_t i = 0; i < delta_.logprobs.size(); ++i) {
+      chunk_logprobs.push_back(LogprobText(delta_.tokens[i], delta_.logprobs[i]));
     }
   }
-  if (matched) frontend_->engine_->Finish(id_ + index, FinishReason::kStopString, "");
-  std::string_view reason;
-  if (final) {
-    if (c.matched_stop.empty()) {
-      text += c.stops.Push(c.detok.Flush()).text + c.stops.Flush();
-    } else {
-      final->reason = FinishReason::kStopString;
-      final->completion_tokens = c.sent_tokens;
+  std::string text;
+  for (OutputEvent& e : delta_.events) {
+    switch (e.kind) {
+      case OutputEvent::Kind::kText:
+        text += e.text;
+        break;
     }
-    if (absl::Status s = EndStatus(*final); !s.ok() && failure_.ok()) failure_ = s;
-    reason = OpenAiReason(final->reason);
-    c.end = std::move(final);
-    ++ended_;
   }
+  const std::string_view reason = delta_.end ? OpenAiReason(delta_.end->event.reason) : "";
   if (!request_.stream) {
-    c.text += text;
-    std::move(chunk_logprobs.begin(), chunk_logprobs.end(), std::back_inserter(c.logprobs));
+    a.text += text;
+    std::move(chunk_logprobs.begin(), chunk_logprobs.end(), std::back_inserter(a.logprobs));
   } else if (!text.empty() || !reason.empty() || !chunk_logprobs.empty()) {
-    chunks_->Append(index, text, /*role=*/false, reason, LogprobsJson(chunk_logprobs, c.text_bytes),
+    chunks_->Append(index, text, /*role=*/false, reason, LogprobsJson(chunk_logprobs, a.text_bytes),
                     out);
   }
-  c.text_bytes += static_cast<int64_t>(text.size());
+  a.text_bytes += static_cast<int64_t>(text.size());
 }
 
 std::string OpenAiCall::Closing() {
-  Usage usage;
-  Event merged = *completions_[0]->end;
-  usage.prompt_tokens = merged.prompt_tokens;
-  usage.cached_tokens = merged.cached_tokens;
-  for (size_t i = 0; i < completions_.size(); ++i) {
-    const Event& e = *completions_[i]->end;
-    usage.completion_tokens += e.completion_tokens;
-    if (i == 0) continue;
-    merged.completion_tokens += e.completion_tokens;
-    merged.preemptions += e.preemptions;
-    merged.timings.finished = std::max(merged.timings.finished, e.timings.finished);
-  }
-  outcome_.status = ToGrpcStatus(failure_);
-  if (failure_.ok()) outcome_.finished = std::move(merged);
+  // The log line's event: completion 0's, with the tokens of all n (the usage's too).
+  Event merged = output_->MergedEnd();
+  const Usage usage{.prompt_tokens = merged.prompt_tokens,
+                    .completion_tokens = merged.completion_tokens,
+                    .cached_tokens = merged.cached_tokens};
+  const absl::Status& failure = output_->failure();
+  outcome_.status = ToGrpcStatus(failure);
+  if (failure.ok()) outcome_.finished = std::move(merged);
   if (request_.stream) {
     std::string out;
-    if (!failure_.ok()) out += ErrorEvent(FromStatus(failure_).Body());
-    if (request_.include_usage && failure_.ok()) out += UsageEvent(header_, usage);
+    if (!failure.ok()) out += ErrorEvent(FromStatus(failure).Body());
+    if (request_.include_usage && failure.ok()) out += UsageEvent(header_, usage);
     out += kDoneEvent;
     return out;
   }
-  if (!failure_.ok()) return ErrorResponse(FromStatus(failure_), keep_alive_);
+  if (!failure.ok()) return ErrorResponse(FromStatus(failure), keep_alive_);
   std::vector<Choice> choices;
-  for (const auto& c : completions_) {
-    choices.push_back(Choice{.text = std::move(c->text),
-                             .finish_reason = std::string(OpenAiReason(c->end->reason)),
-                             .logprobs = LogprobsJson(c->logprobs, 0)});
+  for (int i = 0; i < output_->n(); ++i) {
+    Answer& a = answers_[i];
+    choices.push_back(
+        Choice{.text = std::move(a.text),
+               .finish_reason = std::string(OpenAiReason(output_->end(i).event.reason)),
+               .logprobs = LogprobsJson(a.logprobs, 0)});
   }
   return HttpResponse(200, "application/json", CompletionBody(header_, choices, usage),
                       keep_alive_);

@@ -5,11 +5,12 @@
 // GenerationService::Validate, submits it with one Sink per completion, and for a stream writes
 // the event-stream head at once (chat: with each choice's first delta, which carries the role).
 // The engine then delivers tokens under its lock (OnToken/OnFinished only buffer them, per
-// completion) and calls Flush(), which posts one Pump() to the strand. Pump takes everything
-// buffered, detokenizes it, applies the stop strings, and writes it: streams as one SSE chunk per
-// choice with news, whole answers once every completion has ended. One write at a time: what
-// arrives meanwhile waits in the buffers and goes out together after it (a slow reader gets
-// fewer, larger writes and never slows the engine). Logprobs, when asked for, go with their
+// completion, in the call's OutputProcessor) and calls Flush(), which posts one Pump() to the
+// strand. Pump takes everything buffered, has the processor turn it into each completion's text
+// and end (detokenized, stop strings applied: output_processor.h), and writes it: streams as one
+// SSE chunk per choice with news, whole answers once every completion has ended. One write at a
+// time: what arrives meanwhile waits in the buffers and goes out together after it (a slow reader
+// gets fewer, larger writes and never slows the engine). Logprobs, when asked for, go with their
 // tokens (completions: tokens, token_logprobs, top_logprobs, text_offset; chat: content[]).
 // A stream ends with each choice's
 // finish_reason, the usage chunk when asked for, and "data: [DONE]".
@@ -21,8 +22,9 @@
 // its completion in the engine; the text from the match on is never sent.
 //
 // Threads: the engine's calls come from any thread; everything else runs on the strand. mu_
-// guards the buffers and the ending; the rest is the strand's. Each call ends with one log line
-// and one metrics count, through GenerationService::Report like a gRPC call.
+// guards the processor's engine side and the ending; the rest (the processor's writer side
+// included) is the strand's. Each call ends with one log line and one metrics count, through
+// GenerationService::Report like a gRPC call.
 #pragma once
 
 #include <atomic>
@@ -40,8 +42,7 @@
 #include "scheduler/http/openai_response.h"
 #include "scheduler/http/responder.h"
 #include "scheduler/service/generation_service.h"
-#include "scheduler/text/detokenizer.h"
-#include "scheduler/text/stop_matcher.h"
+#include "scheduler/service/output_processor.h"
 
 namespace pagoda::scheduler::http {
 
@@ -62,22 +63,11 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
 
  private:
   friend class CompletionSink<OpenAiCall>;
-  struct Completion {
-    Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-        : detok(tokenizer), stops(std::move(stop_strings)) {}
-    // Guarded by mu_.
-    std::vector<int32_t> pending;
-    std::vector<TokenLogprob> pending_logprobs;  // parallel to pending when asked for
-    std::optional<Event> final;
-    // The strand's.
-    text::StreamingDetokenizer detok;
-    text::StopMatcher stops;
-    std::string matched_stop;
+  // What one choice of the answer has accumulated (the strand's).
+  struct Answer {
     std::string text;                        // whole answers: the text so far
     std::vector<TokenLogprobText> logprobs;  // whole answers: those of the tokens so far
     int64_t text_bytes = 0;                  // text sent so far (streams' text_offset)
-    int32_t sent_tokens = 0;
-    std::optional<Event> end;  // once taken
   };
 
   // The Sinks' calls (RequestSink's contract).
@@ -91,11 +81,9 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
   // Any thread: finishes every completion in the engine and ends the call with `status`.
   void Stop(absl::Status status);
   void Pump();
-  // The text of `tokens` for completion `index` (stop strings applied) and, with `final`, its
-  // end; appends the stream's events to `out`.
-  void Consume(int index, const std::vector<int32_t>& tokens,
-               const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
-               std::string* out);
+  // Formats delta_, completion `index`'s news: appends the stream's events to `out` (whole
+  // answers: to the choice's Answer).
+  void Consume(int index, std::string* out);
   // The answer's form of a token's logprob.
   TokenLogprobText LogprobText(int32_t token, const TokenLogprob& logprob) const;
   // The logprobs object of an answer (completions or chat form); null when not asked for.
@@ -115,22 +103,24 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
   const bool keep_alive_;
   AnswerHeader header_;
   std::optional<ChunkEncoder> chunks_;  // streams: set with header_
-  std::vector<std::unique_ptr<Completion>> completions_;
   double start_ = 0;
   RequestId id_ = 0;
   std::atomic<bool> submitted_{false};  // the engine knows the request (id_ is set)
   // The strand's.
   bool writing_ = false;
   bool done_ = false;
-  int ended_ = 0;  // completions whose end Consume has seen
+  std::vector<Answer> answers_;  // one per completion, sized before the request is submitted
+  CompletionDelta delta_;        // the processor's output being formatted
   GenerateOutcome outcome_;
-  absl::Status failure_;  // the first failed end among the completions
 
   absl::Mutex mu_;
+  // Set under mu_ before the request is submitted (null until then, and for a request refused by
+  // validation), never replaced: its engine side is guarded by mu_, its writer side is the
+  // strand's.
+  std::unique_ptr<OutputProcessor> output_;
   bool pump_posted_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<absl::Status> ending_ ABSL_GUARDED_BY(mu_);
   bool over_ ABSL_GUARDED_BY(mu_) = false;  // Done ran: no more tokens wanted
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace pagoda::scheduler::http

@@ -1,8 +1,8 @@
 #include "scheduler/service/generate_call.h"
 
-#include <algorithm>
 #include <chrono>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/race_annotations.h"
@@ -64,20 +64,6 @@ void FillLogprob(int32_t token, const TokenLogprob& lp, v1::TokenLogprob* out) {
   }
 }
 
-// The stream's status for the core's final event.
-grpc::Status FinalStatus(const Event& e) {
-  switch (e.reason) {
-    case FinishReason::kError:
-      return grpc::Status(grpc::StatusCode::INTERNAL, e.message);
-    case FinishReason::kCancelled:
-      return grpc::Status(grpc::StatusCode::CANCELLED, e.message);
-    case FinishReason::kDeadline:
-      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, e.message);
-    default:
-      return grpc::Status::OK;
-  }
-}
-
 }  // namespace
 
 GenerateCall* GenerateCall::Start(GenerationService* service, grpc::CallbackServerContext* context,
@@ -109,17 +95,18 @@ void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status&
     const std::chrono::duration<double> left = deadline - std::chrono::system_clock::now();
     r->deadline = engine->Now() + left.count();
   }
-  // Nothing reaches the call before Submit: its completions need no lock yet.
+  // Not under mu_: a stop match's Finish comes from the writer (the engine then delivers the
+  // completion's end to OnFinished, and a later Flush sends it).
+  std::unique_ptr<OutputProcessor> output = MakeOutputProcessor(
+      engine, r->id, r->n, service_->model_->tokenizer,
+      std::vector<std::string>(request.stop().begin(), request.stop().end()), &mu_);
   std::vector<std::shared_ptr<RequestSink>> sinks;
   for (int i = 0; i < r->n; ++i) {
-    completions_.push_back(std::make_unique<Completion>(
-        service_->model_->tokenizer,
-        std::vector<std::string>(request.stop().begin(), request.stop().end())));
     sinks.push_back(std::make_shared<CompletionSink<GenerateCall>>(self_, i));
   }
-  ends_.resize(completions_.size());
   {
     absl::MutexLock lock(&mu_);
+    output_ = std::move(output);
     id_ = r->id;
     submitted_ = true;  // before Submit, which may already deliver to the sinks
   }
@@ -149,40 +136,21 @@ void GenerateCall::Refuse(grpc::Status status) {
 bool GenerateCall::OnToken(int index, int32_t token, const TokenLogprob* logprob) {
   absl::MutexLock lock(&mu_);
   if (done_ || ending_) return false;
-  Completion& c = *completions_[index];
   // A flush is owed already when this completion had news and no write was in flight.
-  const bool idle = c.pending.empty() && !c.final && !writing_;
-  c.pending.push_back(token);
-  if (logprob != nullptr) c.pending_logprobs.push_back(*logprob);
+  const bool idle = !output_->HasNews(index) && !writing_;
+  output_->AddToken(index, token, logprob);
   return idle;
 }
 
 bool GenerateCall::OnFinished(int index, Event event) {
   absl::MutexLock lock(&mu_);
-  ++arrived_;
-  if (done_) return false;
-  completions_[index]->final = std::move(event);
-  return !writing_;
-}
-
-int GenerateCall::NextWithNews() {
-  const int n = static_cast<int>(completions_.size());
-  for (int k = 0; k < n; ++k) {
-    const int i = (next_ + k) % n;
-    const Completion& c = *completions_[i];
-    if (!c.pending.empty() || c.final) {
-      next_ = (i + 1) % n;
-      return i;
-    }
-  }
-  return -1;
+  output_->AddEnd(index, std::move(event));  // counted for Abort even when the call is done
+  return !done_ && !writing_;
 }
 
 void GenerateCall::Flush() {
   for (;;) {
     int index = -1;
-    std::optional<Event> final;
-    bool last = false;
     std::optional<grpc::Status> end;
     {
       absl::MutexLock lock(&mu_);
@@ -190,20 +158,11 @@ void GenerateCall::Flush() {
       if (ending_) {
         done_ = true;
         end = ending_;
-      } else if (index = NextWithNews(); index < 0) {
+      } else if (index = output_->NextWithNews(); index < 0) {
         return;
       } else {
-        Completion& c = *completions_[index];
         writing_ = true;
-        taken_.clear();
-        taken_.swap(c.pending);  // the two buffers trade places: no allocation per message
-        taken_logprobs_.clear();
-        taken_logprobs_.swap(c.pending_logprobs);
-        if (c.final) {
-          final = std::move(c.final);
-          c.final.reset();
-          last = ++taken_ends_ == static_cast<int>(completions_.size());
-        }
+        output_->Take(index);
       }
     }
     if (end) {
@@ -211,71 +170,46 @@ void GenerateCall::Flush() {
       FinishCall(*std::move(end));
       return;
     }
-    if (Write(index, taken_, taken_logprobs_, std::move(final), last)) return;
+    if (Write(index)) return;
     absl::MutexLock lock(&mu_);
     writing_ = false;  // nothing was sent: look again
   }
 }
 
-bool GenerateCall::Write(int index, const std::vector<int32_t>& tokens,
-                         const std::vector<TokenLogprob>& logprobs, std::optional<Event> final,
-                         bool last) {
-  Completion& c = *completions_[index];
+bool GenerateCall::Write(int index) {
+  // Nothing to send when every token came after a stop match.
+  if (!output_->Process(index, &delta_) || (delta_.tokens.empty() && !delta_.end)) return false;
   response_.Clear();
   response_.set_request_id(client_id_);
   response_.set_index(static_cast<uint32_t>(index));
-  std::string text;
-  bool matched = false;
-  // logprobs is parallel to tokens when the request asked for them (empty otherwise); those of
-  // tokens not sent (after a stop match) are dropped with their tokens.
-  const bool with_logprobs = logprobs.size() == tokens.size();
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    const int32_t t = tokens[i];
-    if (!c.matched_stop.empty()) break;
-    response_.add_token_ids(t);
-    if (with_logprobs) FillLogprob(t, logprobs[i], response_.add_logprobs());
-    ++c.sent_tokens;
-    ++outcome_.sent_tokens;
-    text::StopMatcher::Result m = c.stops.Push(c.detok.Push(t));
-    text += m.text;
-    if (m.matched) {
-      c.matched_stop = m.stop;
-      matched = true;
+  for (size_t i = 0; i < delta_.tokens.size(); ++i) {
+    response_.add_token_ids(delta_.tokens[i]);
+    if (!delta_.logprobs.empty()) {
+      FillLogprob(delta_.tokens[i], delta_.logprobs[i], response_.add_logprobs());
     }
   }
-  // Not under mu_: the engine delivers this completion's end to OnFinished, and a later Flush
-  // sends it.
-  if (matched) service_->engine_->Finish(*outcome_.id + index, FinishReason::kStopString, "");
-  if (final) {
-    if (c.matched_stop.empty()) {
-      text += c.stops.Push(c.detok.Flush()).text + c.stops.Flush();
-    } else {
-      // The match wins even when the core finished for another reason in the same iteration;
-      // tokens past the match were never sent.
-      final->reason = FinishReason::kStopString;
-      final->completion_tokens = c.sent_tokens;
+  outcome_.sent_tokens += static_cast<int32_t>(delta_.tokens.size());
+  std::string text;
+  for (OutputEvent& e : delta_.events) {
+    switch (e.kind) {
+      case OutputEvent::Kind::kText:
+        text += e.text;
+        break;
     }
-    FillFinished(*final, response_.mutable_finished());
-    response_.mutable_finished()->set_matched_stop(c.matched_stop);
-    response_.set_text(std::move(text));
-    RecordEnd(index, *final);
-    if (last) {
-      WriteFinal();
-    } else {
-      StartWriting();
-    }
+  }
+  response_.set_text(std::move(text));
+  if (!delta_.end) {
+    StartWriting();
     return true;
   }
-  if (response_.token_ids_size() == 0) return false;
-  response_.set_text(std::move(text));
-  StartWriting();
+  FillFinished(delta_.end->event, response_.mutable_finished());
+  response_.mutable_finished()->set_matched_stop(delta_.end->matched_stop);
+  if (output_->all_ended()) {
+    WriteFinal();
+  } else {
+    StartWriting();
+  }
   return true;
-}
-
-void GenerateCall::RecordEnd(int index, const Event& final) {
-  const grpc::Status status = FinalStatus(final);
-  if (end_status_.ok() && !status.ok()) end_status_ = status;
-  ends_[index] = final;
 }
 
 void GenerateCall::WriteFinal() {
@@ -290,35 +224,27 @@ void GenerateCall::WriteFinal() {
     FinishCall(*std::move(early));
     return;
   }
-  // The log line's event: completion 0's, with the tokens and preemptions of all n.
-  Event merged = *std::move(ends_[0]);
-  for (size_t i = 1; i < ends_.size(); ++i) {
-    merged.completion_tokens += ends_[i]->completion_tokens;
-    merged.preemptions += ends_[i]->preemptions;
-    merged.timings.finished = std::max(merged.timings.finished, ends_[i]->timings.finished);
-  }
-  outcome_.status = end_status_;
-  outcome_.finished = std::move(merged);
+  // OK, or the first failure among the completions' ends; the log line's event.
+  outcome_.status = ToGrpcStatus(output_->failure());
+  outcome_.finished = output_->MergedEnd();
   grpc::Status status = outcome_.status;  // read before the hand-over
   common::HandOff(this);
   StartWriteAndFinish(&response_, grpc::WriteOptions(), std::move(status));
 }
 
 void GenerateCall::Stop(grpc::Status status, FinishReason reason) {
-  bool tell_engine = false;
+  int tell_engine = 0;  // completions to finish in the engine
   RequestId id = 0;
   {
     absl::MutexLock lock(&mu_);
     if (done_ || ending_) return;
     ending_ = status;
-    tell_engine = submitted_;
+    if (submitted_) tell_engine = output_->n();
     id = id_;
   }
-  if (tell_engine) {
-    // Finished completions are ignored by the engine; the ids are this call's alone.
-    for (size_t i = 0; i < completions_.size(); ++i) {
-      service_->engine_->Finish(id + i, reason, status.error_message());
-    }
+  // Finished completions are ignored by the engine; the ids are this call's alone.
+  for (int i = 0; i < tell_engine; ++i) {
+    service_->engine_->Finish(id + i, reason, status.error_message());
   }
   Flush();
 }
@@ -326,7 +252,8 @@ void GenerateCall::Stop(grpc::Status status, FinishReason reason) {
 void GenerateCall::Abort(const std::string& why) {
   {
     absl::MutexLock lock(&mu_);
-    if (done_ || ending_ || arrived_ == static_cast<int>(completions_.size())) return;
+    // Before Begin made the processor, Begin's own check of AbortMessage covers the call.
+    if (done_ || ending_ || output_ == nullptr || output_->ends_arrived() == output_->n()) return;
   }
   Stop(grpc::Status(grpc::StatusCode::UNAVAILABLE, why), FinishReason::kCancelled);
 }

@@ -4,16 +4,17 @@
 //
 // Life: Start() validates and submits on the thread gRPC created the call on, with one small
 // RequestSink per completion (CompletionSink) that forwards to the call; the engine then delivers
-// tokens (OnToken, under its lock: they are only buffered, per completion) and asks for a Flush(),
-// which starts a write when none is in flight. One write at a time for the whole call: a
-// message carries one completion's tokens (GenerateResponse.index says which), and tokens that
-// arrive while a write is in flight wait in their completion's buffer and go out together in
-// its next message. Completions with news take turns (round robin), so one fast completion
-// never starves the others. A slow reader gets fewer, larger messages, never slows the engine
-// or other streams, and a buffer never holds more than its completion's own tokens (bounded by
-// max_tokens and the context). Each completion's end goes out in its own message (its finished
-// with its usage); the last one goes out with the call's status in one StartWriteAndFinish:
-// OK, or the first failure among the completions' ends.
+// tokens (OnToken, under its lock: the call's OutputProcessor only buffers them, per completion)
+// and asks for a Flush(), which starts a write when none is in flight. The processor turns a
+// completion's tokens into its text and end (output_processor.h); this call formats them. One write
+// at a time for the whole call: a message carries one completion's tokens (GenerateResponse.index
+// says which), and tokens that arrive while a write is in flight wait in their completion's buffer
+// and go out together in its next message. Completions with news take turns (round robin), so one
+// fast completion never starves the others. A slow reader gets fewer, larger messages, never slows
+// the engine or other streams, and a buffer never holds more than its completion's own tokens
+// (bounded by max_tokens and the context). Each completion's end goes out in its own message (its
+// finished with its usage); the last one goes out with the call's status in one
+// StartWriteAndFinish: OK, or the first failure among the completions' ends.
 //
 // Ending early: OnCancel (the client cancelled or went away, or the deadline passed), a failed
 // write, or Abort (a drain out of time) tell the engine to finish all n completions, which
@@ -23,9 +24,9 @@
 // sent.
 //
 // Threads: the engine's calls come from whichever thread did engine work; reactions from
-// gRPC's threads. mu_ guards the buffers and the call's state; the thread that set writing_
-// owns the message and every completion's detokenizer and stop matcher until it clears it, and
-// never holds mu_ while calling into gRPC or the engine (gRPC may run reactions inline). The
+// gRPC's threads. mu_ guards the call's state and the processor's engine side; the thread that
+// set writing_ is the processor's writer and owns the message until it clears it, and never
+// holds mu_ while calling into gRPC or the engine (gRPC may run reactions inline). The
 // object is held by a shared_ptr of its own until OnDone, by the engine (through the
 // CompletionSinks) until it delivers the last end, and by the service's list of calls (for Abort)
 // until OnDone.
@@ -34,14 +35,12 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "scheduler/engine/request_sink.h"
 #include "scheduler/service/generation_service.h"
-#include "scheduler/text/detokenizer.h"
-#include "scheduler/text/stop_matcher.h"
+#include "scheduler/service/output_processor.h"
 
 namespace pagoda::scheduler {
 
@@ -67,20 +66,6 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
 
  private:
   friend class CompletionSink<GenerateCall>;
-  // One completion's stream.
-  struct Completion {
-    Completion(const text::Tokenizer& tokenizer, std::vector<std::string> stop_strings)
-        : detok(tokenizer), stops(std::move(stop_strings)) {}
-    // Guarded by the call's mu_.
-    std::vector<int32_t> pending;                // tokens not yet in a message
-    std::vector<TokenLogprob> pending_logprobs;  // theirs, when the request asked for logprobs
-    std::optional<Event> final;                  // the engine's end, not yet taken by a writer
-    // Owned by the writer (see the header comment).
-    text::StreamingDetokenizer detok;
-    text::StopMatcher stops;
-    std::string matched_stop;  // set once a stop string matched; later tokens are dropped
-    int32_t sent_tokens = 0;
-  };
 
   // The Sinks' calls (RequestSink's contract), for completion `index`.
   bool OnToken(int index, int32_t token, const TokenLogprob* logprob);
@@ -94,15 +79,9 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   void Stop(grpc::Status status, FinishReason reason);
   // Finishes at once (before anything was submitted or written).
   void Refuse(grpc::Status status);
-  // The next completion with news, round robin; -1 when none.
-  int NextWithNews() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // As the writer: builds a message of completion `index` from `tokens` (and its end) and starts
-  // writing it; `last`: the call's last end. False when there was nothing to send (tokens after
-  // a stop match).
-  bool Write(int index, const std::vector<int32_t>& tokens,
-             const std::vector<TokenLogprob>& logprobs, std::optional<Event> final, bool last);
-  // As the writer: records a completion's end for the call's status and log line.
-  void RecordEnd(int index, const Event& final);
+  // As the writer: builds a message of what the processor took of completion `index` (and its
+  // end) and starts writing it. False when there was nothing to send (tokens after a stop match).
+  bool Write(int index);
   // As the writer, for the last message: marks the call done and writes with the status (or
   // finishes with the early end that came meanwhile).
   void WriteFinal();
@@ -116,21 +95,16 @@ class GenerateCall final : public grpc::ServerWriteReactor<pagoda::v1::GenerateR
   const std::string client_id_;
   const double start_;  // engine clock, for the log line of calls that never got an end event
   std::shared_ptr<GenerateCall> self_;
-  // Created before the request is submitted, never resized after.
-  std::vector<std::unique_ptr<Completion>> completions_;
 
   // Owned by the writer (see the header comment).
   pagoda::v1::GenerateResponse response_;
-  std::vector<int32_t> taken_;                // the tokens being written
-  std::vector<TokenLogprob> taken_logprobs_;  // and their logprobs (empty when not asked)
-  std::vector<std::optional<Event>> ends_;    // each completion's end, once written
-  grpc::Status end_status_;                   // the first failure among the ends, else OK
-  GenerateOutcome outcome_;                   // completed by whoever ends the call; read in OnDone
+  CompletionDelta delta_;    // the processor's output for the message being built
+  GenerateOutcome outcome_;  // completed by whoever ends the call; read in OnDone
 
   absl::Mutex mu_;
-  int next_ ABSL_GUARDED_BY(mu_) = 0;            // where NextWithNews starts looking
-  int arrived_ ABSL_GUARDED_BY(mu_) = 0;         // ends delivered by the engine
-  int taken_ends_ ABSL_GUARDED_BY(mu_) = 0;      // ends a writer has taken
+  // Set under mu_ before the request is submitted (null until then, and for a refused call),
+  // never replaced: its engine side is guarded by mu_, its writer side is the writer's.
+  std::unique_ptr<OutputProcessor> output_;
   bool writing_ ABSL_GUARDED_BY(mu_) = false;    // a writer is building or writing
   bool submitted_ ABSL_GUARDED_BY(mu_) = false;  // the engine knows the request
   RequestId id_ ABSL_GUARDED_BY(mu_) = 0;        // completion 0's; completion i is id_ + i
