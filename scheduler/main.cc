@@ -10,6 +10,7 @@
 //                     [--chat-template FILE] [--http-max-body-bytes N]]
 //                    [--tenant-weights FILE] [--fairness vtc|none] [--max-tenant-labels N]
 //                    [--preemption-mode auto|recompute|swap] [--max-predicted-wait-s S]
+//                    [--constraint-compile-budget-ms MS] [--constraint-cache-entries N]
 //
 // --http-listen adds the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
 // /v1/models, /health) on its own port, served by the same engine as the gRPC API.
@@ -74,6 +75,12 @@ ABSL_FLAG(std::string, metrics_port_file, "",
 ABSL_FLAG(int64_t, max_request_bytes, int64_t{4} << 20,
           "largest Generate/Tokenize request in bytes; larger ones get INVALID_ARGUMENT naming "
           "this limit");
+ABSL_FLAG(int64_t, constraint_compile_budget_ms, 2000,
+          "structured outputs: the longest a constraint (JSON Schema, regex, choice, grammar) "
+          "may take to compile; slower ones are refused naming this budget");
+ABSL_FLAG(int64_t, constraint_cache_entries, 1024,
+          "structured outputs: compiled constraints kept for reuse (least recently used go "
+          "first)");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT to serve the OpenAI-compatible HTTP API on (/v1/completions, "
           "/v1/chat/completions, /v1/models, /health); empty = off");
@@ -232,6 +239,16 @@ int main(int argc, char** argv) {
     return Fail("--max-request-bytes must be in [1024, 1073741824]");
   }
   options.max_request_bytes = static_cast<size_t>(max_request_bytes);
+  const int64_t budget_ms = absl::GetFlag(FLAGS_constraint_compile_budget_ms);
+  if (budget_ms < 1 || budget_ms > 600000) {
+    return Fail("--constraint-compile-budget-ms must be in [1, 600000]");
+  }
+  options.constraints.compile_budget = absl::Milliseconds(budget_ms);
+  const int64_t cache_entries = absl::GetFlag(FLAGS_constraint_cache_entries);
+  if (cache_entries < 1 || cache_entries > 1000000) {
+    return Fail("--constraint-cache-entries must be in [1, 1000000]");
+  }
+  options.constraints.cache_entries = static_cast<int32_t>(cache_entries);
   if (absl::GetFlag(FLAGS_worker_timeout) < 0) return Fail("--worker-timeout must be >= 0");
   options.worker_timeout = absl::Seconds(absl::GetFlag(FLAGS_worker_timeout));
   options.scheduler.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);

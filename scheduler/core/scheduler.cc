@@ -506,7 +506,7 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
   }
   if (step.first_sight) {
     step.sampling = s.request.sampling;
-    if (step.sampling.has_penalties()) {  // the worker counts tokens from here on
+    if (step.sampling.needs_history()) {  // the worker counts tokens from here on
       step.prompt_tokens = s.num_prompt;
       step.history.assign(s.tokens.begin(), s.tokens.begin() + step.start_pos);
     }

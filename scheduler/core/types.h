@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -36,6 +37,13 @@ enum class FinishReason {
 };
 const char* FinishReasonName(FinishReason reason);
 
+// A request's constraint as the worker gets it (pagoda.worker.v1.Constraint): GBNF compiled and
+// validated by the service, and the tokens that may end the text where the grammar accepts.
+struct Constraint {
+  std::string grammar;
+  std::vector<int32_t> end_token_ids;
+};
+
 // Mirrors pagoda.v1.SamplingParams after validation (scheduler/service/generation_service.cc
 // checks the ranges); the worker applies them (worker/sampling/sampler.h).
 struct SamplingParams {
@@ -50,11 +58,14 @@ struct SamplingParams {
   std::vector<std::pair<int32_t, float>> logit_bias;  // sorted by token id, each once
   bool logprobs = false;                              // return each token's logprob
   int32_t top_logprobs = 0;                           // and this many alternatives (needs logprobs)
+  std::shared_ptr<const Constraint> constraint;       // null: unconstrained
 
-  // The worker then needs the sequence's token history (PlanStep::history).
   bool has_penalties() const {
     return presence_penalty != 0 || frequency_penalty != 0 || repetition_penalty != 1;
   }
+  // The worker then needs the sequence's token history (PlanStep::history): penalties count
+  // tokens, and a constraint's matcher is rebuilt from the generated ones.
+  bool needs_history() const { return has_penalties() || constraint != nullptr; }
 };
 
 // A request as the core sees it: already validated and tokenized by the service.
@@ -101,7 +112,8 @@ struct PlanStep {
   bool first_sight = false;       // the worker must (re)create its state for seq_id
   SamplingParams sampling;        // set when first_sight only
   int32_t sample_index = 0;       // index of the sampled token within the generation
-  // First sight with penalties only: the prompt's length and the tokens at [0, start_pos).
+  // First sight with SamplingParams::needs_history() only: the prompt's length and the tokens
+  // at [0, start_pos).
   int32_t prompt_tokens = 0;
   std::vector<int32_t> history;
 };

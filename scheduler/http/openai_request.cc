@@ -1,9 +1,11 @@
 #include "scheduler/http/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/numbers.h"
@@ -161,9 +163,6 @@ bool IsFalse(const json& v) { return v.is_boolean() && !v.get<bool>(); }
 bool IsZero(const json& v) { return v.is_number() && v.get<double>() == 0; }
 bool IsEmpty(const json& v) {
   return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
-}
-bool IsTextFormat(const json& v) {
-  return v.is_object() && v.size() == 1 && v.contains("type") && v["type"] == "text";
 }
 bool IsNoTool(const json& v) { return v == "none" || v == "auto"; }
 
@@ -408,6 +407,161 @@ void ReadLogprobs(Reader& r, OpenAiRequest* out) {
   }
 }
 
+// One constraint source: its field's name and the constraint it asks for.
+struct ConstraintSource {
+  std::string field;
+  pagoda::v1::Constraint constraint;
+};
+
+// response_format: OpenAI's text, json_object and json_schema, and this server's extension
+// types regex, choice and grammar (docs/structured-outputs.md).
+void ReadResponseFormat(Reader& r, std::vector<ConstraintSource>* found) {
+  const json* v = r.Get("response_format");
+  if (v == nullptr || !r.ok() || v->is_null()) return;
+  const std::string field = "response_format";
+  if (!v->is_object() || !v->contains("type") || !(*v)["type"].is_string()) {
+    return r.Fail("response_format must be an object with a string field 'type'", field);
+  }
+  const std::string type = (*v)["type"].get<std::string>();
+  // Every other key must be one the type defines.
+  auto only = [&](std::initializer_list<const char*> keys) {
+    for (auto it = v->begin(); it != v->end(); ++it) {
+      if (it.key() == "type") continue;
+      if (std::find_if(keys.begin(), keys.end(), [&](const char* k) { return it.key() == k; }) ==
+          keys.end()) {
+        r.Fail(absl::StrCat("response_format of type '", type, "' has no field '", it.key(), "'"),
+               field);
+        return false;
+      }
+    }
+    return true;
+  };
+  auto string_field = [&](const char* key) -> std::optional<std::string> {
+    if (!v->contains(key) || !(*v)[key].is_string()) {
+      r.Fail(absl::StrCat("response_format.", key, " must be a string"), field);
+      return std::nullopt;
+    }
+    return (*v)[key].get<std::string>();
+  };
+  ConstraintSource source{field, {}};
+  if (type == "text") {
+    only({});
+    return;
+  } else if (type == "json_object") {
+    if (!only({})) return;
+    source.constraint.set_json_object(true);
+  } else if (type == "json_schema") {
+    if (!only({"json_schema"})) return;
+    const json* js = v->contains("json_schema") ? &(*v)["json_schema"] : nullptr;
+    if (js == nullptr || !js->is_object()) {
+      return r.Fail("response_format.json_schema must be an object with the schema in 'schema'",
+                    field);
+    }
+    for (auto it = js->begin(); it != js->end(); ++it) {
+      const std::string& k = it.key();
+      if (k != "name" && k != "schema" && k != "strict" && k != "description") {
+        return r.Fail(absl::StrCat("response_format.json_schema has no field '", k, "'"), field);
+      }
+    }
+    if (js->contains("name") && !(*js)["name"].is_string()) {
+      return r.Fail("response_format.json_schema.name must be a string", field);
+    }
+    if (js->contains("strict") && !(*js)["strict"].is_boolean() && !(*js)["strict"].is_null()) {
+      return r.Fail("response_format.json_schema.strict must be a boolean", field);
+    }
+    // No schema: any JSON value (OpenAI requires one; an absent schema constrains nothing more).
+    const json schema = js->contains("schema") ? (*js)["schema"] : json::object();
+    if (!schema.is_object() && !schema.is_boolean()) {
+      return r.Fail("response_format.json_schema.schema must be a JSON Schema object", field);
+    }
+    source.constraint.set_json_schema(schema.dump());
+  } else if (type == "regex") {
+    if (!only({"regex"})) return;
+    std::optional<std::string> regex = string_field("regex");
+    if (!regex) return;
+    source.constraint.set_regex(*regex);
+  } else if (type == "grammar") {
+    if (!only({"grammar"})) return;
+    std::optional<std::string> grammar = string_field("grammar");
+    if (!grammar) return;
+    source.constraint.set_grammar(*grammar);
+  } else if (type == "choice") {
+    if (!only({"choice"})) return;
+    const json* choice = v->contains("choice") ? &(*v)["choice"] : nullptr;
+    if (choice == nullptr || !choice->is_array()) {
+      return r.Fail("response_format.choice must be an array of strings", field);
+    }
+    for (const json& option : *choice) {
+      if (!option.is_string()) {
+        return r.Fail("response_format.choice must be an array of strings", field);
+      }
+      source.constraint.mutable_choice()->add_options(option.get<std::string>());
+    }
+  } else {
+    return r.Fail(absl::StrCat("response_format.type '", type,
+                               "' is not one of text, json_object, json_schema, regex, choice, "
+                               "grammar"),
+                  field);
+  }
+  found->push_back(std::move(source));
+}
+
+// The other spellings users of vLLM (guided_*) and llama.cpp's server (grammar, json_schema)
+// send; each is one constraint.
+void ReadConstraintExtensions(Reader& r, std::vector<ConstraintSource>* found) {
+  auto schema = [&](const char* name) {
+    const json* v = r.Get(name);
+    if (v == nullptr || !r.ok() || v->is_null()) return;
+    ConstraintSource source{name, {}};
+    if (v->is_string()) {
+      source.constraint.set_json_schema(v->get<std::string>());
+    } else if (v->is_object() || v->is_boolean()) {
+      source.constraint.set_json_schema(v->dump());
+    } else {
+      return r.Fail(absl::StrCat(name, " must be a JSON Schema (an object, or its JSON text)"),
+                    name);
+    }
+    found->push_back(std::move(source));
+  };
+  auto text = [&](const char* name, void (pagoda::v1::Constraint::*set)(const std::string&)) {
+    std::optional<std::string> v = r.String(name);
+    if (!v) return;
+    ConstraintSource source{name, {}};
+    (source.constraint.*set)(*v);
+    found->push_back(std::move(source));
+  };
+  schema("guided_json");
+  schema("json_schema");
+  text("guided_regex", &pagoda::v1::Constraint::set_regex);
+  text("guided_grammar", &pagoda::v1::Constraint::set_grammar);
+  text("grammar", &pagoda::v1::Constraint::set_grammar);
+  if (const json* v = r.Get("guided_choice"); v != nullptr && r.ok() && !v->is_null()) {
+    ConstraintSource source{"guided_choice", {}};
+    if (!v->is_array()) return r.Fail("guided_choice must be an array of strings", "guided_choice");
+    for (const json& option : *v) {
+      if (!option.is_string()) {
+        return r.Fail("guided_choice must be an array of strings", "guided_choice");
+      }
+      source.constraint.mutable_choice()->add_options(option.get<std::string>());
+    }
+    found->push_back(std::move(source));
+  }
+}
+
+// At most one constraint per request, whichever field sets it.
+void ReadConstraint(Reader& r, OpenAiRequest* out) {
+  std::vector<ConstraintSource> found;
+  ReadResponseFormat(r, &found);
+  ReadConstraintExtensions(r, &found);
+  if (!r.ok() || found.empty()) return;
+  if (found.size() > 1) {
+    return r.Fail(absl::StrCat("both ", found[0].field, " and ", found[1].field,
+                               " constrain the answer; set one of them"),
+                  found[1].field);
+  }
+  *out->generate.mutable_constraint() = std::move(found[0].constraint);
+}
+
 void ReadEndpointFields(Reader& r, OpenAiRequest* out) {
   if (out->endpoint == Endpoint::kCompletions) {
     ReadPrompt(r, &out->generate);
@@ -425,7 +579,6 @@ void ReadEndpointFields(Reader& r, OpenAiRequest* out) {
     r.Unsupported("function_call", IsNoTool);
     r.Unsupported("chat_template", IsEmpty, "the server's template is used");
     r.Unsupported("chat_template_kwargs", IsEmpty);
-    r.Unsupported("response_format", IsTextFormat);
     r.Unsupported("modalities", [](const json& v) { return v == json::array({"text"}); });
     r.Unsupported("audio", IsEmpty);
     r.Unsupported("prediction", IsEmpty);
@@ -454,16 +607,13 @@ std::optional<ApiError> ParseOpenAiRequest(Endpoint endpoint, std::string_view b
   ReadSampling(r, out);
   ReadLengthsAndStops(r, out);
   ReadLogprobs(r, out);
+  ReadConstraint(r, out);
   r.Unsupported("min_tokens", IsZero);
   r.Unsupported("include_stop_str_in_output", IsFalse);
   r.Unsupported("prompt_logprobs", IsZero);
   r.Unsupported("use_beam_search", IsFalse);
   r.Unsupported("length_penalty", [](const json& v) { return v == 1; });
   r.Unsupported("priority", IsZero);
-  r.Unsupported("guided_json", IsEmpty);
-  r.Unsupported("guided_regex", IsEmpty);
-  r.Unsupported("guided_choice", IsEmpty);
-  r.Unsupported("guided_grammar", IsEmpty);
   r.Unsupported("truncate_prompt_tokens", [](const json&) { return false; });
   r.Unsupported("skip_special_tokens", [](const json& v) { return v == true; });
   r.Ignore(

@@ -5,8 +5,10 @@
 // Contract: never crashes on any input. Checks JSON syntax, the body's shape and each field's
 // type, and refuses with a 400 naming the field:
 //  * fields this server does not implement and that would change the result (echo, suffix,
-//    best_of != n, response_format other than text, a forced tool_choice, ...) when set to a
-//    non-default value;
+//    best_of != n, a forced tool_choice, ...) when set to a non-default value;
+//  * a response_format (or vLLM's guided_json / guided_regex / guided_choice / guided_grammar,
+//    or llama.cpp's grammar / json_schema) that is malformed, or more than one of them; a
+//    well-formed one becomes GenerateRequest.constraint, checked by Validate like a gRPC one;
 //  * unknown fields (a misspelt sampling field must not be silently ignored).
 // Fields that change nothing served here (user, metadata, store, service_tier, ...) are accepted.
 // Ranges that the gRPC API shares (temperature, top_p, n, stop strings, prompt length, ...) are

@@ -177,6 +177,9 @@ class LinkService::Link final
     accepted->message->mutable_accepted()->set_worker_id(id_);
     accepted->message->mutable_accepted()->set_heartbeat_interval_ms(
         static_cast<uint32_t>(absl::ToInt64Milliseconds(service_->options_.worker_timeout / 4)));
+    if (service_->options_.vocabulary) {
+      *accepted->message->mutable_accepted()->mutable_vocabulary() = *service_->options_.vocabulary;
+    }
     Enqueue(std::move(accepted));  // first in the queue: before any plan
     service_->engine_->AttachWorker(id_, reg.worker_name(), info, self_);
     return true;

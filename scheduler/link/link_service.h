@@ -17,6 +17,7 @@
 // broken, so a hung or partitioned worker loses its sequences to the others.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "absl/time/time.h"
@@ -29,6 +30,8 @@ struct LinkOptions {
   std::string model_fingerprint;                         // workers must present the same
   std::string link_token;                                // empty: no authentication
   absl::Duration worker_timeout = absl::ZeroDuration();  // zero: no heartbeat watch
+  // Sent in every Accepted: the token bytes workers mask constrained samples with.
+  std::shared_ptr<const pagoda::worker::v1::Vocabulary> vocabulary;
 };
 
 class LinkService final : public pagoda::worker::v1::WorkerLink::CallbackService {

@@ -50,6 +50,11 @@ void EncodePlan(const Plan& plan, pagoda::worker::v1::IterationPlan* out) {
       }
       sp->set_logprobs(step.sampling.logprobs);
       sp->set_top_logprobs(static_cast<uint32_t>(step.sampling.top_logprobs));
+      if (const Constraint* c = step.sampling.constraint.get()) {
+        auto* out_c = sp->mutable_constraint();
+        out_c->set_grammar(c->grammar);
+        out_c->mutable_end_token_ids()->Add(c->end_token_ids.begin(), c->end_token_ids.end());
+      }
       s->set_prompt_tokens(static_cast<uint32_t>(step.prompt_tokens));
       s->mutable_history()->Add(step.history.begin(), step.history.end());
     }

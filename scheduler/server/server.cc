@@ -78,10 +78,14 @@ struct SchedulerServer::Impl {
             options.scheduler,
             [start = absl::Now()] { return absl::ToDoubleSeconds(absl::Now() - start); }, &metrics),
         generation(&engine, &model, &metrics,
-                   GenerationLimits{.max_request_bytes = options.max_request_bytes}),
-        link(&engine, LinkOptions{.model_fingerprint = model.fingerprint,
-                                  .link_token = options.link_token,
-                                  .worker_timeout = options.worker_timeout}) {}
+                   GenerationLimits{.max_request_bytes = options.max_request_bytes,
+                                    .constraints = options.constraints}),
+        link(&engine,
+             LinkOptions{.model_fingerprint = model.fingerprint,
+                         .link_token = options.link_token,
+                         .worker_timeout = options.worker_timeout,
+                         .vocabulary = std::make_shared<const pagoda::worker::v1::Vocabulary>(
+                             WorkerVocabulary(model.tokenizer))}) {}
   // A scrape must not reach the engine while it is being destroyed, nor an HTTP connection.
   ~Impl() {
     metrics.SetSnapshotSource(nullptr);

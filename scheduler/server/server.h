@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "common/tls.h"
 #include "scheduler/core/scheduler.h"
+#include "scheduler/service/constraint_compiler.h"
 #include "scheduler/service/served_model.h"
 #include "scheduler/service/tenants.h"
 
@@ -44,7 +45,8 @@ struct ServerOptions {
   absl::Duration worker_timeout = absl::ZeroDuration();  // silent links are cut; zero = never
   common::TlsConfig tls;                                 // disabled = plaintext
   size_t max_request_bytes = size_t{4} << 20;            // largest Generate/Tokenize request
-  SchedulerOptions scheduler;  // context_length and eos_id are filled from the model
+  ConstraintOptions constraints;  // structured outputs: compile budget and cache
+  SchedulerOptions scheduler;     // context_length and eos_id are filled from the model
   // Tenants not in scheduler.tenant_weights with a metrics label of their own, at most.
   int32_t max_tenant_labels = 32;
   // The OpenAI-compatible HTTP API (scheduler/http): served when http_listen is set.

@@ -179,7 +179,11 @@ std::optional<int64_t> RetryAfterSeconds(const absl::Status& status) {
 
 GenerationService::GenerationService(Engine* engine, const ServedModel* model,
                                      SchedulerMetrics* metrics, GenerationLimits limits)
-    : engine_(engine), model_(model), metrics_(metrics), limits_(limits) {
+    : engine_(engine),
+      model_(model),
+      metrics_(metrics),
+      limits_(limits),
+      constraints_(limits_.constraints) {
   for (int32_t id = 0; id < model_->tokenizer.vocab_size(); ++id) {
     max_token_bytes_ = std::max(max_token_bytes_, model_->tokenizer.TokenBytes(id).size());
   }
@@ -273,6 +277,29 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
           absl::StrFormat("stop token id %d is outside the vocabulary [0, %d)", id, vocab));
     }
     r.stop_token_ids.push_back(id);
+  }
+  if (request.has_constraint()) {
+    if (request.ignore_eos()) {
+      return Invalid(
+          "a constraint cannot be combined with ignore_eos: a constrained text ends "
+          "where the constraint is complete");
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const std::string> gbnf,
+                     constraints_.Compile(request.constraint()));
+    auto constraint = std::make_shared<Constraint>();
+    constraint->grammar = *gbnf;
+    constraint->end_token_ids = tok.EndOfGenerationIds();
+    for (int32_t id : r.stop_token_ids) {
+      if (std::find(constraint->end_token_ids.begin(), constraint->end_token_ids.end(), id) ==
+          constraint->end_token_ids.end()) {
+        constraint->end_token_ids.push_back(id);
+      }
+    }
+    if (constraint->end_token_ids.empty()) {
+      return Invalid("a constraint needs a token that ends the text, and this model has no EOS: "
+                     "set stop_token_ids");
+    }
+    r.sampling.constraint = std::move(constraint);
   }
   absl::StatusOr<Priority> priority = ToPriority(request.priority());
   if (!priority.ok()) return priority.status();

@@ -35,6 +35,7 @@
 #include "absl/time/time.h"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "scheduler/engine/engine.h"
+#include "scheduler/service/constraint_compiler.h"
 #include "scheduler/service/served_model.h"
 
 namespace pagoda::scheduler {
@@ -46,6 +47,8 @@ struct GenerationLimits {
   // The largest serialized Generate or Tokenize request served (--max-request-bytes). The
   // server's gRPC receive limit must be above it, or gRPC refuses first (RESOURCE_EXHAUSTED).
   size_t max_request_bytes = size_t{4} << 20;
+  // Structured outputs: compile budget, cache and limits (--constraint-*).
+  ConstraintOptions constraints;
 };
 
 // How one Generate call ended, for its log line and metrics.
@@ -113,6 +116,8 @@ class GenerationService final : public grpc::Service {
   // The most text bytes one token stands for: a prompt text longer than the context times this
   // cannot fit, and is refused before it is tokenized.
   size_t max_token_bytes_ = 1;
+  // Validate is const; the compiler's cache synchronizes itself.
+  mutable ConstraintCompiler constraints_;
   std::atomic<bool> aborting_{false};
   absl::Mutex mu_;
   std::string abort_message_ ABSL_GUARDED_BY(mu_);

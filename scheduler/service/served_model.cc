@@ -46,4 +46,14 @@ void FillTokenizerInfo(const text::Tokenizer& tokenizer, v1::ModelInfo* info) {
   info->set_chat_template(tokenizer.chat_template());
 }
 
+pagoda::worker::v1::Vocabulary WorkerVocabulary(const text::Tokenizer& tokenizer) {
+  pagoda::worker::v1::Vocabulary out;
+  out.mutable_token_bytes()->Reserve(tokenizer.vocab_size());
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id) {
+    out.add_token_bytes(tokenizer.TokenBytes(id));
+  }
+  out.mutable_special_ids()->Add(tokenizer.special_ids().begin(), tokenizer.special_ids().end());
+  return out;
+}
+
 }  // namespace pagoda::scheduler

@@ -5,6 +5,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/grammar/gbnf_text.h"
 #include "nlohmann/json.hpp"
 
 namespace pagoda::scheduler::text {
@@ -22,41 +23,8 @@ bool IsRuleNameChar(char c) {
          c == '-';
 }
 
-// `text` as a GBNF literal body (without the quotes).
-std::string GbnfEscape(std::string_view text) {
-  std::string out;
-  for (const char c : text) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          static constexpr char kHex[] = "0123456789ABCDEF";
-          out += "\\x";
-          out += kHex[(c >> 4) & 0xF];
-          out += kHex[c & 0xF];
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
-
-std::string Literal(std::string_view text) { return absl::StrCat("\"", GbnfEscape(text), "\""); }
+// `text` as a GBNF literal, quotes included.
+std::string Literal(std::string_view text) { return grammar::GbnfLiteral(text); }
 
 }  // namespace
 

@@ -1,6 +1,6 @@
 // End-to-end over the OpenAI-compatible HTTP API (--http-listen), driven with curl: real
 // scheduler and worker processes, the trained test model's golden text through /v1/completions,
-// OpenAI's error JSON and statuses, n > 1, stop strings, a client that disconnects mid-stream,
+// OpenAI's error JSON and statuses, n > 1, stop strings, response_format json_schema, a client that disconnects mid-stream,
 // queue limits (429) and the drain (503) on synthetic workers.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -194,6 +194,55 @@ TEST_F(HttpE2eTest, SeveralChoicesAndStopStrings) {
     if (!choice["finish_reason"].is_null()) ++ends[choice["index"].get<int>()];
   }
   EXPECT_EQ(ends, std::vector<int>(4, 1));
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
+}
+
+// Structured outputs over HTTP: response_format json_schema gives JSON the schema accepts,
+// whole and streamed, with finish_reason "stop"; a schema keyword that cannot be enforced is a
+// 400 naming it.
+TEST_F(HttpE2eTest, ResponseFormatJsonSchema) {
+  ASSERT_NO_FATAL_FAILURE(StartHttp());
+  const json schema = {{"type", "object"},
+                       {"properties",
+                        {{"color", {{"enum", {"red", "green", "blue"}}}},
+                         {"count", {{"type", "integer"}, {"minimum", 1}, {"maximum", 9}}}}},
+                       {"required", {"color", "count"}},
+                       {"additionalProperties", false}};
+  json request = {{"prompt", "Once upon a time"},
+                  {"max_tokens", 64},
+                  {"temperature", 1.0},
+                  {"seed", 5},
+                  {"response_format",
+                   {{"type", "json_schema"},
+                    {"json_schema", {{"name", "pick"}, {"strict", true}, {"schema", schema}}}}}};
+  auto check = [](const std::string& text) {
+    const json answer = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(answer.is_object()) << text;
+    EXPECT_EQ(answer.size(), 2u) << text;
+    EXPECT_TRUE(answer["color"] == "red" || answer["color"] == "green" || answer["color"] == "blue")
+        << text;
+    ASSERT_TRUE(answer["count"].is_number_integer()) << text;
+    EXPECT_GE(answer["count"].get<int>(), 1);
+    EXPECT_LE(answer["count"].get<int>(), 9);
+  };
+  CurlResult r = Post("/v1/completions", request);
+  ASSERT_EQ(r.status, 200) << r.body << cluster_->Logs();
+  json answer = json::parse(r.body);
+  check(answer["choices"][0]["text"]);
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop");
+  request["stream"] = true;
+  request["seed"] = 6;
+  r = Post("/v1/completions", request);
+  ASSERT_EQ(r.status, 200) << r.body;
+  bool done = false;
+  std::string text;
+  for (const json& e : Events(r.body, &done)) text += e["choices"][0]["text"].get<std::string>();
+  EXPECT_TRUE(done);
+  check(text);
+  request["response_format"]["json_schema"]["schema"]["properties"]["count"]["multipleOf"] = 2;
+  r = Post("/v1/completions", request);
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_NE(r.body.find("multipleOf"), std::string::npos) << r.body;
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
 }
 

@@ -651,6 +651,46 @@ TEST(SamplingGpuTest, AdjustmentsAndLogprobsMatchCpu) {
   }
 }
 
+// Constrained rows: LaunchMaskLogits leaves exactly what the CPU's ApplyMask leaves, bit for
+// bit, on random logits and random masks over some of the rows (others untouched).
+TEST(SamplingGpuTest, MaskLogitsEqualsTheCpuMask) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937 rng(31);
+  for (int vocab : {1, 33, 1000, 4099}) {
+    const int rows = 7, words = (vocab + 31) / 32;
+    const std::vector<float> logits = NormalLogits(rng, static_cast<size_t>(rows) * vocab, 2.0f);
+    std::vector<int32_t> masked_rows;
+    std::vector<uint32_t> masks;
+    for (int r = 0; r < rows; ++r) {
+      if (r % 3 == 1) continue;
+      masked_rows.push_back(r);
+      for (int w = 0; w < words; ++w) masks.push_back(static_cast<uint32_t>(rng()));
+    }
+    DeviceArray<float> d_logits;
+    DeviceArray<int32_t> d_rows;
+    DeviceArray<uint32_t> d_masks;
+    ASSERT_NO_FATAL_FAILURE(Upload(logits, d_logits));
+    ASSERT_NO_FATAL_FAILURE(Upload(masked_rows, d_rows));
+    ASSERT_NO_FATAL_FAILURE(Upload(masks, d_masks));
+    ASSERT_OK(LaunchMaskLogits(
+        {d_logits.ptr, d_rows.ptr, d_masks.ptr, static_cast<int>(masked_rows.size()), vocab, words},
+        nullptr));
+    std::vector<float> got(logits.size());
+    ASSERT_EQ(cudaMemcpy(got.data(), d_logits.ptr, got.size() * 4, cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    std::vector<float> want = logits;
+    for (size_t i = 0; i < masked_rows.size(); ++i) {
+      worker::ApplyMask(
+          std::span<float>(want.data() + static_cast<size_t>(masked_rows[i]) * vocab, vocab),
+          std::span<const uint32_t>(masks.data() + i * words, words));
+    }
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i]))
+          << "vocab " << vocab << " index " << i;
+    }
+  }
+}
+
 TEST(SamplingGpuTest, MinPKeepsOnlyTokensAboveTheFloor) {
   SKIP_WITHOUT_GPU();
   std::mt19937 rng(9);

@@ -21,6 +21,7 @@ absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
   for (size_t r = 0; r < rows; ++r) {
     const std::span<float> row(logits_.data() + r * vocab, vocab);
     const SampleInput& s = samples[r];
+    ApplyMask(row, s.allowed);
     ApplyAdjustments(row, s.adjustments);
     (*tokens)[r] = Sample(row, s.params, s.index);
     if (s.params.top_logprobs >= 0) {

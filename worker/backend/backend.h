@@ -18,7 +18,8 @@
 //  * ForwardSample() is Forward() followed by one sampled token per want_logits sequence; the
 //    default samples on the host with worker/sampling, a GPU backend samples on the device.
 //    Each row's adjustments (logit_bias, penalties) are applied to its logits first; rows with
-//    params.top_logprobs >= 0 also get their SampledLogprobs (worker/sampling/sampler.h).
+//    params.top_logprobs >= 0 also get their SampledLogprobs (worker/sampling/sampler.h). A
+//    row's mask of allowed tokens (SampleInput::allowed) applies before its adjustments.
 //  * Swap space (preemption by swap): host memory of num_swap_pages() slots, each the size of
 //    one KV page (K and V of every layer), created at most once by InitSwapSpace before the
 //    first plan; none by default (num_swap_pages() 0). The scheduler owns the slots as it owns
@@ -61,6 +62,11 @@ struct SampleInput {  // how to pick the token of one want_logits sequence
   SamplingParams params;
   uint64_t index = 0;  // tokens generated so far for the sequence (the generator's counter)
   std::span<const LogitAdjustment> adjustments = {};  // each token at most once, ids in range
+  // Constrained decoding: empty for every token, else a mask of (vocab + 31) / 32 words, bit
+  // t % 32 of word t / 32 set when token t is allowed. Disallowed tokens' logits become
+  // -infinity before anything else (ApplyMask; so logprobs are those of the constrained
+  // distribution).
+  std::span<const uint32_t> allowed = {};
 };
 
 class Backend {

@@ -78,6 +78,7 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
     *attached = true;
     PAGODA_LOG(kInfo, "worker", "attached to %s as worker %d", options_.scheduler_address,
                msg.accepted().worker_id());
+    runner_->SetVocabulary(msg.accepted().vocabulary());
     // gRPC allows one write at a time on a stream: results and heartbeats share a lock.
     absl::Mutex write_mu;
     auto write = [&](const wv1::WorkerMessage& m) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 
 namespace pagoda::worker {
@@ -57,26 +58,93 @@ absl::Status Runner::FirstSight(const wv1::SequenceStep& step) {
     state.logit_bias.emplace_back(b.token_id(), b.bias());
   }
   std::sort(state.logit_bias.begin(), state.logit_bias.end());
-  if (state.sampling.has_penalties()) {
+  const bool constrained = step.sampling().has_constraint();
+  if (state.sampling.has_penalties() || constrained) {
     if (step.history_size() != static_cast<int>(step.start_pos())) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("sequence %d has penalties and starts at position %d, but its first "
-                          "step carries %d history tokens",
+          absl::StrFormat("sequence %d has penalties or a constraint and starts at position %d, "
+                          "but its first step carries %d history tokens",
                           step.seq_id(), step.start_pos(), step.history_size()));
     }
+  }
+  if (state.sampling.has_penalties()) {
     state.history = TokenHistory(static_cast<int32_t>(step.prompt_tokens()), /*tracked=*/true);
     RETURN_IF_ERROR(state.history.Record(
         0, {step.history().data(), static_cast<size_t>(step.history().size())}));
+  }
+  if (constrained) {
+    const wv1::Constraint& c = step.sampling().constraint();
+    if (vocabulary_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "sequence %d is constrained, but the scheduler sent no vocabulary", step.seq_id()));
+    }
+    for (int32_t id : c.end_token_ids()) {
+      if (id < 0 || id >= vocabulary_->size()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("sequence %d: end token %d is outside the vocabulary [0, %d)",
+                            step.seq_id(), id, vocabulary_->size()));
+      }
+    }
+    absl::StatusOr<std::shared_ptr<grammar::CompiledConstraint>> compiled =
+        ConstraintFor(c.grammar());
+    if (!compiled.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("sequence %d: %s", step.seq_id(), compiled.status().message()));
+    }
+    state.end_tokens.assign(c.end_token_ids().begin(), c.end_token_ids().end());
+    state.matcher.emplace(*std::move(compiled), state.end_tokens);
+    state.prompt_tokens = static_cast<int32_t>(step.prompt_tokens());
+    state.matched_to = state.prompt_tokens;
+    Match(step.seq_id(), state, 0,
+          {step.history().data(), static_cast<size_t>(step.history_size())});
   }
   seqs_[step.seq_id()] = std::move(state);
   return absl::OkStatus();
 }
 
+void Runner::SetVocabulary(const wv1::Vocabulary& vocabulary) {
+  if (vocabulary.token_bytes_size() == 0) return;
+  std::vector<std::string> bytes(vocabulary.token_bytes().begin(), vocabulary.token_bytes().end());
+  std::vector<bool> excluded(bytes.size(), false);
+  for (int32_t id : vocabulary.special_ids()) {
+    if (id >= 0 && static_cast<size_t>(id) < excluded.size()) excluded[id] = true;
+  }
+  vocabulary_ = grammar::Vocabulary::Create(std::move(bytes), std::move(excluded));
+  constraints_.clear();
+}
+
+absl::StatusOr<std::shared_ptr<grammar::CompiledConstraint>> Runner::ConstraintFor(
+    const std::string& gbnf) {
+  if (auto it = constraints_.find(gbnf); it != constraints_.end()) return it->second;
+  ASSIGN_OR_RETURN(std::shared_ptr<const grammar::Grammar> g, grammar::Grammar::FromGbnf(gbnf));
+  if (constraints_.size() >= kMaxGrammars) constraints_.clear();  // live matchers hold theirs
+  auto compiled = grammar::CompiledConstraint::Get(std::move(g), vocabulary_);
+  constraints_.emplace(gbnf, compiled);
+  return compiled;
+}
+
+void Runner::Match(uint64_t seq_id, SeqState& s, int32_t start, std::span<const int32_t> tokens) {
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const int32_t pos = start + static_cast<int32_t>(i);
+    if (pos < s.matched_to) continue;  // prompt, or seen already
+    s.matched_to = pos + 1;
+    if (s.matcher->Finished()) continue;  // overlap: a step planned before the end was seen
+    if (!s.matcher->Accept(tokens[i])) {
+      // Masked sampling never produces such a token; a scheduler that sends one breaks the
+      // constraint, and the sequence can only end.
+      PAGODA_LOG(kError, "worker", "sequence %d: token %d at position %d breaks its constraint",
+                 seq_id, tokens[i], pos);
+      s.constraint_broken = true;
+    }
+  }
+}
+
 absl::Status Runner::RecordHistory(const wv1::SequenceStep& step, SeqState& s) {
-  if (!s.sampling.has_penalties()) return absl::OkStatus();
   const std::span<const int32_t> input =
       step.feed_last_sampled() ? std::span<const int32_t>(&s.fed_token, 1)
                                : std::span<const int32_t>(step.tokens().data(), step.tokens_size());
+  if (s.matcher) Match(step.seq_id(), s, static_cast<int32_t>(step.start_pos()), input);
+  if (!s.sampling.has_penalties()) return absl::OkStatus();
   if (absl::Status st = s.history.Record(static_cast<int32_t>(step.start_pos()), input); !st.ok()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("sequence %d: %s", step.seq_id(), st.message()));
@@ -122,6 +190,14 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
   }
   batch->reserve(plan.steps_size());
   adjustments_.clear();
+  // Masks first, so that the spans into masks_ stay valid.
+  const int32_t words = vocabulary_ ? vocabulary_->mask_words() : 0;
+  size_t constrained = 0;
+  for (const wv1::SequenceStep& step : plan.steps()) {
+    if (step.sample() && seqs_.at(step.seq_id()).matcher) ++constrained;
+  }
+  masks_.resize(constrained * static_cast<size_t>(words));
+  size_t next_mask = 0;
   std::vector<std::pair<size_t, size_t>> ranges;  // each sample's slice of adjustments_
   for (const wv1::SequenceStep& step : plan.steps()) {
     const SeqState& s = seqs_.at(step.seq_id());
@@ -137,7 +213,18 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     const size_t begin = adjustments_.size();
     BuildAdjustments(s);
     ranges.emplace_back(begin, adjustments_.size() - begin);
-    samples->push_back({s.sampling, step.sample_index(), {}});
+    samples->push_back({s.sampling, step.sample_index(), {}, {}});
+    if (s.matcher) {
+      const std::span<uint32_t> mask(masks_.data() + next_mask * words, words);
+      if (s.constraint_broken) {
+        std::fill(mask.begin(), mask.end(), 0u);
+        for (int32_t id : s.end_tokens) mask[id / 32] |= 1u << (id % 32);
+      } else {
+        s.matcher->FillMask(mask);
+      }
+      samples->back().allowed = mask;
+      ++next_mask;
+    }
   }
   // adjustments_ no longer grows: the spans stay valid.
   for (size_t i = 0; i < samples->size(); ++i) {

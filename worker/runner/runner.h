@@ -7,17 +7,24 @@
 // parameters and logit_bias (sent on first sight), its last sampled token, which a
 // feed_last_sampled step takes as input (the scheduler sent that plan before it saw the token:
 // overlap), and for sequences with penalties its TokenHistory (worker/sampling/token_history.h),
-// seeded from the first sight's `history` and fed by every later step's input tokens. The scheduler
+// seeded from the first sight's `history` and fed by every later step's input tokens; for
+// constrained sequences (SamplingParams.constraint) a grammar::TokenMatcher fed the same way
+// with the generated tokens (positions >= prompt_tokens), whose mask of allowed tokens goes with
+// each of the sequence's samples. Grammars are compiled once per distinct text and kept, with
+// their mask caches, until kMaxGrammars are cached (then the cache starts afresh). The scheduler
 // owns the page ids; the runner only checks them. A plan that cannot be executed yields a result
 // with `error` set, never a crash.
 #pragma once
 
 #include <functional>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "common/grammar/token_matcher.h"
 #include "pagoda/worker/v1/worker_link.pb.h"
 #include "worker/backend/backend.h"
 #include "worker/sampling/sampler.h"
@@ -54,6 +61,9 @@ class Runner {
   double swap_seconds_per_page() const { return swap_seconds_per_page_; }  // MeasureSwap's
   // Forgets every sequence (after the link to the scheduler was re-established).
   void Reset() { seqs_.clear(); }
+  // The vocabulary constrained samples are masked with (the scheduler's Accepted message). A
+  // constrained sequence arriving before one was set fails its plan.
+  void SetVocabulary(const pagoda::worker::v1::Vocabulary& vocabulary);
 
   size_t num_sequences() const { return seqs_.size(); }
   Backend& backend() { return *backend_; }
@@ -66,7 +76,14 @@ class Runner {
     TokenHistory history;                               // tracked only with penalties
     int32_t last_sampled = -1;  // fed back by feed_last_sampled steps (overlap)
     int32_t fed_token = -1;     // storage the batch's token span points at
+    // Constrained sequences only: the matcher and the next position it takes.
+    std::optional<grammar::TokenMatcher> matcher;
+    std::vector<int32_t> end_tokens;
+    int32_t prompt_tokens = 0;
+    int32_t matched_to = 0;
+    bool constraint_broken = false;  // a token it refused arrived: only end tokens remain
   };
+  static constexpr size_t kMaxGrammars = 256;
   // Applies frees and page deltas and builds the batch; `samples` gets the sampling
   // parameters and index of each sampling step, in plan order.
   absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan, std::vector<SeqInput>* batch,
@@ -77,6 +94,13 @@ class Runner {
   // Records the step's input tokens (fed_token when feed_last_sampled) in s's history, when
   // it has penalties.
   absl::Status RecordHistory(const pagoda::worker::v1::SequenceStep& step, SeqState& s);
+  // Feeds a constrained sequence's matcher the tokens at positions [start, start + size) that
+  // are generated ones it has not seen.
+  void Match(uint64_t seq_id, SeqState& s, int32_t start, std::span<const int32_t> tokens);
+  // The compiled grammar of `gbnf` over vocabulary_ (its mask cache included), from the cache
+  // or compiled now.
+  absl::StatusOr<std::shared_ptr<grammar::CompiledConstraint>> ConstraintFor(
+      const std::string& gbnf);
   // Appends the adjustments of sequence `s`'s next sample to adjustments_; false when none.
   bool BuildAdjustments(const SeqState& s);
 
@@ -104,6 +128,9 @@ class Runner {
   std::vector<int32_t> tokens_;  // sampled tokens of the current plan, reused across plans
   std::vector<SampledLogprobs> logprobs_;     // their logprobs, when some step asked
   std::vector<LogitAdjustment> adjustments_;  // every sample's adjustments, back to back
+  std::vector<uint32_t> masks_;               // constrained samples' masks, back to back
+  std::shared_ptr<const grammar::Vocabulary> vocabulary_;
+  absl::flat_hash_map<std::string, std::shared_ptr<grammar::CompiledConstraint>> constraints_;
   std::function<void(const StepTiming&)> observer_;
 };
 

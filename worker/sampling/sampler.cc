@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -95,6 +97,16 @@ int32_t Sample(std::span<const float> logits, const SamplingParams& p, uint64_t 
     if (cands[i].prob > 0) return cands[i].id;
   }
   return cands[0].id;
+}
+
+void ApplyMask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  if (allowed.empty()) return;
+  const size_t n = std::min(logits.size(), allowed.size() * 32);
+  constexpr float kOff = -std::numeric_limits<float>::infinity();
+  for (size_t t = 0; t < n; ++t) {
+    if ((allowed[t / 32] >> (t % 32) & 1u) == 0) logits[t] = kOff;
+  }
+  std::fill(logits.begin() + static_cast<std::ptrdiff_t>(n), logits.end(), kOff);
 }
 
 void ApplyAdjustments(std::span<float> logits, std::span<const LogitAdjustment> adjustments) {

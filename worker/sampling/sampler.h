@@ -61,6 +61,11 @@ struct SampledLogprobs {
   std::array<float, kMaxTopLogprobs> top_logprobs{};
 };
 
+// Constrained decoding: sets the logits of the tokens `allowed` does not allow to -infinity.
+// `allowed` is a mask (bit t % 32 of word t / 32 set when token t is allowed); ids past its
+// bits are not allowed either. A no-op when `allowed` is empty (every token allowed).
+void ApplyMask(std::span<float> logits, std::span<const uint32_t> allowed);
+
 // Applies every adjustment to `logits` (one row, [vocab]); tokens must be in range (checked by
 // whoever built the list: TokenHistory from validated ids).
 void ApplyAdjustments(std::span<float> logits, std::span<const LogitAdjustment> adjustments);

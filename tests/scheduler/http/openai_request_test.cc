@@ -155,5 +155,74 @@ TEST(OpenAiRequestTest, RefusalsNameTheField) {
   Parse(c, R"({"prompt": "x", "echo": false, "best_of": 1, "suffix": null, "min_tokens": 0})");
 }
 
+// Structured outputs: every spelling of a constraint lands in GenerateRequest.constraint, on
+// both endpoints.
+TEST(OpenAiRequestTest, ResponseFormatsBecomeTheConstraint) {
+  const std::string chat = R"("messages": [{"role": "user", "content": "hi"}])";
+  OpenAiRequest r =
+      Parse(Endpoint::kChat, "{" + chat + R"(, "response_format": {"type": "json_object"}})");
+  EXPECT_TRUE(r.generate.constraint().json_object());
+  r = Parse(Endpoint::kChat, "{" + chat + R"(, "response_format": {"type": "json_schema",
+      "json_schema": {"name": "p", "strict": true,
+                      "schema": {"type": "object", "properties": {"a": {"type": "integer"}}}}}})");
+  ASSERT_TRUE(r.generate.constraint().has_json_schema());
+  EXPECT_EQ(
+      nlohmann::json::parse(r.generate.constraint().json_schema()),
+      nlohmann::json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}})"));
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "response_format": {"type": "regex", "regex": "[0-9]+"}})");
+  EXPECT_EQ(r.generate.constraint().regex(), "[0-9]+");
+  r = Parse(Endpoint::kCompletions,
+            R"({"prompt": "x", "response_format": {"type": "choice", "choice": ["yes", "no"]}})");
+  ASSERT_EQ(r.generate.constraint().choice().options_size(), 2);
+  EXPECT_EQ(r.generate.constraint().choice().options(1), "no");
+  r = Parse(
+      Endpoint::kCompletions,
+      R"({"prompt": "x", "response_format": {"type": "grammar", "grammar": "root ::= \"a\""}})");
+  EXPECT_EQ(r.generate.constraint().grammar(), "root ::= \"a\"");
+  // vLLM's and llama.cpp's spellings.
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "guided_json": {"type": "string"}})");
+  EXPECT_EQ(nlohmann::json::parse(r.generate.constraint().json_schema()),
+            nlohmann::json::parse(R"({"type": "string"})"));
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "guided_choice": ["a", "b"]})");
+  EXPECT_EQ(r.generate.constraint().choice().options_size(), 2);
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "guided_regex": "a|b"})");
+  EXPECT_EQ(r.generate.constraint().regex(), "a|b");
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "grammar": "root ::= \"b\""})");
+  EXPECT_EQ(r.generate.constraint().grammar(), "root ::= \"b\"");
+  r = Parse(Endpoint::kCompletions, R"({"prompt": "x", "json_schema": {"type": "boolean"}})");
+  EXPECT_TRUE(r.generate.constraint().has_json_schema());
+  // Text (or null) constrains nothing.
+  r = Parse(Endpoint::kChat, "{" + chat + R"(, "response_format": {"type": "text"}})");
+  EXPECT_FALSE(r.generate.has_constraint());
+  r = Parse(Endpoint::kChat, "{" + chat + R"(, "response_format": null})");
+  EXPECT_FALSE(r.generate.has_constraint());
+}
+
+TEST(OpenAiRequestTest, MalformedResponseFormatsAreRefused) {
+  const Endpoint c = Endpoint::kCompletions;
+  auto refused = [&](const std::string& fields) {
+    return Refusal(c, R"({"prompt": "x", )" + fields + "}");
+  };
+  ApiError e = refused(R"("response_format": {"type": "xml"})");
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_NE(e.message.find("'xml' is not one of"), std::string::npos) << e.message;
+  EXPECT_EQ(refused(R"("response_format": "json")").param, "response_format");
+  EXPECT_EQ(refused(R"("response_format": {"type": "json_schema"})").param, "response_format");
+  EXPECT_EQ(
+      refused(R"("response_format": {"type": "json_schema", "json_schema": {"schema": 3}})").param,
+      "response_format");
+  e = refused(R"("response_format": {"type": "json_object", "schema": {}})");
+  EXPECT_EQ(e.message, "response_format of type 'json_object' has no field 'schema'");
+  EXPECT_EQ(refused(R"("response_format": {"type": "choice", "choice": [1]})").param,
+            "response_format");
+  EXPECT_EQ(refused(R"("response_format": {"type": "regex"})").param, "response_format");
+  EXPECT_EQ(refused(R"("guided_choice": "a")").param, "guided_choice");
+  e = refused(R"("response_format": {"type": "json_object"}, "guided_regex": "a")");
+  EXPECT_EQ(e.param, "guided_regex");
+  EXPECT_EQ(e.message,
+            "both response_format and guided_regex constrain the answer; set one of them");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler::http

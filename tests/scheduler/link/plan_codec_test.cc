@@ -30,7 +30,10 @@ TEST(PlanCodecTest, FirstSightCarriesSamplingAndHistory) {
                 .repetition_penalty = 1.2f,
                 .logit_bias = {{1, -2.0f}, {8, 100.0f}},
                 .logprobs = true,
-                .top_logprobs = 5};
+                .top_logprobs = 5,
+                .constraint = nullptr};
+  a.sampling.constraint = std::make_shared<Constraint>(
+      Constraint{.grammar = "root ::= \"x\"\n", .end_token_ids = {2, 7}});
   a.prompt_tokens = 2;
   a.history = {4, 5};
   PlanStep& b = plan.steps.emplace_back();  // not first sight: no sampling, no history
@@ -50,6 +53,10 @@ TEST(PlanCodecTest, FirstSightCarriesSamplingAndHistory) {
   EXPECT_FLOAT_EQ(sp.logit_bias(1).bias(), 100.0f);
   EXPECT_TRUE(sp.logprobs());
   EXPECT_EQ(sp.top_logprobs(), 5u);
+  EXPECT_EQ(sp.constraint().grammar(), "root ::= \"x\"\n");
+  EXPECT_EQ(std::vector<int32_t>(sp.constraint().end_token_ids().begin(),
+                                 sp.constraint().end_token_ids().end()),
+            (std::vector<int32_t>{2, 7}));
   EXPECT_EQ(out.steps(0).prompt_tokens(), 2u);
   EXPECT_EQ(std::vector<int32_t>(out.steps(0).history().begin(), out.steps(0).history().end()),
             (std::vector<int32_t>{4, 5}));

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "common/gguf_reader.h"
+#include "common/grammar/grammar.h"
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
 #include "tests/worker/model_fixtures.h"
@@ -340,6 +342,101 @@ TEST(RunnerTest, MeasuresTheSwapTimeOfOnePage) {
   ASSERT_OK(runner->MeasureSwap());
   EXPECT_GT(runner->swap_seconds_per_page(), 0);
   EXPECT_LT(runner->swap_seconds_per_page(), 1);
+}
+
+}  // namespace
+}  // namespace pagoda::worker
+
+namespace pagoda::worker {
+namespace {
+
+// The stories260K vocabulary as the scheduler would send it (SentencePiece: "▁" is a space,
+// <0xHH> pieces their byte; control tokens are special).
+wv1::Vocabulary StoriesVocabulary(const std::string& path) {
+  auto file = common::GgufFile::Open(path);
+  EXPECT_OK(file);
+  const auto pieces = (*file)->GetStringArray("tokenizer.ggml.tokens").value();
+  const auto types = (*file)->GetInt32Array("tokenizer.ggml.token_type").value();
+  wv1::Vocabulary v;
+  for (size_t id = 0; id < pieces.size(); ++id) {
+    std::string bytes = pieces[id];
+    if (types[id] == 6) {  // byte
+      bytes = std::string(1, static_cast<char>(std::stoi(pieces[id].substr(3, 2), nullptr, 16)));
+    } else if (types[id] == 3) {  // control: no text
+      bytes.clear();
+      v.add_special_ids(static_cast<int32_t>(id));
+    } else {
+      for (size_t at; (at = bytes.find("\u2581")) != std::string::npos;) bytes.replace(at, 3, " ");
+    }
+    v.add_token_bytes(bytes);
+  }
+  return v;
+}
+
+// Constrained sequences on the trained model, sampled at temperature 1: every answer is a
+// sentence of the grammar and ends with EOS, also when the sequence is freed midway and
+// resumed on first sight from its history (a preemption or a failover).
+TEST(RunnerTest, ConstrainedSamplesStayInTheGrammarAndEnd) {
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(model, "stories260K-f32.gguf");
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(golden_path, "golden.json");
+  std::ifstream in(*golden_path);
+  const auto prompt =
+      nlohmann::json::parse(in)["cases"][0]["prompt_token_ids"].get<std::vector<int32_t>>();
+  const wv1::Vocabulary vocab = StoriesVocabulary(*model);
+  constexpr int kPage = 16, kEos = 2;
+  const std::string gbnf =
+      "root ::= \"{\\\"name\\\":\\\"\" [a-z ]{1,12} \"\\\",\\\"age\\\":\" [1-9] [0-9]? \"}\"\n";
+  auto grammar = grammar::Grammar::FromGbnf(gbnf);
+  ASSERT_OK(grammar);
+  for (uint64_t seed = 0; seed < 6; ++seed) {
+    SCOPED_TRACE(seed);
+    auto runner = MakeRunner(*model, kPage, 64);
+    runner->SetVocabulary(vocab);
+    std::vector<int32_t> tokens = prompt;
+    const uint64_t seq = 7;
+    auto first_step = [&](wv1::IterationPlan& plan, int start, std::vector<uint32_t> pages) {
+      wv1::SequenceStep* s =
+          AddStep(plan, seq, std::vector<int32_t>(tokens.begin() + start, tokens.end()), start,
+                  pages, true, static_cast<int>(tokens.size() - prompt.size()));
+      s->set_first_sight(true);
+      s->mutable_sampling()->set_temperature(1.0f);
+      s->mutable_sampling()->set_seed(seed);
+      s->mutable_sampling()->mutable_constraint()->set_grammar(gbnf);
+      s->mutable_sampling()->mutable_constraint()->add_end_token_ids(kEos);
+      s->set_prompt_tokens(static_cast<uint32_t>(prompt.size()));
+      s->mutable_history()->Add(tokens.begin(), tokens.begin() + start);
+    };
+    wv1::IterationPlan plan;
+    plan.set_iteration(1);
+    first_step(plan, 0, {0, 1, 2, 3});
+    bool ended = false;
+    for (int step = 0; step < 60 && !ended; ++step) {
+      wv1::IterationResult r = runner->Execute(plan);
+      ASSERT_TRUE(r.error().empty()) << r.error();
+      ASSERT_EQ(r.sampled_size(), 1);
+      const int32_t t = r.sampled(0).token_id();
+      ended = t == kEos;
+      tokens.push_back(t);
+      plan.Clear();
+      plan.set_iteration(step + 2);
+      if (step == 4) {  // freed and seen again: the matcher is rebuilt from the history
+        plan.add_free_seq_ids(seq);
+        first_step(plan, static_cast<int>(tokens.size()) - 1, {});
+        for (uint32_t page : {0u, 1u, 2u, 3u}) plan.mutable_steps(0)->add_new_pages(page);
+      } else {
+        const int pos = static_cast<int>(tokens.size()) - 1;
+        AddStep(plan, seq, {t}, pos, {}, true, pos - static_cast<int>(prompt.size()) + 1)
+            ->set_first_sight(false);
+      }
+    }
+    ASSERT_TRUE(ended) << "no EOS within 60 tokens";
+    std::string text;
+    for (size_t i = prompt.size(); i + 1 < tokens.size(); ++i) {
+      text += vocab.token_bytes(tokens[i]);
+    }
+    grammar::Matcher m(*grammar);
+    EXPECT_TRUE(m.Advance(text) && m.Accepting()) << text;
+  }
 }
 
 }  // namespace

@@ -27,6 +27,33 @@ TEST(Sampler, GreedySkipsNanLogits) {
   EXPECT_EQ(Sample(all_nan, SamplingParams{}, 0), 0);
 }
 
+// Constrained decoding: masked-out ids (and ids past the mask) can never be drawn, greedy or
+// sampled, and the logprobs are those of the masked distribution.
+TEST(Sampler, MaskedTokensAreNeverDrawn) {
+  std::vector<float> logits(70);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = static_cast<float>((i * 37) % 11) * 0.3f;
+  std::vector<uint32_t> allowed = {0, 0};  // 64 ids; 64..69 lie past the mask
+  for (int id : {3, 17, 40, 63}) allowed[id / 32] |= 1u << (id % 32);
+  ApplyMask(logits, allowed);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const bool on = i == 3 || i == 17 || i == 40 || i == 63;
+    EXPECT_EQ(std::isinf(logits[i]) && logits[i] < 0, !on) << i;
+  }
+  std::set<int32_t> drawn;
+  for (uint64_t index = 0; index < 400; ++index) {
+    drawn.insert(Sample(logits, {.temperature = 1.5f, .seed = 5}, index));
+  }
+  EXPECT_EQ(drawn, (std::set<int32_t>{3, 17, 40, 63}));
+  SampledLogprobs lp;
+  ComputeLogprobs(logits, 1.0f, 17, 4, &lp);
+  double mass = 0;
+  for (int k = 0; k < lp.num_top; ++k) mass += std::exp(lp.top_logprobs[k]);
+  EXPECT_NEAR(mass, 1.0, 1e-6);  // the four allowed ids hold all of it
+  std::vector<float> untouched = {1.0f, 2.0f};
+  ApplyMask(untouched, {});
+  EXPECT_EQ(untouched, (std::vector<float>{1.0f, 2.0f}));
+}
+
 TEST(Sampler, SameSeedAndIndexSameToken) {
   for (uint64_t i = 0; i < 100; ++i) {
     SamplingParams p{.temperature = 1.0f, .seed = 42};

@@ -20,6 +20,9 @@ namespace {
 // kMaxLogprobsTop ids and logprobs per row.
 size_t LogprobsBytes(int rows) { return size_t(rows) * (2 + 2 * kMaxLogprobsTop) * 4; }
 
+// 32-bit words of a token mask over `vocab` tokens.
+int MaskWords(int vocab) { return (vocab + 31) / 32; }
+
 // Decode attention partial results the workspace holds: e.g. 256 decodes of 8k tokens.
 constexpr int64_t kDecodeUnits = 8192;
 
@@ -312,6 +315,13 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   if (!sample || R == 0) return absl::OkStatus();
   const auto* row_params =
       reinterpret_cast<const SampleRowParams*>(inputs_.get<char>() + samples_offset_);
+  if (mask_rows_ > 0) {
+    const auto* rows = mask_.get<int32_t>();
+    RETURN_IF_ERROR(LaunchMaskLogits(
+        {logits_.get<float>(), rows, reinterpret_cast<const uint32_t*>(rows + mask_rows_),
+         mask_rows_, c.vocab_size, MaskWords(c.vocab_size)},
+        stream_));
+  }
   if (!adjust_host_.empty()) {
     RETURN_IF_ERROR(LaunchAdjustLogits({logits_.get<float>(), adjust_.get<AdjustLogitsEntry>(),
                                         static_cast<int>(adjust_host_.size()), c.vocab_size},
@@ -367,14 +377,28 @@ absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,
 
 bool CudaBackend::StageSamplingExtras(std::span<const SampleInput> samples) {
   adjust_host_.clear();
+  mask_host_.clear();
+  mask_rows_ = 0;
   step_logprobs_ = false;
+  const size_t words = static_cast<size_t>(MaskWords(config().vocab_size));
   for (size_t r = 0; r < samples.size(); ++r) {
     for (const LogitAdjustment& a : samples[r].adjustments) {
       adjust_host_.push_back({static_cast<int32_t>(r), a});
     }
     step_logprobs_ = step_logprobs_ || samples[r].params.top_logprobs >= 0;
+    if (!samples[r].allowed.empty()) {
+      mask_host_.push_back(static_cast<uint32_t>(r));
+      ++mask_rows_;
+    }
   }
-  return step_logprobs_ || !adjust_host_.empty();
+  // The masks after the row ids; a mask narrower than the vocabulary allows no token past it.
+  for (const SampleInput& s : samples) {
+    if (s.allowed.empty()) continue;
+    const size_t begin = mask_host_.size();
+    mask_host_.resize(begin + words, 0u);
+    std::copy_n(s.allowed.begin(), std::min(words, s.allowed.size()), mask_host_.begin() + begin);
+  }
+  return step_logprobs_ || !adjust_host_.empty() || mask_rows_ > 0;
 }
 
 absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
@@ -386,6 +410,10 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
   const size_t adjust_bytes = adjust_host_.size() * sizeof(AdjustLogitsEntry);
   if (adjust_bytes > adjust_.bytes()) {  // grown outside any capture: eager steps only use it
     ASSIGN_OR_RETURN(adjust_, DeviceBuffer::Allocate(adjust_bytes * 2, "logit adjustments"));
+  }
+  const size_t mask_bytes = mask_host_.size() * sizeof(uint32_t);
+  if (mask_bytes > mask_.bytes()) {
+    ASSIGN_OR_RETURN(mask_, DeviceBuffer::Allocate(mask_bytes * 2, "token masks"));
   }
   GraphShape graph;
   if (sample && options_.cuda_graphs && !extras) {
@@ -423,6 +451,12 @@ absl::Status CudaBackend::Launch(const GraphShape& graph, int partitions, bool s
                                  std::vector<SampledLogprobs>* logprobs) {
   const StepInputs& s = step_;
   const char* staging = staging_.get<char>();
+  if (!mask_host_.empty()) {  // pageable, like the adjustments below
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(mask_.get(), mask_host_.data(), mask_host_.size() * sizeof(uint32_t),
+                        cudaMemcpyHostToDevice, stream_),
+        "token mask copy"));
+  }
   if (!adjust_host_.empty()) {  // pageable: the copy is done when cudaMemcpyAsync returns
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(adjust_.get(), adjust_host_.data(),
                                                adjust_host_.size() * sizeof(AdjustLogitsEntry),

@@ -158,6 +158,11 @@ class CudaBackend : public Backend {
   // The current micro-batch's logit adjustments (AdjustLogitsEntry), grown on demand.
   DeviceBuffer adjust_;
   std::vector<AdjustLogitsEntry> adjust_host_;
+  // The current micro-batch's token masks (constrained rows): [n] row ids, then [n][words]
+  // masks, as 32-bit words; grown on demand.
+  DeviceBuffer mask_;
+  std::vector<uint32_t> mask_host_;
+  int mask_rows_ = 0;
   bool step_logprobs_ = false;  // a row of the current micro-batch wants logprobs
 
   StepInputs step_;

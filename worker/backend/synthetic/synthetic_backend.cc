@@ -1,6 +1,7 @@
 #include "worker/backend/synthetic/synthetic_backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <climits>
 
 #include "absl/strings/str_format.h"
@@ -147,6 +148,27 @@ absl::Status SyntheticBackend::Forward(std::span<const SeqInput> batch,
   return status;
 }
 
+int32_t AllowedToken(int32_t token, std::span<const uint32_t> allowed) {
+  if (allowed.empty()) return token;
+  const size_t t = static_cast<size_t>(token);
+  if (t / 32 < allowed.size() && (allowed[t / 32] >> (t % 32) & 1u)) return token;
+  int64_t count = 0;
+  for (uint32_t word : allowed) count += std::popcount(word);
+  if (count == 0) return token;
+  int64_t k = token % count;  // the k-th allowed id, counting from 0
+  for (size_t w = 0; w < allowed.size(); ++w) {
+    const int bits = std::popcount(allowed[w]);
+    if (k >= bits) {
+      k -= bits;
+      continue;
+    }
+    uint32_t word = allowed[w];
+    for (; k > 0; --k) word &= word - 1;  // drop the lowest set bits
+    return static_cast<int32_t>(w * 32 + static_cast<size_t>(std::countr_zero(word)));
+  }
+  return token;
+}
+
 absl::Status SyntheticBackend::ForwardSample(std::span<const SeqInput> batch,
                                              std::span<const SampleInput> samples,
                                              std::vector<int32_t>* tokens,
@@ -161,6 +183,11 @@ absl::Status SyntheticBackend::ForwardSample(std::span<const SeqInput> batch,
   if (status.ok() && tokens->size() != samples.size()) {
     status = absl::InvalidArgumentError(absl::StrFormat(
         "%d sampling entries for %d sequences that want logits", samples.size(), tokens->size()));
+  }
+  if (status.ok()) {
+    for (size_t r = 0; r < samples.size(); ++r) {
+      (*tokens)[r] = AllowedToken((*tokens)[r], samples[r].allowed);
+    }
   }
   absl::SleepFor(options_.step - (absl::Now() - start));
   return status;

@@ -22,7 +22,10 @@
 //    ForwardSample ignores temperature, top-k/p and min-p: every request behaves as greedy.
 //    A batch where some row has adjustments (logit_bias, penalties) or asks for logprobs is
 //    sampled on the host from those one-hot logits instead (Backend::ForwardSample), so these
-//    fields are honoured as they would be by a model with such logits.
+//    fields are honoured as they would be by a model with such logits. A constrained row's
+//    token is the synthetic token when its mask allows it, else AllowedToken() of it: the
+//    (token mod count)-th allowed id, so constrained output varies as the synthetic tokens
+//    do (on the host path, greedy over masked one-hot logits picks the lowest allowed id).
 //  * Batches are validated like every backend's (ValidateBatch). One thread at a time.
 #pragma once
 
@@ -38,6 +41,10 @@
 #include "worker/backend/backend.h"
 
 namespace pagoda::worker {
+
+// `token` when `allowed` (a SampleInput mask) is empty or allows it; otherwise the allowed id
+// of rank token mod (number allowed); `token` when nothing is allowed.
+int32_t AllowedToken(int32_t token, std::span<const uint32_t> allowed);
 
 struct SyntheticBackendOptions {
   int page_size = 16;

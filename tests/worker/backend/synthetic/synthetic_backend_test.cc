@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 
 #include "absl/time/clock.h"
@@ -200,6 +201,30 @@ TEST(SyntheticBackendTest, EveryStepLastsAtLeastTheStepTime) {
   ASSERT_OK(b->ForwardSample({&in, 1}, {&greedy, 1}, &out));
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(20));
   EXPECT_EQ(b->name(), "synthetic");
+}
+
+// A constrained row gets its synthetic token when allowed, else the allowed id of rank
+// token mod count: always an allowed id, varying with the synthetic token.
+TEST(SyntheticBackendTest, AllowedTokenPicksAnAllowedId) {
+  std::mt19937 rng(3);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<uint32_t> mask(5);
+    for (uint32_t& w : mask) w = round % 7 == 0 ? 0u : static_cast<uint32_t>(rng()) & rng();
+    std::vector<int32_t> ids;
+    for (int t = 0; t < 160; ++t) {
+      if (mask[t / 32] >> (t % 32) & 1u) ids.push_back(t);
+    }
+    const int32_t token = static_cast<int32_t>(rng() % 160);
+    const int32_t got = AllowedToken(token, mask);
+    if (ids.empty()) {
+      EXPECT_EQ(got, token);
+    } else if (std::find(ids.begin(), ids.end(), token) != ids.end()) {
+      EXPECT_EQ(got, token);
+    } else {
+      EXPECT_EQ(got, ids[token % ids.size()]);
+    }
+  }
+  EXPECT_EQ(AllowedToken(9, {}), 9);
 }
 
 }  // namespace

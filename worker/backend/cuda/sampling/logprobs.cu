@@ -29,6 +29,20 @@ __global__ void AdjustLogitsKernel(float* logits,                               
   l = AdjustLogit(l, e.adj);
 }
 
+constexpr int kMaskThreads = 256;
+
+__global__ void MaskLogitsKernel(float* logits,                     // [rows][vocab]
+                                 const int32_t* __restrict__ rows,  // [count]
+                                 const uint32_t* __restrict__ masks, int vocab, int words) {
+  const int t = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (t >= vocab) return;
+  const int i = static_cast<int>(blockIdx.y);
+  const uint32_t word = masks[static_cast<size_t>(i) * static_cast<size_t>(words) + t / 32];
+  if ((word >> (t % 32) & 1u) == 0) {
+    logits[static_cast<size_t>(rows[i]) * static_cast<size_t>(vocab) + t] = -INFINITY;
+  }
+}
+
 struct LogprobsShared {
   float warp_value[kWarps];
   int32_t warp_id[kWarps];
@@ -115,6 +129,23 @@ absl::Status LaunchAdjustLogits(const AdjustLogitsParams& p, cudaStream_t stream
       LaunchKernel(AdjustLogitsKernel, (p.count + kAdjustThreads - 1) / kAdjustThreads,
                    kAdjustThreads, 0, stream, p.logits, p.entries, p.count, p.vocab),
       "LaunchAdjustLogits");
+}
+
+absl::Status LaunchMaskLogits(const MaskLogitsParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchMaskLogits");
+  check.Require(p.count >= 0, "count %d must be >= 0", p.count)
+      .Require(p.vocab > 0, "vocab %d must be > 0", p.vocab)
+      .Require(p.count <= 65535, "count %d must be <= 65535", p.count)
+      .Require(int64_t{p.words} * 32 >= p.vocab, "words %d must cover vocab %d", p.words, p.vocab);
+  if (p.count == 0 || !check.status().ok()) return check.status();
+  check.RequirePointer(p.logits, "logits")
+      .RequirePointer(p.rows, "rows")
+      .RequirePointer(p.masks, "masks");
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.vocab + kMaskThreads - 1) / kMaskThreads, p.count);
+  return CudaStatus(LaunchKernel(MaskLogitsKernel, grid, kMaskThreads, 0, stream, p.logits, p.rows,
+                                 p.masks, p.vocab, p.words),
+                    "LaunchMaskLogits");
 }
 
 absl::Status LaunchLogprobs(const LogprobsParams& p, cudaStream_t stream) {

@@ -5,6 +5,9 @@
 //    entry (worker/sampling/logit_adjustment.h), one thread per entry; a (row, token) pair
 //    appears at most once, so the result does not depend on thread order and equals the CPU's
 //    bit for bit.
+//  * LaunchMaskLogits (constrained decoding, SampleInput::allowed): logits[rows[i]][t] = -inf
+//    for every token t whose bit is clear in masks[i] (bit t % 32 of word t / 32), one thread
+//    per (mask, token); it runs before the adjustments, as on the CPU.
 //  * LaunchLogprobs: for rows with top_logprobs >= 0 (others are skipped), with
 //    T = temperature > 0 ? temperature : 1 and m = the row's largest logit (NaN read as -inf):
 //    log_norm[row] = log(sum_i exp((l_i - m) / T)), and the top_logprobs (<= kMaxTopLogprobs,
@@ -38,6 +41,16 @@ struct AdjustLogitsParams {
   int vocab = 0;
 };
 absl::Status LaunchAdjustLogits(const AdjustLogitsParams& p, cudaStream_t stream);
+
+struct MaskLogitsParams {
+  float* logits;          // [rows][vocab] (device)
+  const int32_t* rows;    // [count] logit row of each mask (device), each in range
+  const uint32_t* masks;  // [count][words] (device)
+  int count = 0;
+  int vocab = 0;
+  int words = 0;  // >= (vocab + 31) / 32
+};
+absl::Status LaunchMaskLogits(const MaskLogitsParams& p, cudaStream_t stream);
 
 struct LogprobsParams {
   const float* logits;            // [rows][vocab] adjusted logits (device)
