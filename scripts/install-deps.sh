@@ -9,7 +9,8 @@
 #          Boost (Asio and Beast: the HTTP API) and curl (its tests): what
 #          scripts/build.sh and the quick test tier need
 #   test   what the full test tier adds: Prometheus (promtool checks the metrics exposition),
-#          gnuplot (pagoda-bench figures), clang-format (scripts/check-format.sh)
+#          gnuplot (pagoda-bench figures), clang-format (scripts/check-format.sh), Python's
+#          Jinja2 (scripts/check-chat-templates-jinja2.sh renders chat templates with it)
 #   clang  clang with its sanitizer and libFuzzer runtimes (scripts/fuzz.sh)
 #   node   Node.js and npm (scripts/check-deploy.sh and the tests that run npm packages)
 set -euo pipefail
@@ -21,7 +22,7 @@ packages_of() {
         libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
         nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev \
         openssl libpcre2-dev libicu-dev libboost-dev curl ;;
-    test) echo prometheus gnuplot-nox clang-format ;;
+    test) echo prometheus gnuplot-nox clang-format python3-jinja2 ;;
     # libclang-rt-14-dev holds the sanitizer runtimes and the libFuzzer that -fsanitize=fuzzer
     # links; clang only recommends it, so a --no-install-recommends clang lacks it.
     clang) echo clang libclang-rt-14-dev ;;

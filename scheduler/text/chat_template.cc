@@ -29,7 +29,12 @@ nlohmann::ordered_json ChatTemplate::Context(std::span<const ChatMessage> messag
   context["add_generation_prompt"] = options.add_generation_prompt;
   context["bos_token"] = options.bos_token;
   context["eos_token"] = options.eos_token;
-  if (options.tools) context["tools"] = *options.tools;
+  if (options.tools) {
+    context["tools"] = *options.tools;
+  } else if (options.dialect == jinja::Dialect::kPython) {
+    context["tools"] = nullptr;  // apply_chat_template passes tools=None, documents=None
+  }
+  if (options.dialect == jinja::Dialect::kPython) context["documents"] = nullptr;
   if (options.extra_variables.is_object()) {
     for (const auto& [key, value] : options.extra_variables.items()) context[key] = value;
   }
@@ -39,7 +44,7 @@ nlohmann::ordered_json ChatTemplate::Context(std::span<const ChatMessage> messag
 absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                                  const ChatRenderOptions& options) const {
   return template_.Render(Context(messages, options), options.limits,
-                          options.now.value_or(std::chrono::system_clock::now()));
+                          options.now.value_or(std::chrono::system_clock::now()), options.dialect);
 }
 
 absl::StatusOr<std::string> ReadGgufChatTemplate(const common::GgufFile& file) {

@@ -1,6 +1,8 @@
 // Chat templates: renders a conversation into a prompt with the model's Jinja template
-// (tokenizer.chat_template in its GGUF file, or --chat-template FILE), exactly as the reference
-// implementation @huggingface/jinja renders it (tests/scheduler/text/chat compares byte for byte).
+// (tokenizer.chat_template in its GGUF file, or --chat-template FILE), exactly as Python's Jinja2
+// renders it under transformers' apply_chat_template (the default, jinja::Dialect::kPython: what
+// model authors test their templates with) or as @huggingface/jinja renders it (kJavaScript).
+// tests/scheduler/text/chat compares byte for byte with both.
 //
 // Contract: Parse and Render never crash and never throw, whatever the template and messages: a
 // syntax error, a template's raise_exception (its message verbatim), or a template that runs past
@@ -9,9 +11,10 @@
 //
 // The variables a template sees: messages (each {role, content[, name][, tool_calls]
 // [, tool_call_id], extra_fields...} with the optional keys present only when set),
-// add_generation_prompt, bos_token, eos_token, tools (only when set), and every entry of
-// `extra_variables` (e.g. enable_thinking), besides the globals true/false/none, raise_exception,
-// range, namespace and strftime_now (which reads `now`, in UTC).
+// add_generation_prompt, bos_token, eos_token, tools (in the JavaScript dialect only when set; in
+// the Python dialect none when unset, and documents none, as apply_chat_template passes them),
+// and every entry of `extra_variables` (e.g. enable_thinking), besides the globals
+// true/false/none, raise_exception, range, namespace and strftime_now (which reads `now`, in UTC).
 #pragma once
 
 #include <chrono>
@@ -51,6 +54,8 @@ struct ChatRenderOptions {
   // strftime_now's clock; unset: the system clock.
   std::optional<std::chrono::system_clock::time_point> now;
   jinja::RenderLimits limits;
+  // Python's Jinja2 (what the server renders with) or @huggingface/jinja.
+  jinja::Dialect dialect = jinja::Dialect::kPython;
 };
 
 class ChatTemplate {

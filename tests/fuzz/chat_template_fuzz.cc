@@ -43,9 +43,10 @@ std::vector<ChatMessage> Conversation() {
   return messages;
 }
 
-ChatRenderOptions Options(bool add_generation_prompt) {
+ChatRenderOptions Options(bool add_generation_prompt, scheduler::text::jinja::Dialect dialect) {
   ChatRenderOptions options;
   options.add_generation_prompt = add_generation_prompt;
+  options.dialect = dialect;
   options.bos_token = "<s>";
   options.eos_token = "</s>";
   options.tools = nlohmann::ordered_json::parse(
@@ -76,7 +77,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckInvalidArgument(parsed.status(), "Parse");
     return 0;
   }
-  const ChatRenderOptions options = Options(size % 2 == 0);
+  // Both dialects: the input's size picks add_generation_prompt and Python or JavaScript.
+  const ChatRenderOptions options =
+      Options(size % 2 == 0, size % 4 < 2 ? pagoda::scheduler::text::jinja::Dialect::kPython
+                                          : pagoda::scheduler::text::jinja::Dialect::kJavaScript);
   absl::StatusOr<std::string> rendered = parsed->Render(kMessages, options);
   if (!rendered.ok()) {
     CheckInvalidArgument(rendered.status(), "Render");

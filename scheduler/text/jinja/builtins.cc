@@ -6,6 +6,7 @@
 
 #include "scheduler/text/jinja/interpreter.h"
 #include "scheduler/text/jinja/js_string.h"
+#include "scheduler/text/jinja/python_string.h"
 
 namespace pagoda::scheduler::text::jinja {
 namespace {
@@ -131,11 +132,24 @@ Value StringBuiltin(const Value& receiver, std::string_view name) {
   };
   if (name == "upper") return unary(JsToUpper);
   if (name == "lower") return unary(JsToLower);
-  if (name == "strip") return unary(JsTrim);
   if (name == "title") return unary(JsTitleCase);
   if (name == "capitalize") return unary(JsCapitalize);
-  if (name == "rstrip") return unary(JsTrimEnd);
-  if (name == "lstrip") return unary(JsTrimStart);
+  if (name == "strip" || name == "lstrip" || name == "rstrip") {
+    // The reference ignores the argument and trims whitespace; Python strips the characters
+    // given (whitespace for none).
+    bool left = name != "rstrip", right = name != "lstrip";
+    return Fn([s, left, right](std::vector<Value>& args, Interpreter& self, Scope&) {
+      self.Charge(s.size() / 16 + (!args.empty() ? args[0].str().size() / 16 : 0));
+      if (!self.python()) {
+        return Value::String(left && right ? JsTrim(s) : left ? JsTrimStart(s) : JsTrimEnd(s));
+      }
+      if (!args.empty() && !args[0].is_string() && !args[0].is_null()) {
+        throw JinjaError{"strip arg must be None or str"};
+      }
+      const std::string* chars = !args.empty() && args[0].is_string() ? &args[0].str() : nullptr;
+      return Value::String(PythonStrip(s, chars, left, right));
+    });
+  }
   if (name == "length") return Value::Int(static_cast<double>(Utf16Length(s)));
   if (name == "startswith" || name == "endswith") {
     bool starts = name == "startswith";
@@ -238,8 +252,9 @@ bool IsKnownTest(std::string_view name) {
   return false;
 }
 
-bool ApplyTest(std::string_view name, const Value& v, const Value* argument) {
+bool ApplyTest(std::string_view name, const Value& v, const Value* argument, Dialect dialect) {
   Kind k = v.kind();
+  const bool python = dialect == Dialect::kPython;
   if (name == "boolean") return k == Kind::kBool;
   if (name == "callable") return k == Kind::kFunction;
   if (name == "odd" || name == "even") {
@@ -251,9 +266,12 @@ bool ApplyTest(std::string_view name, const Value& v, const Value* argument) {
   if (name == "true") return k == Kind::kBool && v.boolean();
   if (name == "none") return k == Kind::kNull;
   if (name == "string") return k == Kind::kString;
-  if (name == "number") return v.is_number();
+  if (name == "number") return v.is_number() || (python && k == Kind::kBool);  // bool is an int
   if (name == "integer") return k == Kind::kInt;
-  if (name == "iterable") return k == Kind::kArray || k == Kind::kString;
+  if (name == "iterable") {
+    return k == Kind::kArray || k == Kind::kString ||
+           (python && (k == Kind::kTuple || v.is_object_like()));
+  }
   if (name == "mapping") return v.is_object_like();
   if (name == "sequence") return v.is_array_like() || v.is_object_like() || v.is_string();
   if (name == "lower") return k == Kind::kString && v.str() == JsToLower(v.str());
@@ -264,6 +282,21 @@ bool ApplyTest(std::string_view name, const Value& v, const Value* argument) {
     if (argument == nullptr)
       throw JinjaError{"Cannot read properties of undefined (reading 'value')"};
     return StrictEquals(v, *argument);
+  }
+  if (name == "in" && python) {  // the reference has no `in` test
+    if (argument == nullptr) throw JinjaError{"test_in() missing 1 required argument: 'seq'"};
+    if (argument->is_array_like()) {
+      return std::any_of(argument->array().begin(), argument->array().end(),
+                         [&v](const Value& item) { return StrictEquals(item, v); });
+    }
+    if (argument->is_attribute_container()) {
+      return v.is_string() && argument->object().Find(v.str()) != nullptr;
+    }
+    if (argument->is_string() && v.is_string()) {
+      return FindLinear(argument->str(), v.str()) != std::string::npos;
+    }
+    throw JinjaError{std::string("argument of type '") + argument->TypeName() +
+                     "' is not iterable"};
   }
   throw JinjaError{"Unknown test: " + std::string(name)};
 }

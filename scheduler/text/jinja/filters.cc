@@ -6,6 +6,7 @@
 
 #include "scheduler/text/jinja/interpreter.h"
 #include "scheduler/text/jinja/js_string.h"
+#include "scheduler/text/jinja/python_string.h"
 
 namespace pagoda::scheduler::text::jinja {
 namespace {
@@ -70,6 +71,9 @@ class FilterApplier {
   Value CalledArray(const Value& operand, const std::string& name, const NodeList& args);
   Value ToJsonFilter(const Value& operand, const NodeList& args);
   Value SelectAttr(const Value& operand, const std::string& name, const NodeList& args);
+  Value PythonFilter(const Value& operand, const std::string& name, const NodeList* args,
+                     bool* handled);
+  Value Select(const Value& operand, const std::string& name, const std::vector<Value>& args);
   void Arguments(const NodeList& args, std::vector<Value>& positional,
                  std::shared_ptr<Object>& kw) {
     self_.EvaluateArguments(args, scope_, positional, kw);
@@ -143,11 +147,87 @@ Value FilterApplier::PlainString(const Value& operand, const std::string& name) 
   throw JinjaError{"Unknown StringValue filter: " + name};
 }
 
+// The filters whose Python behaviour differs from the reference's, in the Python dialect: `string`,
+// `trim` and `join` print values with str(), `length` counts a string's code points, and
+// `select` and `reject` exist. `args` is null for
+// a filter written without parentheses. Sets *handled when it applied the filter.
+Value FilterApplier::PythonFilter(const Value& operand, const std::string& name,
+                                  const NodeList* args, bool* handled) {
+  *handled = true;
+  const size_t max_bytes = self_.limits().max_output_bytes;
+  std::vector<Value> positional;
+  std::shared_ptr<Object> kw = std::make_shared<Object>();
+  if (args != nullptr) Arguments(*args, positional, kw);
+  if (name == "string") return Value::String(ToPythonString(operand, max_bytes));
+  if (name == "length" && operand.is_string()) {  // code points, not UTF-16 units
+    self_.Charge(operand.str().size() / 16);
+    return Value::Int(static_cast<double>(ToCodePoints(operand.str()).size()));
+  }
+  if (name == "trim") {
+    Value chars = Arg(positional, 0, kw, "chars", Value::Null());
+    if (!chars.is_string() && !chars.is_null()) throw JinjaError{"trim chars must be a string"};
+    std::string text = ToPythonString(operand, max_bytes);
+    self_.Charge(text.size() / 16);
+    return Value::String(PythonStrip(text, chars.is_string() ? &chars.str() : nullptr, true, true));
+  }
+  if (name == "join" && operand.is_array_like()) {
+    Value separator = Arg(positional, 0, kw, "d", Value::String(""));
+    if (!separator.is_string()) throw JinjaError{"separator must be a string"};
+    std::string out;
+    for (size_t i = 0; i < operand.array().size(); ++i) {
+      if (i > 0) out += separator.str();
+      out += ToPythonString(operand.array()[i], max_bytes);
+      self_.CheckStringSize(out.size());
+    }
+    self_.Charge(out.size() / 16 + operand.array().size());
+    return Value::String(std::move(out));
+  }
+  if ((name == "select" || name == "reject") && operand.is_array_like()) {
+    return Select(operand, name, positional);
+  }
+  *handled = false;
+  return Value();
+}
+
+// Python's select(test, args...) and reject(test, args...): the items that pass (fail) the test,
+// or, without a test, that are truthy (falsy).
+Value FilterApplier::Select(const Value& operand, const std::string& name,
+                            const std::vector<Value>& positional) {
+  if (!positional.empty() && !positional[0].is_string()) {
+    throw JinjaError{"the test of `" + name + "` must be a string"};
+  }
+  const std::string* test = positional.empty() ? nullptr : &positional[0].str();
+  const Value* argument = positional.size() > 1 ? &positional[1] : nullptr;
+  if (test != nullptr && !IsKnownTest(*test) && *test != "in") {
+    throw JinjaError{"Unknown test: " + *test};
+  }
+  bool select = name == "select";
+  Array out;
+  // What one test costs: `in` scans its argument.
+  uint64_t cost = 1;
+  if (argument != nullptr) {
+    cost += argument->is_array_like() ? argument->array().size() : argument->str().size() / 16;
+  }
+  for (const Value& item : operand.array()) {
+    self_.Charge(cost);
+    bool result =
+        test != nullptr ? ApplyTest(*test, item, argument, Dialect::kPython) : item.Truthy();
+    if (result == select) out.push_back(item);
+  }
+  return Value::MakeArray(std::move(out));
+}
+
 Value FilterApplier::Plain(const Value& operand, const std::string& name) {
   if (name == "safe") return operand;
+  if (self_.python()) {
+    bool handled = false;
+    Value result = PythonFilter(operand, name, nullptr, &handled);
+    if (handled) return result;
+  }
   if (name == "tojson") {
     JsonOptions options;
     options.max_bytes = self_.limits().max_output_bytes;
+    options.python = self_.python();
     std::string json = ToJson(operand, options);
     self_.CheckStringSize(json.size());
     self_.Charge(json.size() / 16);
@@ -159,7 +239,7 @@ Value FilterApplier::Plain(const Value& operand, const std::string& name) {
     double n = operand.number();
     bool is_int = operand.kind() == Kind::kInt;
     if (name == "abs") return is_int ? Value::Int(std::fabs(n)) : Value::Float(std::fabs(n));
-    if (name == "int") return Value::Int(std::floor(n));
+    if (name == "int") return Value::Int(self_.python() ? std::trunc(n) : std::floor(n));
     if (name == "float") return Value::Float(n);
     if (name == "string") return Value::String(ToOutputString(operand));
     throw JinjaError{"Unknown NumericValue filter: " + name};
@@ -192,6 +272,7 @@ Value FilterApplier::ToJsonFilter(const Value& operand, const NodeList& args) {
   Arguments(args, positional, kw);
   JsonOptions options;
   options.max_bytes = self_.limits().max_output_bytes;
+  options.python = self_.python();
   Value indent = Kw(kw, "indent", Value::Null());
   if (indent.kind() != Kind::kInt && !indent.is_null()) {
     throw JinjaError{"If set, indent must be a number"};
@@ -251,8 +332,15 @@ Value FilterApplier::SelectAttr(const Value& operand, const std::string& name,
   for (const Value& item : operand.array()) {
     const Value* a = item.object().Find(attr);
     bool result = false;
-    if (a != nullptr) {
-      result = test != nullptr ? ApplyTest(*test, *a, value ? &*value : nullptr) : a->Truthy();
+    if (a == nullptr && self_.python()) {  // Jinja2 tests the missing attribute as undefined
+      Value missing;
+      result = test != nullptr
+                   ? ApplyTest(*test, missing, value ? &*value : nullptr, Dialect::kPython)
+                   : false;
+    } else if (a != nullptr) {
+      result = test != nullptr ? ApplyTest(*test, *a, value ? &*value : nullptr,
+                                           self_.python() ? Dialect::kPython : Dialect::kJavaScript)
+                               : a->Truthy();
     }
     if (result == select) out.push_back(item);
   }
@@ -313,6 +401,11 @@ Value FilterApplier::Called(const Value& operand, const std::string& name, const
   std::vector<Value> positional;
   std::shared_ptr<Object> kw;
   if (name == "tojson") return ToJsonFilter(operand, args);
+  if (self_.python()) {
+    bool handled = false;
+    Value result = PythonFilter(operand, name, &args, &handled);
+    if (handled) return result;
+  }
   if (name == "join") {
     std::vector<std::string> pieces;
     if (operand.is_string()) {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "scheduler/text/jinja/js_string.h"
+#include "scheduler/text/jinja/python_string.h"
 
 namespace pagoda::scheduler::text::jinja {
 namespace {
@@ -13,6 +14,54 @@ namespace {
 // break / continue unwind to the innermost loop (through macro calls, as in the reference).
 struct BreakSignal {};
 struct ContinueSignal {};
+
+// Whether a node is an expression (`{{ }}` prints its value) rather than a statement.
+bool IsExpression(NodeKind kind) {
+  switch (kind) {
+    case NodeKind::kComment:
+    case NodeKind::kSet:
+    case NodeKind::kMacro:
+    case NodeKind::kIf:
+    case NodeKind::kFor:
+    case NodeKind::kBreak:
+    case NodeKind::kContinue:
+    case NodeKind::kCallStatement:
+    case NodeKind::kFilterStatement:
+      return false;
+    default:
+      return true;
+  }
+}
+
+// type(v).__name__ of the Python value underneath, for the Python dialect's error messages.
+const char* PythonTypeName(const Value& v) {
+  switch (v.kind()) {
+    case Kind::kUndefined:
+      return "Undefined";
+    case Kind::kNull:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kArray:
+      return "list";
+    case Kind::kTuple:
+      return "tuple";
+    case Kind::kObject:
+    case Kind::kKwargs:
+      return "dict";
+    case Kind::kNamespace:
+      return "Namespace";
+    case Kind::kFunction:
+      return "Macro";
+  }
+  return "object";
+}
 
 bool IsNumericLike(const Value& v) {
   return v.kind() == Kind::kInt || v.kind() == Kind::kFloat || v.kind() == Kind::kBool;
@@ -123,8 +172,9 @@ Value Scope::Lookup(std::string_view name) const {
   return Value();
 }
 
-Interpreter::Interpreter(const RenderLimits& limits, std::chrono::system_clock::time_point now)
-    : limits_(limits), now_(now) {
+Interpreter::Interpreter(const RenderLimits& limits, std::chrono::system_clock::time_point now,
+                         Dialect dialect)
+    : limits_(limits), now_(now), dialect_(dialect) {
   globals_ = &NewScope(nullptr);
 }
 
@@ -169,13 +219,20 @@ std::string Interpreter::EvaluateBlock(const NodeList& statements, Scope& scope)
   std::string result;
   for (const NodePtr& statement : statements) {
     Value value = Evaluate(statement.get(), scope);
-    if (value.is_null() || value.is_undefined()) continue;
-    std::string text = ToOutputString(value, limits_.max_output_bytes);
+    if (value.is_undefined()) continue;
+    // Null is also what set, macro and comments evaluate to; Python prints an expression's None.
+    if (value.is_null() && !(python() && IsExpression(statement->kind))) continue;
+    std::string text = OutputString(value);
     CheckStringSize(result.size() + text.size());
     Charge(text.size() / 16);
     result += text;
   }
   return result;
+}
+
+std::string Interpreter::OutputString(const Value& value) const {
+  return python() ? ToPythonString(value, limits_.max_output_bytes)
+                  : ToOutputString(value, limits_.max_output_bytes);
 }
 
 Value Interpreter::CallFunction(const Value& fn, std::vector<Value>& args, Scope& scope) {
@@ -274,6 +331,12 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
   if (op == "and") return left.Truthy() ? Evaluate(node.b.get(), scope) : left;
   if (op == "or") return left.Truthy() ? left : Evaluate(node.b.get(), scope);
   Value right = Evaluate(node.b.get(), scope);
+  if (python() && op == "~") {  // str(a) + str(b): undefined is "", none is "None"
+    std::string text = OutputString(left) + OutputString(right);
+    CheckStringSize(text.size());
+    Charge(text.size() / 16);
+    return Value::String(std::move(text));
+  }
   if (op == "==") return Value::Bool(LooseEquals(left, right, limits_.max_output_bytes));
   if (op == "!=") return Value::Bool(!LooseEquals(left, right, limits_.max_output_bytes));
   bool membership = op == "in" || op == "not in";
@@ -306,9 +369,17 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     if (op == "+") return number(a + b);
     if (op == "-") return number(a - b);
     if (op == "*") return number(a * b);
+    if (python() && b == 0 && (op == "/" || op == "//" || op == "%")) {
+      throw JinjaError{"division by zero"};  // Python's ZeroDivisionError (JavaScript: inf, NaN)
+    }
     if (op == "/") return Value::Float(a / b);
     if (op == "//") return number(std::floor(a / b));
-    if (op == "%") return number(std::fmod(a, b));
+    if (op == "%") {
+      double r = std::fmod(a, b);
+      // Python's % takes the divisor's sign (-7 % 3 == 2); JavaScript's the dividend's.
+      if (python() && r != 0 && (r < 0) != (b < 0)) r += b;
+      return number(r);
+    }
     if (op == "<") return Value::Bool(a < b);
     if (op == ">") return Value::Bool(a > b);
     if (op == ">=") return Value::Bool(a >= b);
@@ -335,6 +406,10 @@ Value Interpreter::EvaluateBinary(const Node& node, Scope& scope) {
     }
   }
   if ((left.is_string() || right.is_string()) && op == "+") {
+    if (python() && !(left.is_string() && right.is_string())) {
+      throw JinjaError{std::string("can only concatenate str (not \"") +
+                       PythonTypeName(left.is_string() ? right : left) + "\") to str"};
+    }
     std::string text = ToConcatString(left, limits_.max_output_bytes) +
                        ToConcatString(right, limits_.max_output_bytes);
     CheckStringSize(text.size());
@@ -481,7 +556,7 @@ Value Interpreter::EvaluateCall(const Node& node, Scope& scope) {
 
 Value Interpreter::EvaluateTest(const Node& node, Scope& scope) {
   Value operand = Evaluate(node.a.get(), scope);
-  bool result = ApplyTest(node.text, operand, nullptr);
+  bool result = ApplyTest(node.text, operand, nullptr, dialect_);
   return Value::Bool(node.flag ? !result : result);
 }
 
@@ -530,6 +605,12 @@ std::string Interpreter::EvaluateFor(const Node& node, Scope& parent) {
     iterable_node = iterable_node->a.get();
   }
   Value iterable = Evaluate(iterable_node, scope);
+  if (python() && iterable.is_string()) {  // Python iterates a string's characters
+    Array characters;
+    for (char32_t c : ToCodePoints(iterable.str()))
+      characters.push_back(Value::String(FromCodePoint(c)));
+    iterable = Value::MakeArray(std::move(characters));
+  }
   if (!iterable.is_array_like() && !iterable.is_object_like()) {
     throw JinjaError{std::string("Expected iterable or object type in for loop: got ") +
                      iterable.TypeName()};

@@ -24,6 +24,20 @@
 
 namespace pagoda::scheduler::text::jinja {
 
+// Whose semantics a render follows where the two engines chat templates are written for differ.
+// kJavaScript is @huggingface/jinja's (the engine's reference, checked over every template);
+// kPython is Python's Jinja2 as transformers' apply_chat_template sets it up (what model authors
+// test with; checked over the tool-calling templates). Python's differences, in short:
+//  * `{{ }}`, `~`, `string` and `trim` print values as Python's str() does: none as None,
+//    booleans as True/False, lists and dicts as their repr ({'a': 1}); JavaScript prints none as
+//    nothing and containers as JSON.
+//  * `+` of a string and a non-string fails (TypeError) instead of concatenating.
+//  * a `for` loop over a string iterates its characters (JavaScript: an error).
+//  * `strip`, `lstrip` and `rstrip` take the characters to strip.
+//  * the filters `select` and `reject` and the test `in` exist.
+// Everything else (tojson, number printing, undefined rules, error messages) is the same in both.
+enum class Dialect { kJavaScript, kPython };
+
 struct RenderLimits {
   size_t max_output_bytes = size_t{4} << 20;  // the rendered text and any string built
   uint64_t max_steps = 20'000'000;            // work budget of one render
@@ -46,7 +60,8 @@ class Scope {
 class Interpreter {
  public:
   // `now` is the clock strftime_now reads (UTC).
-  Interpreter(const RenderLimits& limits, std::chrono::system_clock::time_point now);
+  Interpreter(const RenderLimits& limits, std::chrono::system_clock::time_point now,
+              Dialect dialect = Dialect::kJavaScript);
   ~Interpreter();
 
   Scope& globals() { return *globals_; }
@@ -57,6 +72,9 @@ class Interpreter {
   void CheckStringSize(size_t bytes) const;
   const RenderLimits& limits() const { return limits_; }
   std::chrono::system_clock::time_point now() const { return now_; }
+  bool python() const { return dialect_ == Dialect::kPython; }
+  // How `{{ value }}` prints in this dialect.
+  std::string OutputString(const Value& value) const;
   Value CallFunction(const Value& fn, std::vector<Value>& args, Scope& scope);
   void RegisterNamespace(const Value& ns) { namespaces_.push_back(ns); }
 
@@ -86,6 +104,7 @@ class Interpreter {
 
   RenderLimits limits_;
   std::chrono::system_clock::time_point now_;
+  Dialect dialect_;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
   std::deque<Scope> scopes_;
@@ -93,9 +112,10 @@ class Interpreter {
   std::vector<Value> namespaces_;  // cleared at the end: breaks reference cycles through set
 };
 
-// Test functions (`x is name`), shared by the `is` operator and select/rejectattr. Throws
-// JinjaError for an unknown name.
-bool ApplyTest(std::string_view name, const Value& operand, const Value* argument);
+// Test functions (`x is name`), shared by the `is` operator and select/rejectattr (and, in the
+// Python dialect, select/reject), in `dialect`. Throws JinjaError for an unknown name.
+bool ApplyTest(std::string_view name, const Value& operand, const Value* argument,
+               Dialect dialect = Dialect::kJavaScript);
 bool IsKnownTest(std::string_view name);
 
 // Attribute lookup as `map(attribute=)` and `sort(attribute=)` do: a dotted path through objects

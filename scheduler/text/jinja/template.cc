@@ -27,7 +27,10 @@ bool IsArrayIndexKey(const std::string& key, double* index) {
   return true;
 }
 
-Value Convert(const nlohmann::ordered_json& json, int depth) {
+// `js_key_order` (the JavaScript dialect): integer-like keys first and integral floats as
+// integers, as JSON.parse builds a JavaScript object; otherwise (Python's json.loads) the JSON's
+// key order, and a number with a fraction or exponent (1.0) stays a float.
+Value Convert(const nlohmann::ordered_json& json, int depth, bool js_key_order = true) {
   if (depth > kMaxJsonDepth) {
     throw JinjaError{"JSON input nested deeper than the limit of " + std::to_string(kMaxJsonDepth)};
   }
@@ -40,16 +43,24 @@ Value Convert(const nlohmann::ordered_json& json, int depth) {
     case nlohmann::ordered_json::value_t::number_unsigned:
     case nlohmann::ordered_json::value_t::number_float: {
       double n = json.get<double>();
+      if (!js_key_order && json.is_number_float()) return Value::Float(n);  // 1.0 stays a float
       return std::isfinite(n) && n == std::trunc(n) ? Value::Int(n) : Value::Float(n);
     }
     case nlohmann::ordered_json::value_t::string:
       return Value::String(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       Array items;
-      for (const auto& item : json) items.push_back(Convert(item, depth + 1));
+      for (const auto& item : json) items.push_back(Convert(item, depth + 1, js_key_order));
       return Value::MakeArray(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
+      if (!js_key_order) {
+        auto object = std::make_shared<Object>();
+        for (const auto& [key, value] : json.items()) {
+          object->Set(key, Convert(value, depth + 1, js_key_order));
+        }
+        return Value::MakeObject(std::move(object));
+      }
       std::vector<std::pair<double, std::string>> index_keys;
       double index = 0;
       for (const auto& [key, value] : json.items()) {
@@ -200,13 +211,14 @@ absl::StatusOr<Template> Template::Parse(std::string_view source) {
 
 absl::StatusOr<std::string> Template::Render(const nlohmann::ordered_json& context,
                                              const RenderLimits& limits,
-                                             std::chrono::system_clock::time_point now) const {
+                                             std::chrono::system_clock::time_point now,
+                                             Dialect dialect) const {
   if (!context.is_object()) return absl::InvalidArgumentError("template context must be an object");
   try {
-    Interpreter interpreter(limits, now);
+    Interpreter interpreter(limits, now, dialect);
     InstallGlobals(interpreter.globals());
     for (const auto& [key, value] : context.items()) {
-      interpreter.globals().Set(key, Convert(value, 1));
+      interpreter.globals().Set(key, Convert(value, 1, dialect == Dialect::kJavaScript));
     }
     return interpreter.Run(*program_);
   } catch (const JinjaError& e) {

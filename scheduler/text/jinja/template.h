@@ -1,6 +1,7 @@
 // A parsed Jinja template and its rendering: the engine's entry point. Renders as
 // @huggingface/jinja does (lstrip_blocks and trim_blocks on, its undefined-variable rules: printing
-// undefined gives nothing, an attribute of undefined is undefined, most operations on it fail).
+// undefined gives nothing, an attribute of undefined is undefined, most operations on it fail), or,
+// in the Python dialect (interpreter.h), as Python's Jinja2 does where the two differ.
 //
 // Contract: Parse and Render never throw and never crash on any input: a syntax error, a template
 // error (raise_exception's message verbatim) or a limit reached is absl::InvalidArgumentError. A
@@ -32,10 +33,12 @@ class Template {
   static absl::StatusOr<Template> Parse(std::string_view source);
 
   // Renders with `context`'s entries (a JSON object) as variables, next to the globals (true,
-  // false, none, raise_exception, range, strftime_now reading `now` in UTC, namespace).
+  // false, none, raise_exception, range, strftime_now reading `now` in UTC, namespace), with
+  // `dialect`'s semantics (interpreter.h).
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
                                      const RenderLimits& limits,
-                                     std::chrono::system_clock::time_point now) const;
+                                     std::chrono::system_clock::time_point now,
+                                     Dialect dialect = Dialect::kJavaScript) const;
 
  private:
   std::shared_ptr<const NodeList> program_;

@@ -7,6 +7,7 @@
 #include <cstdlib>
 
 #include "scheduler/text/jinja/js_string.h"
+#include "scheduler/text/jinja/python_string.h"
 
 namespace pagoda::scheduler::text::jinja {
 
@@ -301,10 +302,15 @@ void AppendJson(const Value& value, const JsonOptions& options, int depth, bool 
       out += "null";
       return;
     case Kind::kUndefined:
+      if (options.python) throw JinjaError{"Object of type Undefined is not JSON serializable"};
       out += undefined_as_null ? "null" : "undefined";
       return;
     case Kind::kInt:
     case Kind::kFloat:
+      if (options.python && std::isfinite(value.number())) {
+        out += value.kind() == Kind::kFloat ? FormatPythonFloat(value.number()) : PythonRepr(value);
+        return;
+      }
       out += JsonNumber(value.number());
       return;
     case Kind::kBool:
@@ -313,6 +319,9 @@ void AppendJson(const Value& value, const JsonOptions& options, int depth, bool 
     case Kind::kString:
       out += JsonQuote(value.str(), options.ensure_ascii);
       return;
+    case Kind::kTuple:
+      if (!options.python) break;
+      [[fallthrough]];
     case Kind::kArray: {
       const Array& items = value.array();
       bool pretty = options.indent > 0 && !items.empty();
@@ -349,8 +358,9 @@ void AppendJson(const Value& value, const JsonOptions& options, int depth, bool 
       return;
     }
     default:
-      throw JinjaError{std::string("Cannot convert to JSON: ") + value.TypeName()};
+      break;
   }
+  throw JinjaError{std::string("Cannot convert to JSON: ") + value.TypeName()};
 }
 
 // ECMAScript StringToNumber, NaN when the text is not a number.

@@ -135,9 +135,13 @@ struct JsonOptions {
   bool custom_separators = false;
   std::string item_separator, key_separator;
   size_t max_bytes = kMaxValueTextBytes;  // longer output throws JinjaError
+  // Python's json.dumps on the Python values underneath (the Python dialect): floats as
+  // repr(float) (1.0, 1e-07), tuples as arrays, undefined an error.
+  bool python = false;
 };
 // The reference's tojson (Python json.dumps layout); undefined prints as null or, with
-// `undefined_as_null` false, as undefined. Throws JinjaError for tuples, functions and kwargs.
+// `undefined_as_null` false, as undefined. Throws JinjaError for tuples, functions and kwargs
+// (with `python`, for undefined, functions and kwargs).
 std::string ToJson(const Value& value, const JsonOptions& options, bool undefined_as_null = true);
 
 // JavaScript Number.prototype.toString (shortest round trip, exponent past 1e21 and below 1e-6).

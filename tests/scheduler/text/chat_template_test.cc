@@ -1,5 +1,6 @@
 // ChatTemplate: the variables it passes to a template (messages with their optional keys, tools,
-// bos/eos, extra variables), its errors, and reading the template from a GGUF file.
+// bos/eos, extra variables) in both dialects, its errors, and reading the template from a GGUF
+// file.
 #include "scheduler/text/chat_template.h"
 
 #include <chrono>
@@ -53,6 +54,7 @@ TEST(ChatTemplate, ContextHasOptionalKeysOnlyWhenSet) {
   result.name = "f";
   std::vector<ChatMessage> messages = {Message("user", "q"), call, result};
   ChatRenderOptions options;
+  options.dialect = jinja::Dialect::kJavaScript;
   options.bos_token = "<s>";
   options.eos_token = "</s>";
   options.extra_variables = {{"enable_thinking", false}};
@@ -78,6 +80,32 @@ TEST(ChatTemplate, ContextHasOptionalKeysOnlyWhenSet) {
   absl::StatusOr<std::string> out = t->Render(messages, options);
   ASSERT_OK(out);
   EXPECT_EQ(*out, "user:false:-;assistant:true:-;tool:false:c1;true<s>");
+}
+
+// The Python dialect (the default) passes tools and documents as none when unset, as
+// apply_chat_template does, and prints as Python's Jinja2 does.
+TEST(ChatTemplate, PythonDialectContextAndPrinting) {
+  ChatRenderOptions options;
+  ASSERT_EQ(options.dialect, jinja::Dialect::kPython);
+  std::vector<ChatMessage> messages = {Message("user", "q")};
+  Json context = ChatTemplate::Context(messages, options);
+  EXPECT_EQ(context.dump(),
+            R"({"messages":[{"role":"user","content":"q"}],"add_generation_prompt":true,)"
+            R"("bos_token":"","eos_token":"","tools":null,"documents":null})");
+  options.tools = Json::array({{{"type", "function"}}});
+  EXPECT_EQ(ChatTemplate::Context(messages, options)["tools"].dump(), R"([{"type":"function"}])");
+
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(
+      "{{ tools is defined }} {{ tools }} {{ messages[0] }} {{ [1.0, none, true] }}");
+  ASSERT_OK(t);
+  absl::StatusOr<std::string> out = t->Render(messages, options);
+  ASSERT_OK(out);
+  EXPECT_EQ(*out, "True [{'type': 'function'}] {'role': 'user', 'content': 'q'} [1.0, None, True]");
+  options.dialect = jinja::Dialect::kJavaScript;
+  out = t->Render(messages, options);
+  ASSERT_OK(out);
+  EXPECT_EQ(*out,
+            R"(true [{"type": "function"}] {"role": "user", "content": "q"} [1, null, true])");
 }
 
 TEST(ChatTemplate, TemplateErrorsAreInvalidArgumentWithTheirMessage) {

@@ -224,5 +224,36 @@ TEST(JinjaTemplate, JsonInputKeepsJavaScriptOrder) {
             "{\"2\": 4, \"10\": 2, \"b\": 1, \"a\": 3} 2");
 }
 
+std::string Python(const std::string& source, const Json& context = Json::object()) {
+  absl::StatusOr<Template> t = Template::Parse(source);
+  EXPECT_OK(t) << source;
+  if (!t.ok()) return "<error>";
+  absl::StatusOr<std::string> out = t->Render(context, RenderLimits{}, kNow, Dialect::kPython);
+  return out.ok() ? *out : "error: " + std::string(out.status().message());
+}
+
+// The Python dialect where it differs from the reference (chat_templates_jinja2 compares the same
+// and more against Python's Jinja2 itself).
+TEST(JinjaTemplate, PythonDialectRendersAsJinja2) {
+  EXPECT_EQ(Python("{{ none }} {{ true }} {{ [1.0, 'it\\'s', {'k': none}] }} {{ 'a' ~ none }}"),
+            "None True [1.0, \"it's\", {'k': None}] aNone");
+  EXPECT_EQ(Python("{{ x }} {{ x | tojson }} {{ d | tojson }} {{ 0.00001 }} {{ -7 % 3 }}",
+                   Json::parse(R"({"x": 1.0, "d": {"b": 1, "2": 2}})")),
+            "1.0 1.0 {\"b\": 1, \"2\": 2} 1e-05 2");
+  EXPECT_EQ(Python("{{ 'a' + 1 }}"), "error: can only concatenate str (not \"int\") to str");
+  EXPECT_EQ(Python("{{ 1 / 0 }}"), "error: division by zero");
+  EXPECT_EQ(Python("{% for c in 'h\xC3\xA9' %}[{{ c }}]{% endfor %}"), "[h][\xC3\xA9]");
+  EXPECT_EQ(Python("[{{ '\n\n a \n'.lstrip('\n') }}][{{ 'xyax'.strip('xy') }}][{{ [1] | trim }}]"),
+            "[ a \n][a][[1]]");
+  EXPECT_EQ(Python("{{ [1, 2, 3] | reject('in', [2]) | list }} {{ [0, 1] | select | list }}"),
+            "[1, 3] [1]");
+  EXPECT_EQ(Python("{{ m | selectattr('tool_calls', 'undefined') | list | length }}",
+                   Json::parse(R"({"m": [{"role": "user"}, {"tool_calls": []}]})")),
+            "1");
+  // The same constructs in the JavaScript dialect keep the reference's behaviour.
+  EXPECT_EQ(Ok("{{ none }}{{ true }} {{ 'a' + 1 }} {{ -7 % 3 }}"), "true a1 -1");
+  EXPECT_EQ(Error("{{ [1] | reject('in', [1]) }}"), "Unknown ArrayValue filter: reject");
+}
+
 }  // namespace
 }  // namespace pagoda::scheduler::text::jinja

@@ -3,7 +3,10 @@
 // ChatTemplate, and compares byte for byte with what @huggingface/jinja rendered (reference.js):
 // the same text, or an error with the same message. Run by scripts/check-chat-templates.sh, which
 // sets PAGODA_CHAT_CORPUS, PAGODA_CHAT_SNIPPETS and PAGODA_CHAT_REFERENCE. A second test does the
-// same for snippets.json: small templates that each exercise one construct of the engine.
+// same for snippets.json: small templates that each exercise one construct of the engine. A third,
+// run by scripts/check-chat-templates-jinja2.sh (PAGODA_CHAT_JINJA2_REFERENCE), compares the
+// tool-calling templates with Python's Jinja2 (jinja2_reference.py), rendering in Pagoda's Python
+// dialect.
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -34,10 +37,10 @@ Json ReadJson(const char* env) {
   return path == nullptr ? Json() : ReadFile(path);
 }
 
-// The snippet files named in PAGODA_CHAT_SNIPPETS (separated by ':').
-std::vector<Json> ReadSnippetFiles() {
+// The snippet files named in `env` (separated by ':').
+std::vector<Json> ReadSnippetFiles(const char* env) {
   std::vector<Json> files;
-  const char* paths = std::getenv("PAGODA_CHAT_SNIPPETS");
+  const char* paths = std::getenv(env);
   if (paths == nullptr) return files;
   std::stringstream list(paths);
   std::string path;
@@ -80,13 +83,12 @@ std::string FirstDifference(const std::string& got, const std::string& want) {
          "\n  reference: " + around(want);
 }
 
-TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
-  Json corpus = ReadJson("PAGODA_CHAT_CORPUS");
-  Json reference = ReadJson("PAGODA_CHAT_REFERENCE");
-  if (corpus.is_null() || reference.is_null()) {
-    GTEST_SKIP() << "PAGODA_CHAT_CORPUS / PAGODA_CHAT_REFERENCE not set: run "
-                    "scripts/check-chat-templates.sh";
-  }
+// Renders every case of `reference` (reference.js's or jinja2_reference.py's output: templates and
+// cases) with Pagoda in `dialect` and compares with the reference's render. An error must meet an
+// error; its message must match when the reference says it is the template's own message
+// (@huggingface/jinja: every error; Jinja2: raise_exception's, marked "raised").
+void CheckCorpus(const Json& corpus, const Json& reference, jinja::Dialect dialect,
+                 const std::string& reference_name) {
   std::map<std::string, Json> conversations;
   for (const Json& c : corpus.at("conversations")) conversations[c.at("name")] = c;
   std::map<std::string, ChatTemplate> templates;
@@ -106,6 +108,7 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
     const Json& conversation = conversations.at(c.at("conversation").get<std::string>());
     const Json& info = reference.at("templates").at(family);
     ChatRenderOptions options;
+    options.dialect = dialect;
     options.add_generation_prompt = c.at("add_generation_prompt").get<bool>();
     options.bos_token = info.at("bos_token");
     options.eos_token = info.at("eos_token");
@@ -124,24 +127,52 @@ TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
                              << ") but Pagoda rendered " << Json(*got).dump();
       if (!got.ok()) {
         EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << label;
-        EXPECT_EQ(std::string(got.status().message()), c.at("error").get<std::string>()) << label;
+        if (c.value("raised", true)) {
+          EXPECT_EQ(std::string(got.status().message()), c.at("error").get<std::string>()) << label;
+        }
       }
       continue;
     }
-    ASSERT_OK(got) << label;
+    if (!got.ok()) {
+      ADD_FAILURE() << label << ": " << got.status();
+      continue;
+    }
     std::string difference = FirstDifference(*got, c.at("output").get<std::string>());
     EXPECT_EQ(difference, "") << label;
   }
   std::cout << "compared " << compared << " renders (" << errors << " template errors) of "
-            << templates.size() << " templates with @huggingface/jinja\n";
+            << templates.size() << " templates with " << reference_name << "\n";
   EXPECT_GT(compared, 0);
 }
 
-// Renders one snippet (its own context, else its file's) and compares with the reference's
-// result of the same name.
+TEST(ChatTemplateCheck, MatchesHuggingFaceJinjaByteForByte) {
+  Json corpus = ReadJson("PAGODA_CHAT_CORPUS");
+  Json reference = ReadJson("PAGODA_CHAT_REFERENCE");
+  if (corpus.is_null() || reference.is_null()) {
+    GTEST_SKIP() << "PAGODA_CHAT_CORPUS / PAGODA_CHAT_REFERENCE not set: run "
+                    "scripts/check-chat-templates.sh";
+  }
+  CheckCorpus(corpus, reference, jinja::Dialect::kJavaScript, "@huggingface/jinja");
+}
+
+// The tool-calling templates against Python's Jinja2 as transformers' apply_chat_template sets it
+// up (jinja2_reference.py), rendered in the Python dialect: what the server renders.
+TEST(ChatTemplateCheck, ToolCallingTemplatesMatchPythonJinja2ByteForByte) {
+  Json corpus = ReadJson("PAGODA_CHAT_CORPUS");
+  Json reference = ReadJson("PAGODA_CHAT_JINJA2_REFERENCE");
+  if (corpus.is_null() || reference.is_null()) {
+    GTEST_SKIP() << "PAGODA_CHAT_CORPUS / PAGODA_CHAT_JINJA2_REFERENCE not set: run "
+                    "scripts/check-chat-templates-jinja2.sh";
+  }
+  CheckCorpus(corpus, reference, jinja::Dialect::kPython, "Python Jinja2");
+}
+
+// Renders one snippet (its own context, else its file's) in `dialect` and compares with the
+// reference's result of the same name. Error messages are compared unless the snippet allows
+// them to differ or the reference marks them as its engine's own ("raised": false).
 void CheckSnippet(const Json& file, const Json& snippet,
                   const std::map<std::string, Json>& expected,
-                  std::chrono::system_clock::time_point now) {
+                  std::chrono::system_clock::time_point now, jinja::Dialect dialect) {
   const std::string name = snippet.at("name");
   const Json& want = expected.at(name);
   absl::StatusOr<jinja::Template> parsed =
@@ -155,7 +186,7 @@ void CheckSnippet(const Json& file, const Json& snippet,
     return;
   }
   Json context = snippet.value("context", file.value("context", Json::object()));
-  absl::StatusOr<std::string> got = parsed->Render(context, jinja::RenderLimits{}, now);
+  absl::StatusOr<std::string> got = parsed->Render(context, jinja::RenderLimits{}, now, dialect);
   if (want.contains("error")) {
     if (got.ok()) {
       ADD_FAILURE() << name << ": the reference failed (" << want.at("error")
@@ -163,7 +194,8 @@ void CheckSnippet(const Json& file, const Json& snippet,
       return;
     }
     EXPECT_EQ(got.status().code(), absl::StatusCode::kInvalidArgument) << name;
-    if (!snippet.value("message_may_differ", file.value("message_may_differ", false))) {
+    if (!snippet.value("message_may_differ", file.value("message_may_differ", false)) &&
+        want.value("raised", true)) {
       EXPECT_EQ(std::string(got.status().message()), want.at("error").get<std::string>()) << name;
     }
     return;
@@ -177,7 +209,7 @@ void CheckSnippet(const Json& file, const Json& snippet,
 
 // One construct per snippet (snippets.json), rendered by the engine directly.
 TEST(ChatTemplateCheck, EngineSnippetsMatchHuggingFaceJinja) {
-  std::vector<Json> files = ReadSnippetFiles();
+  std::vector<Json> files = ReadSnippetFiles("PAGODA_CHAT_SNIPPETS");
   Json reference = ReadJson("PAGODA_CHAT_REFERENCE");
   if (files.empty() || reference.is_null() || !reference.contains("snippets")) {
     GTEST_SKIP() << "PAGODA_CHAT_SNIPPETS / PAGODA_CHAT_REFERENCE not set: run "
@@ -188,10 +220,34 @@ TEST(ChatTemplateCheck, EngineSnippetsMatchHuggingFaceJinja) {
   const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1722001500));
   int compared = 0;
   for (const Json& file : files) {
-    for (const Json& snippet : file.at("snippets")) CheckSnippet(file, snippet, expected, now);
+    for (const Json& snippet : file.at("snippets")) {
+      CheckSnippet(file, snippet, expected, now, jinja::Dialect::kJavaScript);
+    }
     compared += static_cast<int>(file.at("snippets").size());
   }
   std::cout << "compared " << compared << " engine snippets with @huggingface/jinja\n";
+}
+
+// One Python construct per snippet (jinja2_snippets.json), rendered in the Python dialect and
+// compared with Python's Jinja2.
+TEST(ChatTemplateCheck, PythonDialectSnippetsMatchJinja2) {
+  std::vector<Json> files = ReadSnippetFiles("PAGODA_CHAT_JINJA2_SNIPPETS");
+  Json reference = ReadJson("PAGODA_CHAT_JINJA2_REFERENCE");
+  if (files.empty() || reference.is_null() || !reference.contains("snippets")) {
+    GTEST_SKIP() << "PAGODA_CHAT_JINJA2_SNIPPETS / PAGODA_CHAT_JINJA2_REFERENCE not set: run "
+                    "scripts/check-chat-templates-jinja2.sh";
+  }
+  std::map<std::string, Json> expected;
+  for (const Json& r : reference.at("snippets")) expected[r.at("name")] = r;
+  const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1722001500));
+  int compared = 0;
+  for (const Json& file : files) {
+    for (const Json& snippet : file.at("snippets")) {
+      CheckSnippet(file, snippet, expected, now, jinja::Dialect::kPython);
+    }
+    compared += static_cast<int>(file.at("snippets").size());
+  }
+  std::cout << "compared " << compared << " Python dialect snippets with Python Jinja2\n";
 }
 
 }  // namespace

@@ -9,6 +9,8 @@
 // fuzz_templates.json: templates chat_template_fuzz found, with one shared "context") are rendered
 // too, adding "snippets": [{"name", "output" | "error", "phase": "parse"|"render"}].
 // Usage: TZ=UTC node reference.js corpus.json [snippets.json...] > reference.json
+// With --templates-only (no other argument) it prints {"templates"} alone, rendering nothing: the
+// input of jinja2_reference.py (scripts/check-chat-templates-jinja2.sh).
 'use strict';
 const fs = require('fs');
 const path = require('path');
@@ -104,9 +106,13 @@ function context(conversation, family, addGenerationPrompt, templates) {
   return ctx;
 }
 
-const corpus = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 const templates = loadTemplates();
 loadAutomapTemplates(templates);
+if (process.argv[2] === '--templates-only') {
+  process.stdout.write(JSON.stringify({templates}));
+  process.exit(0);
+}
+const corpus = JSON.parse(fs.readFileSync(process.argv[2], 'utf8'));
 const cases = [];
 for (const family of Object.keys(templates)) {
   let template;
