@@ -638,9 +638,12 @@ class Compiler {
       for (char c : std::string_view("!#$%&'*+/=?^_`{|}~-")) {
         atom.Add(static_cast<unsigned char>(c), static_cast<unsigned char>(c));
       }
-      std::string a = internal::GbnfCharClass(atom) + "{1,64}";
-      std::string label = "[a-zA-Z0-9] ( [a-zA-Z0-9\\-]{0,61} [a-zA-Z0-9] )?";
-      body = a + " ( \".\" " + a + " )* \"@\" " + label + " ( \".\" " + label + " )+";
+      // Bounded so that every answer can finish (RFC 5321 allows 64 characters of local part
+      // and 253 of domain): at most three atoms of 16 characters, and two to four labels of
+      // at most 32.
+      std::string a = internal::GbnfCharClass(atom) + "{1,16}";
+      std::string label = "[a-zA-Z0-9] ( [a-zA-Z0-9\\-]{0,30} [a-zA-Z0-9] )?";
+      body = a + " ( \".\" " + a + " ){0,2} \"@\" " + label + " ( \".\" " + label + " ){1,3}";
     } else if (format == "ipv4") {
       std::string octet =
           "( \"25\" [0-5] | \"2\" [0-4] [0-9] | \"1\" [0-9] [0-9] | [1-9] [0-9] | [0-9] )";
@@ -658,7 +661,7 @@ class Compiler {
     if (format == "date-time") return {20, 25 + (f > 0 ? f + 1 : 0)};
     if (format == "uuid") return {36, 36};
     if (format == "ipv4") return {7, 15};
-    return {5, kUnbounded};  // email
+    return {5, 3 * 16 + 2 + 1 + 4 * 32 + 3};  // email
   }
 
   absl::Status Budget(const std::string& path, int64_t count) {

@@ -46,8 +46,10 @@
 //  * oneOf is anyOf: the grammar cannot exclude a value that matches two alternatives.
 //  * format date: YYYY-MM-DD with the days of each month (Feb 29 in leap years only); time:
 //    HH:MM:SS(.fraction)? with Z or +HH:MM (RFC 3339's full-time; no leap second); date-time:
-//    date "T" time; uuid: 8-4-4-4-12 hex digits; email: dot-atoms "@" a domain of two or more
-//    labels (the subset ajv-formats accepts); ipv4: dotted decimal octets.
+//    date "T" time; uuid: 8-4-4-4-12 hex digits; email: one to three dot-atoms of at most 16
+//    characters "@" two to four domain labels of at most 32 (a bounded subset of what
+//    ajv-formats accepts, within RFC 5321's lengths, so that an answer always ends); ipv4:
+//    dotted decimal octets.
 //  * pattern: a search (regex.h); together with minLength/maxLength only as regex.h allows.
 //
 // Errors (all InvalidArgument) name the keyword and the JSON Pointer of the schema holding it

@@ -296,8 +296,9 @@ absl::StatusOr<NewRequest> GenerationService::Validate(const v1::GenerateRequest
       }
     }
     if (constraint->end_token_ids.empty()) {
-      return Invalid("a constraint needs a token that ends the text, and this model has no EOS: "
-                     "set stop_token_ids");
+      return Invalid(
+          "a constraint needs a token that ends the text, and this model has no EOS: "
+          "set stop_token_ids");
     }
     r.sampling.constraint = std::move(constraint);
   }

@@ -1,7 +1,7 @@
 // End-to-end over the OpenAI-compatible HTTP API (--http-listen), driven with curl: real
 // scheduler and worker processes, the trained test model's golden text through /v1/completions,
-// OpenAI's error JSON and statuses, n > 1, stop strings, response_format json_schema, a client that disconnects mid-stream,
-// queue limits (429) and the drain (503) on synthetic workers.
+// OpenAI's error JSON and statuses, n > 1, stop strings, response_format json_schema, a client that
+// disconnects mid-stream, queue limits (429) and the drain (503) on synthetic workers.
 #include <gtest/gtest.h>
 #include <signal.h>
 

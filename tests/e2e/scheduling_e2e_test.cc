@@ -2,6 +2,7 @@
 // stop strings, deadlines and queue limits — with real processes on loopback.
 #include <gtest/gtest.h>
 
+#include <regex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -61,6 +62,39 @@ TEST_P(PreemptionModeTest, PreemptionUnderKvPressureKeepsGreedyOutputsExact) {
     EXPECT_GE(status.preemptions_swap(), 5u);
     EXPECT_EQ(status.swapped_in_pages(), status.swapped_out_pages());
   }
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5))) << cluster_->Status().DebugString();
+}
+
+// Constrained, seeded sampling under the same KV pressure: a preempted sequence's matcher is
+// rebuilt from its tokens on resume, so every answer equals the request served alone and is a
+// sentence of its regex.
+TEST_P(PreemptionModeTest, ConstrainedOutputsSurvivePreemption) {
+  const std::string mode = GetParam();
+  StartCluster({"--max-batch-tokens", "64", "--max-prefill-chunk", "16", "--preemption-mode", mode},
+               {"--page-size", "4", "--kv-pages", "20", "--swap-space-mib", "1"});
+  const auto cases = LoadGolden(*golden_)["cases"];
+  const std::string pattern = "[A-Z][a-z ]{20,40}\\. [0-9]{1,3}";
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 12; ++i) {
+    v1::GenerateRequest r = TextRequest(cases[i % cases.size()]["prompt"].get<std::string>(), 56);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_seed(static_cast<uint64_t>(i));
+    r.mutable_constraint()->set_regex(pattern);
+    requests.push_back(r);
+  }
+  std::vector<Generation> alone;
+  for (const auto& r : requests) alone.push_back(cluster_->Generate(r));
+  const std::vector<Generation> together = cluster_->GenerateAll(requests);
+  uint32_t preemptions = 0;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("request ", i));
+    ASSERT_OK(alone[i].status);
+    ASSERT_OK(together[i].status);
+    EXPECT_EQ(together[i].tokens, alone[i].tokens);
+    EXPECT_TRUE(std::regex_match(together[i].text, std::regex(pattern))) << together[i].text;
+    preemptions += together[i].finished.stats().preemptions();
+  }
+  EXPECT_GE(preemptions, 3u) << "the pool was meant to force preemptions";
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5))) << cluster_->Status().DebugString();
 }
 

@@ -145,6 +145,27 @@ TEST_F(TrainedModelTest, KilledWorkerKeepsPenalizedOutputsExact) {
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
 }
 
+// The same with constraints: the sequences moved to the other workers rebuild their matchers
+// from the plan that introduces them there, and every token equals the fault-free run's.
+TEST_F(TrainedModelTest, KilledWorkerKeepsConstrainedOutputsExact) {
+  StartCluster({"--max-batch-tokens", "256"}, {"--page-size", "8", "--threads", "1"},
+               /*workers=*/3);
+  const auto cases = LoadGolden(*golden_)["cases"];
+  const std::string schema = R"({"type": "object", "properties": {
+      "story": {"type": "string", "minLength": 60, "maxLength": 120},
+      "mood": {"enum": ["happy", "sad", null]}}, "required": ["story", "mood"]})";
+  std::vector<v1::GenerateRequest> requests;
+  for (int i = 0; i < 32; ++i) {
+    v1::GenerateRequest r = TextRequest(cases[i % cases.size()]["prompt"].get<std::string>(), 200);
+    r.mutable_sampling()->set_temperature(1.0f);
+    r.mutable_sampling()->set_seed(static_cast<uint64_t>(i));
+    r.mutable_constraint()->set_json_schema(schema);
+    requests.push_back(r);
+  }
+  ASSERT_NO_FATAL_FAILURE(ExpectKillChangesNothing(*cluster_, requests));
+  EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(10))) << cluster_->Status().DebugString();
+}
+
 // A worker that stops answering (SIGSTOP: its stream stays open) is cut after
 // --worker-timeout, and its requests finish on the other worker.
 TEST_F(TrainedModelTest, HungWorkerIsCutAfterTheTimeout) {
