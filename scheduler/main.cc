@@ -7,7 +7,8 @@
 //                    [--metrics-listen HOST:PORT] [--drain-timeout S]
 //                    [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--max-request-bytes N]
 //                    [--http-listen HOST:PORT [--served-model-name NAME] [--api-key-file FILE]
-//                     [--chat-template FILE] [--http-max-body-bytes N]]
+//                     [--chat-template FILE] [--http-max-body-bytes N]
+//                     [--tool-call-parser auto|none|llama3_json|hermes|mistral]]
 //                    [--tenant-weights FILE] [--fairness vtc|none] [--max-tenant-labels N]
 //                    [--preemption-mode auto|recompute|swap] [--max-predicted-wait-s S]
 //                    [--constraint-compile-budget-ms MS] [--constraint-cache-entries N]
@@ -37,6 +38,7 @@
 #include "common/startup.h"
 #include "scheduler/server/server.h"
 #include "scheduler/service/tenants.h"
+#include "scheduler/text/tool_call_format.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the workers must load the same file)");
@@ -113,6 +115,9 @@ ABSL_FLAG(int32_t, max_tenant_labels, 32,
 ABSL_FLAG(std::string, chat_template, "",
           "Jinja chat template file for /v1/chat/completions; empty = the GGUF's "
           "tokenizer.chat_template");
+ABSL_FLAG(std::string, tool_call_parser, "auto",
+          "tool-call format of /v1/chat/completions: auto (detected from the chat template), "
+          "none, llama3_json, hermes (also Qwen 2.5 / Qwen3) or mistral");
 
 namespace {
 
@@ -177,6 +182,10 @@ std::string HttpOptions(pagoda::scheduler::ServerOptions* options) {
     if (source->empty()) return "--chat-template " + path + " is empty";
     options->chat_template = *std::move(source);
   }
+  absl::StatusOr<std::optional<pagoda::scheduler::text::ToolCallFormat>> format =
+      pagoda::scheduler::text::ParseToolCallFormatFlag(absl::GetFlag(FLAGS_tool_call_parser));
+  if (!format.ok()) return "--tool-call-parser: " + std::string(format.status().message());
+  options->tool_call_format = *format;
   return "";
 }
 

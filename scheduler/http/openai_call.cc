@@ -28,7 +28,17 @@ std::string_view OpenAiReason(FinishReason reason) {
   }
 }
 
+// The finish_reason of a chat answer that holds tool calls: "tool_calls" where it would be
+// "stop" (a call cut by the length limit stays "length").
+std::string_view WithCalls(std::string_view reason, bool calls) {
+  return calls && reason == "stop" ? "tool_calls" : reason;
+}
+
 }  // namespace
+
+bool OpenAiCall::Answer::HasCalls() const {
+  return std::any_of(calls.begin(), calls.end(), [](const Call& c) { return c.valid; });
+}
 
 void OpenAiCall::Start(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder,
                        OpenAiRequest request, bool keep_alive) {
@@ -63,9 +73,9 @@ void OpenAiCall::Begin() {
   outcome_.id = id_;
   outcome_.prompt_tokens = static_cast<int32_t>(r->prompt.size());
   const auto& stops = request_.generate.stop();
-  std::unique_ptr<OutputProcessor> output =
-      MakeOutputProcessor(engine, id_, r->n, frontend_->model_->tokenizer,
-                          std::vector<std::string>(stops.begin(), stops.end()), &mu_);
+  std::unique_ptr<OutputProcessor> output = MakeOutputProcessor(
+      engine, id_, r->n, frontend_->model_->tokenizer,
+      std::vector<std::string>(stops.begin(), stops.end()), &mu_, request_.parsing);
   answers_.resize(r->n);
   std::vector<std::shared_ptr<RequestSink>> sinks;
   for (int i = 0; i < r->n; ++i) {
@@ -207,18 +217,63 @@ void OpenAiCall::Consume(int index, std::string* out) {
       chunk_logprobs.push_back(LogprobText(delta_.tokens[i], delta_.logprobs[i]));
     }
   }
-  std::string text;
+  // The stream's deltas: one per run of content or reasoning, one per tool-call start, one per
+  // run of a call's arguments. An invalid call cannot be taken back (its text follows as
+  // content); it only stops counting for finish_reason.
+  std::vector<ChatDelta> deltas;
+  std::string text;  // the answer text of this delta (completions' text_offset)
   for (OutputEvent& e : delta_.events) {
     switch (e.kind) {
       case OutputEvent::Kind::kText:
         text += e.text;
+        if (!request_.stream) a.text += e.text;
+        deltas.emplace_back().content = e.text;
+        break;
+      case OutputEvent::Kind::kReasoning:
+        if (!request_.stream) a.reasoning += e.text;
+        deltas.emplace_back().reasoning = e.text;
+        break;
+      case OutputEvent::Kind::kToolCallStart: {
+        Call& call = a.calls.emplace_back();
+        call.index = e.index;
+        call.out.id = e.id;
+        call.out.name = e.name;
+        ChatDelta& d = deltas.emplace_back();
+        d.tool_index = e.index;
+        d.tool_id = e.id;
+        d.tool_name = e.name;
+      } break;
+      case OutputEvent::Kind::kToolCallArguments:
+        if (!request_.stream && !a.calls.empty()) a.calls.back().out.arguments += e.text;
+        deltas.emplace_back().tool_index = e.index;
+        deltas.back().tool_arguments = e.text;
+        break;
+      case OutputEvent::Kind::kToolCallInvalid:
+        for (Call& c : a.calls) {
+          if (c.index == e.index) c.valid = false;
+        }
         break;
     }
   }
-  const std::string_view reason = delta_.end ? OpenAiReason(delta_.end->event.reason) : "";
+  std::string_view reason = delta_.end ? OpenAiReason(delta_.end->event.reason) : "";
+  if (request_.endpoint == Endpoint::kChat) reason = WithCalls(reason, a.HasCalls());
   if (!request_.stream) {
-    a.text += text;
     std::move(chunk_logprobs.begin(), chunk_logprobs.end(), std::back_inserter(a.logprobs));
+  } else if (request_.endpoint == Endpoint::kChat) {
+    std::vector<ChatDelta> merged;
+    for (const ChatDelta& d : deltas) {
+      if (d.content.empty() && d.reasoning.empty() && d.tool_index < 0) continue;
+      merged.push_back(d);
+    }
+    const nlohmann::json logprobs = LogprobsJson(chunk_logprobs, a.text_bytes);
+    for (size_t i = 0; i < merged.size(); ++i) {
+      const bool last = i + 1 == merged.size();
+      chunks_->AppendChat(index, merged[i], /*role=*/false, last ? reason : "",
+                          last ? logprobs : nlohmann::json(), out);
+    }
+    if (merged.empty() && (!reason.empty() || !chunk_logprobs.empty())) {
+      chunks_->AppendChat(index, ChatDelta{}, /*role=*/false, reason, logprobs, out);
+    }
   } else if (!text.empty() || !reason.empty() || !chunk_logprobs.empty()) {
     chunks_->Append(index, text, /*role=*/false, reason, LogprobsJson(chunk_logprobs, a.text_bytes),
                     out);
@@ -246,10 +301,17 @@ std::string OpenAiCall::Closing() {
   std::vector<Choice> choices;
   for (int i = 0; i < output_->n(); ++i) {
     Answer& a = answers_[i];
-    choices.push_back(
-        Choice{.text = std::move(a.text),
-               .finish_reason = std::string(OpenAiReason(output_->end(i).event.reason)),
-               .logprobs = LogprobsJson(a.logprobs, 0)});
+    std::string_view reason = OpenAiReason(output_->end(i).event.reason);
+    std::vector<ToolCallOut> calls;
+    for (Call& c : a.calls) {
+      if (c.valid) calls.push_back(std::move(c.out));
+    }
+    if (request_.endpoint == Endpoint::kChat) reason = WithCalls(reason, !calls.empty());
+    choices.push_back(Choice{.text = std::move(a.text),
+                             .finish_reason = std::string(reason),
+                             .logprobs = LogprobsJson(a.logprobs, 0),
+                             .reasoning = std::move(a.reasoning),
+                             .tool_calls = std::move(calls)});
   }
   return HttpResponse(200, "application/json", CompletionBody(header_, choices, usage),
                       keep_alive_);

@@ -64,10 +64,18 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
  private:
   friend class CompletionSink<OpenAiCall>;
   // What one choice of the answer has accumulated (the strand's).
+  struct Call {
+    int32_t index = 0;  // the parser's
+    ToolCallOut out;    // arguments: whole answers only
+    bool valid = true;  // no kToolCallInvalid came
+  };
   struct Answer {
     std::string text;                        // whole answers: the text so far
     std::vector<TokenLogprobText> logprobs;  // whole answers: those of the tokens so far
     int64_t text_bytes = 0;                  // text sent so far (streams' text_offset)
+    std::string reasoning;                   // whole answers: the reasoning so far
+    std::vector<Call> calls;                 // the tool calls started so far
+    bool HasCalls() const;                   // some call is still valid
   };
 
   // The Sinks' calls (RequestSink's contract).

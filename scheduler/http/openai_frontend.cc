@@ -1,5 +1,6 @@
 #include "scheduler/http/openai_frontend.h"
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/grammar/json_schema.h"
 #include "common/log.h"
 #include "scheduler/http/openai_call.h"
 #include "scheduler/http/openai_response.h"
@@ -47,6 +49,13 @@ OpenAiFrontend::OpenAiFrontend(Engine* engine, GenerationService* service, const
       options_(std::move(options)),
       created_(absl::ToUnixSeconds(absl::Now())),
       id_tag_(RandomTag()) {
+  tool_call_format_ =
+      options_.tool_call_format.value_or(text::DetectToolCallFormat(options_.chat_template));
+  reasoning_ = absl::StrContains(options_.chat_template, "<think>");
+  PAGODA_LOG(kInfo, "http", "tool calls: format %s (%s); reasoning split: %s",
+             text::ToolCallFormatName(tool_call_format_),
+             options_.tool_call_format ? "--tool-call-parser" : "detected from the chat template",
+             reasoning_ ? "<think> blocks" : "no");
   if (options_.chat_template.empty()) {
     chat_template_error_ =
         "the model has no chat template (no tokenizer.chat_template in its GGUF file): start "
@@ -239,6 +248,56 @@ absl::Status OpenAiFrontend::RenderChat(OpenAiRequest* request) const {
   }
   auto* dst = request->generate.mutable_token_ids()->mutable_ids();
   dst->Assign(ids.begin(), ids.end());
+  return PrepareOutput(*prompt, request);
+}
+
+absl::Status OpenAiFrontend::PrepareOutput(std::string_view prompt, OpenAiRequest* request) const {
+  const bool tools = request->tools.has_value() && request->tool_choice != ToolChoice::kNone;
+  text::OutputParser::Options parsing{
+      .reasoning = reasoning_,
+      .starts_in_reasoning = reasoning_ && text::PromptOpensReasoning(prompt),
+      .format = tool_call_format_,
+      .tools_given = tools,
+      // Ids differ between requests (and restarts: the tag is random).
+      .id_seed = std::hash<std::string>{}(id_tag_) + static_cast<uint64_t>(id_counter_++),
+  };
+  if (tools || reasoning_) request->parsing = parsing;
+  const bool forced = request->tool_choice == ToolChoice::kRequired ||
+                      request->tool_choice == ToolChoice::kFunction;
+  if (!forced) return absl::OkStatus();
+  if (tool_call_format_ == text::ToolCallFormat::kNone) {
+    return absl::InvalidArgumentError(
+        "tool_choice \"required\" or a named function needs the model's tool-call format, "
+        "which its chat template does not show: start pagoda-scheduler with --tool-call-parser");
+  }
+  if (request->generate.has_constraint()) {
+    return absl::InvalidArgumentError(
+        "tool_choice \"required\" or a named function constrains the answer, and so does "
+        "response_format (or a guided_* field); set one of them");
+  }
+  std::vector<text::ToolGrammar> grammars;
+  for (const nlohmann::ordered_json& tool : *request->tools) {
+    const nlohmann::ordered_json& f = tool["function"];
+    std::string name = f["name"].get<std::string>();
+    if (request->tool_choice == ToolChoice::kFunction && name != request->tool_choice_function) {
+      continue;
+    }
+    nlohmann::ordered_json schema = nlohmann::ordered_json{{"type", "object"}};
+    if (auto p = f.find("parameters"); p != f.end() && !p->is_null()) schema = *p;
+    absl::StatusOr<std::string> gbnf = grammar::JsonSchemaToGbnf(schema);
+    if (!gbnf.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tools: the parameters of '", name, "': ", gbnf.status().message()));
+    }
+    grammars.push_back(text::ToolGrammar{.name = std::move(name), .arguments_gbnf = *gbnf});
+  }
+  const bool parallel =
+      request->tool_choice == ToolChoice::kRequired && request->parallel_tool_calls;
+  absl::StatusOr<std::string> gbnf = text::ToolCallGbnf(tool_call_format_, grammars, parallel);
+  if (!gbnf.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tools: ", gbnf.status().message()));
+  }
+  request->generate.mutable_constraint()->set_grammar(*std::move(gbnf));
   return absl::OkStatus();
 }
 

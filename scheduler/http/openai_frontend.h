@@ -8,7 +8,24 @@
 //   POST /v1/completions       OpenAiCall (streaming or not)
 //   POST /v1/chat/completions  the messages rendered with the chat template (its bos_token and
 //                              eos_token from the vocabulary), tokenized with the special tokens
-//                              it holds, then OpenAiCall
+//                              it holds, then OpenAiCall; the output parsed for reasoning and
+//                              tool calls (below)
+//
+// Reasoning and tool calls (docs/structured-outputs.md, "Tool calls"). The tool-call format is
+// FrontendOptions::tool_call_format, or when unset text::DetectToolCallFormat of the chat
+// template (logged at start). Every chat request's output goes through text::OutputParser:
+//  * reasoning is split off ("<think>...</think>" to reasoning_content) when the template's
+//    source contains "<think>" (Qwen3, QwQ, DeepSeek-R1 templates), starting inside the block
+//    when the rendered prompt opened it (text::PromptOpensReasoning);
+//  * tool calls are parsed when the request has tools, tool_choice is not "none" and the format
+//    is known. tool_choice "none" still renders the tools (the model knows them, as on OpenAI)
+//    but nothing is parsed as a call;
+//  * tool_choice "required" or a named function sets GenerateRequest.constraint.grammar to
+//    text::ToolCallGbnf of the tools (each one's parameters schema through
+//    grammar::JsonSchemaToGbnf; no parameters: any object), one call for a named function or
+//    with parallel_tool_calls false, one or more otherwise. It goes through Validate's compile,
+//    cache and budget like any grammar. 400s: an unknown format, a schema the converter refuses
+//    (naming the tool and the keyword), another constraint (response_format, ...) beside it.
 //
 // Errors are OpenAI's error JSON: 404 for an unknown path or model, 405 for a known path with
 // the wrong method, 401 without a Bearer key when keys are configured (/health needs none),
@@ -21,6 +38,8 @@
 // used (--api-key-file ... tenant=NAME), else "default".
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +58,7 @@
 #include "scheduler/service/served_model.h"
 #include "scheduler/service/tenants.h"
 #include "scheduler/text/chat_template.h"
+#include "scheduler/text/tool_call_format.h"
 
 namespace pagoda::scheduler::http {
 
@@ -49,6 +69,8 @@ struct FrontendOptions {
   // One of them is required as "Authorization: Bearer KEY"; empty = no authentication.
   std::vector<ApiKey> api_keys;
   std::string chat_template;  // Jinja source; empty = the model has none
+  // The tool-call format (--tool-call-parser); nullopt: detected from the chat template.
+  std::optional<text::ToolCallFormat> tool_call_format;
 };
 
 // Parses a chat template given with --chat-template: an error names the flag and the problem.
@@ -88,8 +110,11 @@ class OpenAiFrontend {
   std::string Models(bool keep_alive) const;
   nlohmann::json ModelJson() const;  // the served model's entry in /v1/models
   std::string Health(bool keep_alive);
-  // Sets the prompt of a chat request: the messages rendered and tokenized.
+  // Sets the prompt of a chat request: the messages rendered and tokenized; then
+  // PrepareOutput.
   absl::Status RenderChat(OpenAiRequest* request) const;
+  // Sets a chat request's parsing and, for a forced tool_choice, its grammar (see above).
+  absl::Status PrepareOutput(std::string_view prompt, OpenAiRequest* request) const;
 
   void CallStarted(std::shared_ptr<OpenAiCall> call);
   void CallEnded(OpenAiCall* call);
@@ -106,6 +131,9 @@ class OpenAiFrontend {
   // The parsed chat template, or why there is none.
   std::optional<text::ChatTemplate> chat_template_;
   std::string chat_template_error_;
+  text::ToolCallFormat tool_call_format_ = text::ToolCallFormat::kNone;
+  bool reasoning_ = false;                       // the template's source contains "<think>"
+  mutable std::atomic<uint64_t> id_counter_{0};  // feeds the tool-call ids' seeds
 
   absl::Mutex mu_;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;

@@ -277,12 +277,78 @@ void ReadMessages(Reader& r, OpenAiRequest* out) {
 
 // tools: rendered into the prompt by the chat template; the answer's text is not parsed back
 // into tool calls, so only tool_choice none and auto are accepted.
+// A tool's function name; empty (after failing) when the tool is malformed.
+std::string ToolName(Reader& r, const json& tool, size_t i) {
+  const std::string where = absl::StrCat("tools[", i, "]");
+  if (!tool.is_object() || tool.value("type", json()) != "function") {
+    r.Fail(absl::StrCat(where, " must be {\"type\": \"function\", \"function\": {...}}"), "tools");
+    return "";
+  }
+  const auto f = tool.find("function");
+  if (f == tool.end() || !f->is_object()) {
+    r.Fail(absl::StrCat(where, ".function must be an object"), "tools");
+    return "";
+  }
+  const auto name = f->find("name");
+  if (name == f->end() || !name->is_string() || name->get<std::string>().empty()) {
+    r.Fail(absl::StrCat(where, ".function.name must be a non-empty string"), "tools");
+    return "";
+  }
+  if (const auto p = f->find("parameters");
+      p != f->end() && !p->is_null() && !p->is_object() && !p->is_boolean()) {
+    r.Fail(absl::StrCat(where, ".function.parameters must be a JSON Schema object"), "tools");
+    return "";
+  }
+  return name->get<std::string>();
+}
+
 void ReadTools(Reader& r, OpenAiRequest* out) {
+  std::vector<std::string> names;
   if (const json* tools = r.Get("tools")) {
     if (!tools->is_array()) return r.Fail("tools must be an array", "tools");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      names.push_back(ToolName(r, (*tools)[i], i));
+      if (!r.ok()) return;
+    }
     if (!tools->empty()) out->tools = *tools;
   }
-  r.Unsupported("tool_choice", IsNoTool, "only \"none\" and \"auto\"");
+  out->tool_choice = names.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  if (std::optional<bool> parallel = r.Bool("parallel_tool_calls")) {
+    out->parallel_tool_calls = *parallel;
+  }
+  const json* choice = r.Get("tool_choice");
+  if (choice == nullptr || !r.ok()) return;
+  constexpr std::string_view kForms =
+      "tool_choice must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", "
+      "\"function\": {\"name\": ...}}";
+  if (choice->is_string()) {
+    const std::string& v = choice->get_ref<const std::string&>();
+    if (v == "none") {
+      out->tool_choice = ToolChoice::kNone;
+    } else if (v == "auto") {
+      out->tool_choice = names.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+    } else if (v == "required") {
+      out->tool_choice = ToolChoice::kRequired;
+    } else {
+      return r.Fail(std::string(kForms), "tool_choice");
+    }
+  } else if (choice->is_object() && choice->value("type", json()) == "function" &&
+             choice->contains("function") && (*choice)["function"].is_object() &&
+             (*choice)["function"].value("name", json()).is_string()) {
+    out->tool_choice = ToolChoice::kFunction;
+    out->tool_choice_function = (*choice)["function"]["name"].get<std::string>();
+    if (!names.empty() &&
+        std::find(names.begin(), names.end(), out->tool_choice_function) == names.end()) {
+      return r.Fail(absl::StrCat("tool_choice names the function '", out->tool_choice_function,
+                                 "', which is not among the tools"),
+                    "tool_choice");
+    }
+  } else {
+    return r.Fail(std::string(kForms), "tool_choice");
+  }
+  if (names.empty() && out->tool_choice != ToolChoice::kNone) {
+    return r.Fail("tool_choice \"required\" or a named function needs tools", "tool_choice");
+  }
 }
 
 // logit_bias: {"token id": bias, ...} (OpenAI's keys are strings holding token ids).
@@ -584,7 +650,7 @@ void ReadEndpointFields(Reader& r, OpenAiRequest* out) {
     r.Unsupported("prediction", IsEmpty);
     r.Unsupported("reasoning_effort", IsEmpty);
     r.Unsupported("web_search_options", IsEmpty);
-    r.Ignore({"parallel_tool_calls", "documents"});
+    r.Ignore({"documents"});
   }
 }
 

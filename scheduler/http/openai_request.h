@@ -5,7 +5,10 @@
 // Contract: never crashes on any input. Checks JSON syntax, the body's shape and each field's
 // type, and refuses with a 400 naming the field:
 //  * fields this server does not implement and that would change the result (echo, suffix,
-//    best_of != n, a forced tool_choice, ...) when set to a non-default value;
+//    best_of != n, ...) when set to a non-default value;
+//  * tools that are not [{"type": "function", "function": {"name": ..., "parameters": {...}}}],
+//    a tool_choice that is not "none", "auto", "required" or {"type": "function", "function":
+//    {"name": NAME}} naming one of the tools, "required" or a named function without tools;
 //  * a response_format (or vLLM's guided_json / guided_regex / guided_choice / guided_grammar,
 //    or llama.cpp's grammar / json_schema) that is malformed, or more than one of them; a
 //    well-formed one becomes GenerateRequest.constraint, checked by Validate like a gRPC one;
@@ -25,6 +28,7 @@
 #include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.pb.h"
 #include "scheduler/http/api_error.h"
+#include "scheduler/text/output_parser.h"
 
 namespace pagoda::scheduler::http {
 
@@ -41,6 +45,14 @@ struct ChatTurn {
   std::optional<std::string> reasoning_content;  // a reasoning model's earlier thinking
 };
 
+// tool_choice (chat only). Absent: auto (none when there are no tools).
+enum class ToolChoice {
+  kNone,      // the tools are rendered; the output is not parsed for calls
+  kAuto,      // the model chooses; its calls are parsed
+  kRequired,  // at least one call, forced by a grammar
+  kFunction,  // one call of tool_choice_function, forced by a grammar
+};
+
 struct OpenAiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
   std::string model;  // empty when the client named none
@@ -52,8 +64,14 @@ struct OpenAiRequest {
   pagoda::v1::GenerateRequest generate;
   // Chat only: the conversation and the tools, for the chat template.
   std::vector<ChatTurn> messages;
-  std::optional<nlohmann::ordered_json> tools;
+  std::optional<nlohmann::ordered_json> tools;  // set only when non-empty
+  ToolChoice tool_choice = ToolChoice::kAuto;
+  std::string tool_choice_function;  // kFunction: the tool's name
+  bool parallel_tool_calls = true;   // false: at most one call (enforced in kRequired)
   bool add_generation_prompt = true;
+  // Chat only, set by the front end after rendering: how the output is split into content,
+  // reasoning and tool calls; nullopt: all of it is content.
+  std::optional<text::OutputParser::Options> parsing;
 };
 
 // Largest accepted nesting of the JSON body (a deeper body is refused before it is parsed).

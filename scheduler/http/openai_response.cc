@@ -81,7 +81,19 @@ std::string CompletionBody(const AnswerHeader& h, const std::vector<Choice>& cho
     const Choice& c = choices[i];
     json choice = {{"index", i}};
     if (h.endpoint == Endpoint::kChat) {
-      choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      json message = {{"role", "assistant"}};
+      message["content"] = c.text.empty() && !c.tool_calls.empty() ? json() : json(c.text);
+      if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
+      if (!c.tool_calls.empty()) {
+        json calls = json::array();
+        for (const ToolCallOut& t : c.tool_calls) {
+          calls.push_back({{"id", t.id},
+                           {"type", "function"},
+                           {"function", {{"name", t.name}, {"arguments", t.arguments}}}});
+        }
+        message["tool_calls"] = std::move(calls);
+      }
+      choice["message"] = std::move(message);
     } else {
       choice["text"] = c.text;
     }
@@ -144,21 +156,66 @@ ChunkEncoder::ChunkEncoder(const AnswerHeader& h) : chat_(h.endpoint == Endpoint
 void ChunkEncoder::Append(int index, std::string_view text, bool role,
                           std::string_view finish_reason, const json& logprobs,
                           std::string* out) const {
+  if (chat_) {
+    ChatDelta delta;
+    delta.content = text;
+    return AppendChat(index, delta, role, finish_reason, logprobs, out);
+  }
   out->append(prefix_);
   absl::StrAppend(out, index);
-  if (chat_) {
-    out->append(",\"delta\":{");
-    if (role) out->append("\"role\":\"assistant\"");
-    if (!text.empty() || role) {
-      if (role) out->push_back(',');
-      out->append("\"content\":");
-      AppendJsonString(text, out);
-    }
-    out->push_back('}');
-  } else {
-    out->append(",\"text\":");
-    AppendJsonString(text, out);
+  out->append(",\"text\":");
+  AppendJsonString(text, out);
+  AppendTail(finish_reason, logprobs, out);
+}
+
+void ChunkEncoder::AppendChat(int index, const ChatDelta& delta, bool role,
+                              std::string_view finish_reason, const json& logprobs,
+                              std::string* out) const {
+  out->append(prefix_);
+  absl::StrAppend(out, index);
+  out->append(",\"delta\":{");
+  bool first = true;
+  auto key = [&](std::string_view name) {
+    if (!first) out->push_back(',');
+    first = false;
+    out->push_back('"');
+    out->append(name);
+    out->append("\":");
+  };
+  if (role) {
+    key("role");
+    out->append("\"assistant\"");
   }
+  if (!delta.content.empty() || role) {
+    key("content");
+    AppendJsonString(delta.content, out);
+  }
+  if (!delta.reasoning.empty()) {
+    key("reasoning_content");
+    AppendJsonString(delta.reasoning, out);
+  }
+  if (delta.tool_index >= 0) {
+    key("tool_calls");
+    absl::StrAppend(out, "[{\"index\":", delta.tool_index);
+    if (!delta.tool_id.empty()) {
+      out->append(",\"id\":");
+      AppendJsonString(delta.tool_id, out);
+      out->append(",\"type\":\"function\",\"function\":{\"name\":");
+      AppendJsonString(delta.tool_name, out);
+      out->push_back(',');
+    } else {
+      out->append(",\"function\":{");
+    }
+    out->append("\"arguments\":");
+    AppendJsonString(delta.tool_arguments, out);
+    out->append("}}]");
+  }
+  out->push_back('}');
+  AppendTail(finish_reason, logprobs, out);
+}
+
+void ChunkEncoder::AppendTail(std::string_view finish_reason, const json& logprobs,
+                              std::string* out) const {
   out->append(",\"logprobs\":");
   out->append(logprobs.is_null() ? "null" : Dump(logprobs));
   out->append(",\"finish_reason\":");

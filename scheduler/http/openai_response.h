@@ -4,8 +4,13 @@
 // Shapes follow OpenAI's API reference: /v1/completions answers object "text_completion" with
 // choices[i].text; /v1/chat/completions answers "chat.completion" with choices[i].message and
 // streams "chat.completion.chunk" with choices[i].delta (the first delta of each choice carries
-// the role). Every chunk of a stream asked with include_usage carries "usage": null, and a last
-// chunk with no choices carries the usage.
+// the role). Chat answers carry a reasoning model's thinking as message.reasoning_content (and
+// delta.reasoning_content), and tool calls as message.tool_calls: [{"id", "type": "function",
+// "function": {"name", "arguments"}}] with content null when the answer is only calls; a stream
+// sends a call as one delta {"tool_calls": [{"index", "id", "type", "function": {"name",
+// "arguments": ""}}]} and then its arguments in pieces {"tool_calls": [{"index", "function":
+// {"arguments": "..."}}]}, as OpenAI does. Keys absent when empty. Every chunk of a stream asked
+// with include_usage carries "usage": null, and a last chunk with no choices carries the usage.
 #pragma once
 
 #include <cstdint>
@@ -34,11 +39,31 @@ struct Usage {
   int64_t cached_tokens = 0;
 };
 
+// A tool call of a chat answer.
+struct ToolCallOut {
+  std::string id;
+  std::string name;
+  std::string arguments;  // JSON text of an object
+};
+
 // One finished choice of a non-streaming answer.
 struct Choice {
   std::string text;
-  std::string finish_reason;  // "stop" or "length"
-  nlohmann::json logprobs;    // null unless asked for
+  std::string finish_reason;            // "stop", "length" or "tool_calls"
+  nlohmann::json logprobs;              // null unless asked for
+  std::string reasoning;                // chat: message.reasoning_content (absent when empty)
+  std::vector<ToolCallOut> tool_calls;  // chat: message.tool_calls (absent when empty)
+};
+
+// What one chat chunk's delta says beyond the role: content, reasoning, or one piece of a tool
+// call (its start when `tool_id` is set, else arguments).
+struct ChatDelta {
+  std::string_view content;
+  std::string_view reasoning;
+  int tool_index = -1;  // >= 0: a tool-call piece
+  std::string_view tool_id;
+  std::string_view tool_name;
+  std::string_view tool_arguments;
 };
 
 // One generated token's logprob as the answers show it: the token's text (its bytes, which may
@@ -74,8 +99,15 @@ class ChunkEncoder {
   // Appends ChunkEvent(header, index, text, role, finish_reason, logprobs) to `out`.
   void Append(int index, std::string_view text, bool role, std::string_view finish_reason,
               const nlohmann::json& logprobs, std::string* out) const;
+  // Chat: appends a chunk whose delta is `delta` (with the role when `role`).
+  void AppendChat(int index, const ChatDelta& delta, bool role, std::string_view finish_reason,
+                  const nlohmann::json& logprobs, std::string* out) const;
 
  private:
+  // logprobs, finish_reason and the suffix.
+  void AppendTail(std::string_view finish_reason, const nlohmann::json& logprobs,
+                  std::string* out) const;
+
   bool chat_ = false;
   std::string prefix_;  // data: {"id":...,"model":...,"choices":[{"index":
   std::string suffix_;  // }]...}\n\n

@@ -177,6 +177,7 @@ absl::Status SchedulerServer::StartHttp() {
   frontend.api_keys = o.api_keys;
   frontend.chat_template =
       o.chat_template.empty() ? impl_->model.tokenizer.chat_template() : o.chat_template;
+  frontend.tool_call_format = o.tool_call_format;
   impl_->http_frontend = std::make_unique<http::OpenAiFrontend>(&impl_->engine, &impl_->generation,
                                                                 &impl_->model, std::move(frontend));
   http::HttpServerOptions server;

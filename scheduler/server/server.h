@@ -25,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "scheduler/service/constraint_compiler.h"
 #include "scheduler/service/served_model.h"
 #include "scheduler/service/tenants.h"
+#include "scheduler/text/tool_call_format.h"
 
 namespace pagoda::scheduler {
 
@@ -57,6 +59,8 @@ struct ServerOptions {
   // no authentication.
   std::vector<ApiKey> api_keys;
   std::string chat_template;  // overrides the GGUF's tokenizer.chat_template when set
+  // The chat API's tool-call format (--tool-call-parser); nullopt: detected from the template.
+  std::optional<text::ToolCallFormat> tool_call_format;
 };
 
 // What a drain did, for the log and the caller.

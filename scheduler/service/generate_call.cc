@@ -64,6 +64,30 @@ void FillLogprob(int32_t token, const TokenLogprob& lp, v1::TokenLogprob* out) {
   }
 }
 
+// GenerateRequest.parsing as the parser's options; nullopt when unset.
+absl::StatusOr<std::optional<text::OutputParser::Options>> ParsingOptions(
+    const v1::GenerateRequest& request, const text::Tokenizer& tokenizer) {
+  if (!request.has_parsing()) return std::nullopt;
+  const v1::OutputParsing& p = request.parsing();
+  text::ToolCallFormat format = text::ToolCallFormat::kNone;
+  if (!p.tool_call_format().empty()) {
+    absl::StatusOr<std::optional<text::ToolCallFormat>> named =
+        text::ParseToolCallFormatFlag(p.tool_call_format());
+    if (!named.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parsing.tool_call_format: ", named.status().message()));
+    }
+    format = named->value_or(text::DetectToolCallFormat(tokenizer.chat_template()));
+  }
+  return text::OutputParser::Options{
+      .reasoning = p.reasoning(),
+      .starts_in_reasoning = p.reasoning() && p.starts_in_reasoning(),
+      .format = format,
+      .tools_given = format != text::ToolCallFormat::kNone,
+      .id_seed = 0,
+  };
+}
+
 }  // namespace
 
 GenerateCall* GenerateCall::Start(GenerationService* service, grpc::CallbackServerContext* context,
@@ -84,10 +108,15 @@ GenerateCall::GenerateCall(GenerationService* service, grpc::CallbackServerConte
 
 void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status& decoded) {
   if (!decoded.ok()) return Refuse(ToGrpcStatus(decoded));
+  absl::StatusOr<std::optional<text::OutputParser::Options>> parsing =
+      ParsingOptions(request, service_->model_->tokenizer);
+  if (!parsing.ok()) return Refuse(ToGrpcStatus(parsing.status()));
   absl::StatusOr<NewRequest> r = service_->Validate(request);
   if (!r.ok()) return Refuse(ToGrpcStatus(r.status()));
   Engine* engine = service_->engine_;
   r->id = engine->NextRequestIds(r->n);
+  // Call ids differ between requests.
+  if (*parsing) (*parsing)->id_seed = static_cast<uint64_t>(r->id);
   outcome_.id = r->id;
   outcome_.prompt_tokens = static_cast<int32_t>(r->prompt.size());
   const auto deadline = context_->deadline();
@@ -99,7 +128,7 @@ void GenerateCall::Begin(const v1::GenerateRequest& request, const absl::Status&
   // completion's end to OnFinished, and a later Flush sends it).
   std::unique_ptr<OutputProcessor> output = MakeOutputProcessor(
       engine, r->id, r->n, service_->model_->tokenizer,
-      std::vector<std::string>(request.stop().begin(), request.stop().end()), &mu_);
+      std::vector<std::string>(request.stop().begin(), request.stop().end()), &mu_, *parsing);
   std::vector<std::shared_ptr<RequestSink>> sinks;
   for (int i = 0; i < r->n; ++i) {
     sinks.push_back(std::make_shared<CompletionSink<GenerateCall>>(self_, i));
@@ -190,14 +219,42 @@ bool GenerateCall::Write(int index) {
   }
   outcome_.sent_tokens += static_cast<int32_t>(delta_.tokens.size());
   std::string text;
+  std::string reasoning;
   for (OutputEvent& e : delta_.events) {
+    auto* calls = response_.mutable_tool_calls();
     switch (e.kind) {
       case OutputEvent::Kind::kText:
         text += e.text;
         break;
+      case OutputEvent::Kind::kReasoning:
+        reasoning += e.text;
+        break;
+      case OutputEvent::Kind::kToolCallStart: {
+        v1::ToolCallDelta* d = calls->Add();
+        d->set_index(static_cast<uint32_t>(e.index));
+        d->set_id(std::move(e.id));
+        d->set_name(std::move(e.name));
+        break;
+      }
+      case OutputEvent::Kind::kToolCallArguments: {
+        // Appended to the call's piece in this message when it is the last one.
+        if (calls->empty() || calls->rbegin()->index() != static_cast<uint32_t>(e.index) ||
+            calls->rbegin()->invalid()) {
+          calls->Add()->set_index(static_cast<uint32_t>(e.index));
+        }
+        calls->rbegin()->mutable_arguments()->append(e.text);
+        break;
+      }
+      case OutputEvent::Kind::kToolCallInvalid: {
+        v1::ToolCallDelta* d = calls->Add();
+        d->set_index(static_cast<uint32_t>(e.index));
+        d->set_invalid(true);
+        break;
+      }
     }
   }
   response_.set_text(std::move(text));
+  response_.set_reasoning_text(std::move(reasoning));
   if (!delta_.end) {
     StartWriting();
     return true;

@@ -22,7 +22,82 @@ absl::Status EndStatus(const Event& e) {
   }
 }
 
+// text::OutputParser as a TextPostProcessor.
+class ParserPostProcessor final : public TextPostProcessor {
+ public:
+  explicit ParserPostProcessor(const text::OutputParser::Options& options) : parser_(options) {}
+
+  void Push(std::string_view text, std::vector<OutputEvent>* events) override {
+    if (text.empty()) return;
+    Convert(parser_.Push(text), events);
+  }
+  void Finish(std::vector<OutputEvent>* events) override {
+    Convert(std::move(parser_.Finish().events), events);
+  }
+
+ private:
+  static void Convert(std::vector<text::OutputEvent> in, std::vector<OutputEvent>* events) {
+    using In = text::OutputEvent::Kind;
+    using Out = OutputEvent::Kind;
+    for (text::OutputEvent& e : in) {
+      if (e.kind == In::kContent) {
+        AppendText(e.text, events);
+        continue;
+      }
+      Out kind = Out::kReasoning;
+      switch (e.kind) {
+        case In::kContent:
+        case In::kReasoning:
+          kind = Out::kReasoning;
+          break;
+        case In::kToolCallStart:
+          kind = Out::kToolCallStart;
+          break;
+        case In::kToolCallArguments:
+          kind = Out::kToolCallArguments;
+          break;
+        case In::kToolCallInvalid:
+          kind = Out::kToolCallInvalid;
+          break;
+      }
+      OutputEvent& out = events->emplace_back();
+      out.kind = kind;
+      out.text = std::move(e.text);
+      out.index = e.index;
+      out.id = std::move(e.id);
+      out.name = std::move(e.name);
+    }
+  }
+
+  text::OutputParser parser_;
+};
+
 }  // namespace
+
+std::unique_ptr<TextPostProcessor> MakeParserPostProcessor(
+    const text::OutputParser::Options& options) {
+  return std::make_unique<ParserPostProcessor>(options);
+}
+
+std::vector<std::pair<int32_t, std::string>> MarkerTokens(const text::Tokenizer& tokenizer,
+                                                          text::ToolCallFormat format) {
+  std::vector<std::pair<int32_t, std::string>> out;
+  for (std::string_view marker : text::SyntaxOf(format).special_markers) {
+    std::vector<int32_t> ids =
+        tokenizer.Encode(marker, /*add_special=*/false, /*parse_special=*/true);
+    if (ids.size() == 1 && tokenizer.IsControl(ids[0])) out.emplace_back(ids[0], marker);
+  }
+  return out;
+}
+
+std::string OutputProcessor::Completion::Detokenize(
+    int32_t token, const std::vector<std::pair<int32_t, std::string>>& rendered) {
+  for (const auto& [id, text] : rendered) {
+    // What the detokenizer held is an incomplete character that this token ends.
+    if (id == token) return detok.Flush() + text;
+  }
+  return detok.Push(token);
+}
 
 void AppendText(std::string_view text, std::vector<OutputEvent>* events) {
   if (text.empty()) return;
@@ -30,15 +105,19 @@ void AppendText(std::string_view text, std::vector<OutputEvent>* events) {
     events->back().text += text;
     return;
   }
-  events->push_back(OutputEvent{.kind = OutputEvent::Kind::kText, .text = std::string(text)});
+  OutputEvent& e = events->emplace_back();
+  e.kind = OutputEvent::Kind::kText;
+  e.text = std::string(text);
 }
 
 OutputProcessor::OutputProcessor(const text::Tokenizer& tokenizer, Options options, absl::Mutex* mu)
-    : mu_(mu), on_stop_match_(std::move(options.on_stop_match)) {
+    : mu_(mu),
+      on_stop_match_(std::move(options.on_stop_match)),
+      rendered_tokens_(std::move(options.rendered_tokens)) {
   completions_.reserve(options.n);
   for (int i = 0; i < options.n; ++i) {
     completions_.push_back(std::make_unique<Completion>(tokenizer, options.stops));
-    if (options.post_processor) completions_.back()->post = options.post_processor();
+    if (options.post_processor) completions_.back()->post = options.post_processor(i);
   }
 }
 
@@ -107,7 +186,7 @@ bool OutputProcessor::Process(int index, CompletionDelta* out) {
   bool matched = false;
   size_t sent = 0;
   for (; sent < out->tokens.size() && c.matched_stop.empty(); ++sent) {
-    text::StopMatcher::Result m = c.stops.Push(c.detok.Push(out->tokens[sent]));
+    text::StopMatcher::Result m = c.stops.Push(c.Detokenize(out->tokens[sent], rendered_tokens_));
     text_ += m.text;
     if (m.matched) {
       c.matched_stop = std::move(m.stop);
@@ -166,10 +245,10 @@ Event OutputProcessor::MergedEnd() const {
   return merged;
 }
 
-std::unique_ptr<OutputProcessor> MakeOutputProcessor(Engine* engine, RequestId id, int n,
-                                                     const text::Tokenizer& tokenizer,
-                                                     std::vector<std::string> stops,
-                                                     absl::Mutex* mu) {
+std::unique_ptr<OutputProcessor> MakeOutputProcessor(
+    Engine* engine, RequestId id, int n, const text::Tokenizer& tokenizer,
+    std::vector<std::string> stops, absl::Mutex* mu,
+    const std::optional<text::OutputParser::Options>& parsing) {
   OutputProcessor::Options options{
       .n = n,
       .stops = std::move(stops),
@@ -179,7 +258,16 @@ std::unique_ptr<OutputProcessor> MakeOutputProcessor(Engine* engine, RequestId i
             engine->Finish(id + index, FinishReason::kStopString, "");
           },
       .post_processor = nullptr,
+      .rendered_tokens = {},
   };
+  if (parsing) {
+    options.post_processor = [parsing = *parsing](int index) {
+      text::OutputParser::Options o = parsing;
+      o.id_seed += static_cast<uint64_t>(index);
+      return MakeParserPostProcessor(o);
+    };
+    options.rendered_tokens = MarkerTokens(tokenizer, parsing->format);
+  }
   return std::make_unique<OutputProcessor>(tokenizer, std::move(options), mu);
 }
 

@@ -5,11 +5,16 @@
 // CompletionDelta (the tokens sent, their logprobs, the events their text became, the end).
 //
 // Per completion: tokens → StreamingDetokenizer → StopMatcher → TextPostProcessor (when one is
-// set: the place of the reasoning and tool-call parser) → events. A stop string that matches ends
-// its completion: the processor calls Options::on_stop_match (the API finishes the completion in
-// the engine with kStopString), drops the tokens after the matching one with their logprobs, and
-// when the end arrives sets its reason to kStopString and its completion_tokens to the tokens
-// sent: the match wins even when the engine ended the completion for another reason meanwhile.
+// set: the reasoning and tool-call parser, text::OutputParser, for requests that ask for it) →
+// events. The detokenizer renders no control token; the tokens in Options::rendered_tokens
+// (a tool-call format's special markers, [TOOL_CALLS] or <|python_tag|>) are rendered as their
+// text, so that the parser sees them. The stop strings match before the parser: a stop string
+// ends the text the parser gets, and EOS (never rendered) simply ends it. A stop string that
+// matches ends its completion: the processor calls Options::on_stop_match (the API finishes the
+// completion in the engine with kStopString), drops the tokens after the matching one with their
+// logprobs, and when the end arrives sets its reason to kStopString and its completion_tokens to
+// the tokens sent: the match wins even when the engine ended the completion for another reason
+// meanwhile.
 //
 // Threads: two sides, as in the APIs' calls.
 //  * The engine side (AddToken, AddEnd, HasNews, NextWithNews, ends_arrived) and Take run under
@@ -29,12 +34,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "scheduler/core/types.h"
 #include "scheduler/text/detokenizer.h"
+#include "scheduler/text/output_parser.h"
 #include "scheduler/text/stop_matcher.h"
 #include "scheduler/text/tokenizer.h"
 
@@ -42,16 +49,23 @@ namespace pagoda::scheduler {
 
 class Engine;
 
-// One piece of a completion's output, in the order the text produced it. The reasoning and
-// tool-call parser adds its kinds here (reasoning text, a tool call's name and argument deltas);
-// the APIs switch over `kind` without a default, so a new kind fails to compile until each API
-// formats it.
+// One piece of a completion's output, in the order the text produced it; the parser's events
+// (text::OutputEvent) as the APIs see them. The APIs switch over `kind` without a default, so a
+// new kind fails to compile until each API formats it.
 struct OutputEvent {
   enum class Kind {
-    kText,  // answer text
+    kText,               // answer text (message.content)
+    kReasoning,          // reasoning text (message.reasoning_content)
+    kToolCallStart,      // tool call `index` began: `id` and `name` are set
+    kToolCallArguments,  // a piece of call `index`'s arguments (JSON text)
+    kToolCallInvalid,    // call `index`, started, turned out malformed: it is not a call; its
+                         // text follows as kText
   };
   Kind kind = Kind::kText;
-  std::string text;
+  std::string text;    // kText, kReasoning, kToolCallArguments
+  int32_t index = -1;  // the tool-call kinds: the call's index (0, 1, ... in output order)
+  std::string id;      // kToolCallStart
+  std::string name;    // kToolCallStart
 };
 
 // Appends `text` as answer text, extending the last event when it is text too (one text event
@@ -92,8 +106,10 @@ class OutputProcessor {
     // The writer, without the lock, when a stop string matched in completion `index`: the API
     // finishes that completion in the engine (kStopString). Required.
     std::function<void(int index)> on_stop_match;
-    // Makes a completion's post-processor; unset: the text goes out as kText events.
-    std::function<std::unique_ptr<TextPostProcessor>()> post_processor;
+    // Makes completion `index`'s post-processor; unset: the text goes out as kText events.
+    std::function<std::unique_ptr<TextPostProcessor>(int index)> post_processor;
+    // Control tokens rendered as this text instead of nothing (see the header's comment).
+    std::vector<std::pair<int32_t, std::string>> rendered_tokens;
   };
 
   // `tokenizer` and `mu` (the owner's mutex) must outlive the processor.
@@ -141,6 +157,9 @@ class OutputProcessor {
   struct Completion {
     explicit Completion(const text::Tokenizer& tokenizer, const std::vector<std::string>& stops)
         : detok(tokenizer), stops(stops) {}
+    // The detokenizer's text for `token`, with the rendered control tokens.
+    std::string Detokenize(int32_t token,
+                           const std::vector<std::pair<int32_t, std::string>>& rendered);
     // Under the owner's mutex.
     std::vector<int32_t> pending;                // tokens not yet taken
     std::vector<TokenLogprob> pending_logprobs;  // theirs, when asked for
@@ -163,6 +182,7 @@ class OutputProcessor {
 
   absl::Mutex* const mu_;
   const std::function<void(int)> on_stop_match_;
+  const std::vector<std::pair<int32_t, std::string>> rendered_tokens_;
   std::vector<std::unique_ptr<Completion>> completions_;
   // Under the owner's mutex.
   int next_ = 0;  // where NextWithNews starts looking
@@ -173,12 +193,23 @@ class OutputProcessor {
   absl::Status failure_;
 };
 
+// The TextPostProcessor that runs text::OutputParser with `options`: its events become
+// OutputEvents one for one (kContent as kText).
+std::unique_ptr<TextPostProcessor> MakeParserPostProcessor(
+    const text::OutputParser::Options& options);
+
+// The control tokens of `format`'s special markers (ToolCallSyntax::special_markers) that
+// `tokenizer` has as single control tokens, with their text: Options::rendered_tokens.
+std::vector<std::pair<int32_t, std::string>> MarkerTokens(const text::Tokenizer& tokenizer,
+                                                          text::ToolCallFormat format);
+
 // The processor of a request submitted to `engine` as the ids id .. id + n - 1: a stop match
-// finishes its completion there. No post-processor yet (the reasoning and tool-call parser's
-// place).
-std::unique_ptr<OutputProcessor> MakeOutputProcessor(Engine* engine, RequestId id, int n,
-                                                     const text::Tokenizer& tokenizer,
-                                                     std::vector<std::string> stops,
-                                                     absl::Mutex* mu);
+// finishes its completion there. With `parsing`, each completion's text goes through an
+// OutputParser with those options (completion i's id_seed: parsing->id_seed + i, so that the
+// completions' call ids differ), and the format's marker tokens are rendered.
+std::unique_ptr<OutputProcessor> MakeOutputProcessor(
+    Engine* engine, RequestId id, int n, const text::Tokenizer& tokenizer,
+    std::vector<std::string> stops, absl::Mutex* mu,
+    const std::optional<text::OutputParser::Options>& parsing = std::nullopt);
 
 }  // namespace pagoda::scheduler

@@ -24,7 +24,8 @@
 //   4. "<|python_tag|>", or "ipython" together with "parameters" (Llama 3.2's template has no
 //      python tag but names the ipython role and asks for {"name", "parameters"}) -> llama3_json
 //   5. otherwise                                              -> none
-// A template that mentions no tools detects as none: the flag (--tool-call-format) overrides.
+// A template that mentions no tools detects as none: the flag (pagoda-scheduler --tool-call-parser)
+// overrides.
 //
 // Special tokens: [TOOL_CALLS] (Mistral) and <|python_tag|> (Llama) are control tokens, which
 // the detokenizer does not render; the caller must render the tokens listed in
@@ -51,7 +52,7 @@ std::string_view ToolCallFormatName(ToolCallFormat format);
 // The rules in this header's comment.
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template);
 
-// The --tool-call-format value: "auto" gives nullopt (detect from the template); "none",
+// The --tool-call-parser value: "auto" gives nullopt (detect from the template); "none",
 // "llama3_json", "hermes", "mistral" their format; also accepted as aliases: "llama3"
 // (llama3_json), "qwen" and "qwen3" (hermes). Anything else is InvalidArgument naming the
 // accepted values.

@@ -102,6 +102,52 @@ TEST_F(StructuredOutputE2eTest, RegexAndChoiceWithSeveralCompletions) {
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
 }
 
+// gRPC clients get reasoning and tool calls as fields of the stream (GenerateRequest.parsing):
+// a grammar makes the model think and then call a function in the Hermes format; the markup never
+// reaches `text`, and the argument pieces join to the call's JSON arguments.
+TEST_F(StructuredOutputE2eTest, ParsedReasoningAndToolCallsOverGrpc) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster());
+  for (uint64_t seed = 0; seed < 4; ++seed) {
+    SCOPED_TRACE(seed);
+    v1::GenerateRequest r = Sampled("Once upon a time", seed);
+    r.mutable_constraint()->set_grammar(
+        "root ::= \"<think>\" [a-z ]{1,20} \"</think>\" \"<tool_call>\\n{\\\"name\\\": "
+        "\\\"get_weather\\\", \\\"arguments\\\": {\\\"city\\\": \\\"\" [a-z]{1,8} "
+        "\"\\\"}}\\n</tool_call>\"\n");
+    r.mutable_parsing()->set_reasoning(true);
+    r.mutable_parsing()->set_tool_call_format("hermes");
+    grpc::ClientContext ctx;
+    auto reader = cluster_->stub().Generate(&ctx, r);
+    std::string text, reasoning, name, id, arguments;
+    int starts = 0;
+    v1::GenerateResponse msg;
+    while (reader->Read(&msg)) {
+      text += msg.text();
+      reasoning += msg.reasoning_text();
+      for (const v1::ToolCallDelta& d : msg.tool_calls()) {
+        EXPECT_EQ(d.index(), 0u);
+        EXPECT_FALSE(d.invalid());
+        if (!d.name().empty()) {
+          ++starts;
+          name = d.name();
+          id = d.id();
+        }
+        arguments += d.arguments();
+      }
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(text, "");
+    EXPECT_FALSE(reasoning.empty());
+    EXPECT_EQ(reasoning.find("think>"), std::string::npos) << reasoning;
+    EXPECT_EQ(starts, 1);
+    EXPECT_EQ(name, "get_weather");
+    EXPECT_TRUE(id.starts_with("call_")) << id;
+    const json args = json::parse(arguments, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(args.is_object()) << arguments;
+    EXPECT_TRUE(args["city"].is_string()) << arguments;
+  }
+}
+
 // What cannot be enforced is refused with INVALID_ARGUMENT naming it; the server keeps serving.
 TEST_F(StructuredOutputE2eTest, UnenforceableConstraintsAreRefused) {
   ASSERT_NO_FATAL_FAILURE(StartCluster());

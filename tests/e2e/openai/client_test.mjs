@@ -7,33 +7,12 @@
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import OpenAI from 'openai';
+import { check, expectApiError } from './checks.mjs';
 
 const [baseURL, goldenPath, apiKey] = process.argv.slice(2);
 const golden = JSON.parse(readFileSync(goldenPath, 'utf8')).cases;
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
 const model = 'stories';
-
-async function check(name, body) {
-  try {
-    await body();
-    console.log(`ok   ${name}`);
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e.stack || e}`);
-    process.exit(1);
-  }
-}
-
-async function expectApiError(promise, status, words) {
-  try {
-    await promise;
-  } catch (e) {
-    assert.ok(e instanceof OpenAI.APIError, `not an APIError: ${e}`);
-    assert.equal(e.status, status, e.message);
-    assert.ok(e.message.includes(words), `"${e.message}" lacks "${words}"`);
-    return e;
-  }
-  assert.fail(`no error (expected ${status})`);
-}
 
 await check('models.list names the served model', async () => {
   const ids = [];

@@ -132,6 +132,54 @@ TEST(OpenAiRequestTest, ChatMessages) {
             "tool_choice");
 }
 
+TEST(OpenAiRequestTest, ToolChoiceForms) {
+  const std::string base = R"({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},
+                {"type": "function", "function": {"name": "g"}}])";
+  EXPECT_EQ(Parse(Endpoint::kChat, base + "}").tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(Parse(Endpoint::kChat, base + R"(, "tool_choice": "none"})").tool_choice,
+            ToolChoice::kNone);
+  EXPECT_EQ(Parse(Endpoint::kChat, base + R"(, "tool_choice": "auto"})").tool_choice,
+            ToolChoice::kAuto);
+  OpenAiRequest r = Parse(Endpoint::kChat, base + R"(, "tool_choice": "required"})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kRequired);
+  EXPECT_TRUE(r.parallel_tool_calls);
+  r = Parse(Endpoint::kChat, base + R"(, "parallel_tool_calls": false,
+      "tool_choice": {"type": "function", "function": {"name": "g"}}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kFunction);
+  EXPECT_EQ(r.tool_choice_function, "g");
+  EXPECT_FALSE(r.parallel_tool_calls);
+  // No tools: nothing to parse, whatever auto says.
+  r = Parse(Endpoint::kChat, R"({"messages": [{"role": "user", "content": "x"}], "tools": [],
+                                 "tool_choice": "auto"})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNone);
+  EXPECT_FALSE(r.tools);
+}
+
+TEST(OpenAiRequestTest, ToolRefusalsNameTheField) {
+  const std::string user = R"({"messages": [{"role": "user", "content": "x"}])";
+  const std::string tools =
+      user + R"(, "tools": [{"type": "function", "function": {"name": "f"}}])";
+  ApiError e = Refusal(Endpoint::kChat, tools + R"(, "tool_choice": "always"})");
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_NE(e.message.find("required"), std::string::npos) << e.message;
+  e = Refusal(Endpoint::kChat,
+              tools + R"(, "tool_choice": {"type": "function", "function": {"name": "h"}}})");
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_NE(e.message.find("'h'"), std::string::npos) << e.message;
+  EXPECT_EQ(Refusal(Endpoint::kChat, tools + R"(, "tool_choice": {"type": "function"}})").param,
+            "tool_choice");
+  EXPECT_EQ(Refusal(Endpoint::kChat, tools + R"(, "parallel_tool_calls": 1})").param,
+            "parallel_tool_calls");
+  e = Refusal(Endpoint::kChat, user + R"(, "tools": [{"type": "function", "function": {}}]})");
+  EXPECT_EQ(e.param, "tools");
+  EXPECT_EQ(e.message, "tools[0].function.name must be a non-empty string");
+  EXPECT_EQ(Refusal(Endpoint::kChat, user + R"(, "tools": [{"type": "code"}]})").param, "tools");
+  e = Refusal(Endpoint::kChat, user + R"(, "tools": [{"type": "function",
+      "function": {"name": "f", "parameters": 3}}]})");
+  EXPECT_EQ(e.message, "tools[0].function.parameters must be a JSON Schema object");
+}
+
 TEST(OpenAiRequestTest, RefusalsNameTheField) {
   const Endpoint c = Endpoint::kCompletions;
   EXPECT_EQ(Refusal(c, "{").message, "the body is not valid JSON");

@@ -55,6 +55,55 @@ TEST(OpenAiResponseTest, ChatChunksHaveDeltas) {
   EXPECT_EQ(with["choices"][0]["logprobs"]["content"][0]["bytes"], json({104, 105}));
 }
 
+TEST(OpenAiResponseTest, ChatChunksCarryReasoningAndToolCalls) {
+  const AnswerHeader h{
+      .endpoint = Endpoint::kChat, .id = "c", .created = 1, .model = "m", .usage_in_chunks = false};
+  ChunkEncoder encoder(h);
+  std::string out;
+  ChatDelta reasoning;
+  reasoning.reasoning = "hm \"so\"";
+  encoder.AppendChat(0, reasoning, false, "", nullptr, &out);
+  EXPECT_EQ(ParseEvent(out)["choices"][0]["delta"], json({{"reasoning_content", "hm \"so\""}}));
+  out.clear();
+  ChatDelta start;
+  start.tool_index = 1;
+  start.tool_id = "call_1";
+  start.tool_name = "get";
+  encoder.AppendChat(0, start, false, "", nullptr, &out);
+  EXPECT_EQ(ParseEvent(out)["choices"][0]["delta"],
+            json::parse(R"({"tool_calls": [{"index": 1, "id": "call_1", "type": "function",
+                            "function": {"name": "get", "arguments": ""}}]})"));
+  out.clear();
+  ChatDelta arguments;
+  arguments.tool_index = 1;
+  arguments.tool_arguments = "{\"a\": ";
+  encoder.AppendChat(0, arguments, false, "tool_calls", nullptr, &out);
+  const json chunk = ParseEvent(out);
+  EXPECT_EQ(
+      chunk["choices"][0]["delta"],
+      json::parse(R"({"tool_calls": [{"index": 1, "function": {"arguments": "{\"a\": "}}]})"));
+  EXPECT_EQ(chunk["choices"][0]["finish_reason"], "tool_calls");
+}
+
+TEST(OpenAiResponseTest, ChatAnswersCarryReasoningAndToolCalls) {
+  const AnswerHeader h{
+      .endpoint = Endpoint::kChat, .id = "c", .created = 1, .model = "m", .usage_in_chunks = false};
+  std::vector<Choice> choices(2);
+  choices[0].finish_reason = "tool_calls";
+  choices[0].reasoning = "think";
+  choices[0].tool_calls = {{.id = "call_a", .name = "f", .arguments = "{\"x\":1}"}};
+  choices[1].text = "plain";
+  choices[1].finish_reason = "stop";
+  const json body = json::parse(CompletionBody(h, choices, Usage{}));
+  const json& calls = body["choices"][0]["message"];
+  EXPECT_TRUE(calls["content"].is_null()) << "only calls: content is null";
+  EXPECT_EQ(calls["reasoning_content"], "think");
+  EXPECT_EQ(calls["tool_calls"], json::parse(R"([{"id": "call_a", "type": "function",
+                                   "function": {"name": "f", "arguments": "{\"x\":1}"}}])"));
+  EXPECT_EQ(body["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(body["choices"][1]["message"], json({{"role", "assistant"}, {"content", "plain"}}));
+}
+
 TEST(OpenAiResponseTest, CompletionLogprobsAndUsage) {
   const json l = CompletionLogprobs({{"a", -1.0f, {{"b", -0.5f}}}, {"cd", -2.0f, {}}}, 10);
   EXPECT_EQ(l["tokens"], json({"a", "cd"}));

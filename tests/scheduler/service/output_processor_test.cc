@@ -55,9 +55,21 @@ std::string Text(const CompletionDelta& d) {
       case OutputEvent::Kind::kText:
         text += e.text;
         break;
+      case OutputEvent::Kind::kReasoning:
+      case OutputEvent::Kind::kToolCallStart:
+      case OutputEvent::Kind::kToolCallArguments:
+      case OutputEvent::Kind::kToolCallInvalid:
+        break;
     }
   }
   return text;
+}
+
+// The bytes of `text` as the synthetic vocabulary's byte tokens.
+std::vector<int32_t> Bytes(std::string_view text) {
+  std::vector<int32_t> ids;
+  for (char c : text) ids.push_back(SyntheticByteId(static_cast<uint8_t>(c)));
+  return ids;
 }
 
 // Upper-cases the text and closes with "!": stands in for the reasoning and tool-call parser.
@@ -81,9 +93,10 @@ class OutputProcessorTest : public ::testing::Test {
         .stops = std::move(stops),
         .on_stop_match = [this](int index) { stopped_.push_back(index); },
         .post_processor = nullptr,
+        .rendered_tokens = {},
     };
     if (shout) {
-      options.post_processor = [] { return std::make_unique<ShoutingPostProcessor>(); };
+      options.post_processor = [](int) { return std::make_unique<ShoutingPostProcessor>(); };
     }
     output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(options), &mu_);
   }
@@ -304,6 +317,81 @@ TEST(AppendTextTest, OneTextEventPerRun) {
   AppendText("b", &events);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0].text, "ab");
+}
+
+// The parser as the post-processor: reasoning, a hermes call's start and its arguments, in
+// order; the final delta releases what the parser held.
+TEST_F(OutputProcessorTest, ParserPostProcessorSplitsReasoningAndToolCalls) {
+  text::OutputParser::Options parsing{.reasoning = true,
+                                      .starts_in_reasoning = false,
+                                      .format = text::ToolCallFormat::kHermes,
+                                      .tools_given = true,
+                                      .id_seed = 5};
+  OutputProcessor::Options options{
+      .n = 1,
+      .stops = {},
+      .on_stop_match = [](int) {},
+      .post_processor = [parsing](int) { return MakeParserPostProcessor(parsing); },
+      .rendered_tokens = {},
+  };
+  output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(options), &mu_);
+  const std::string output =
+      "<think>hmm</think>Sure.<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n"
+      "</tool_call>";
+  std::vector<OutputEvent> events;
+  for (int32_t id : Bytes(output)) {  // one token at a time
+    Tokens(0, {id});
+    CompletionDelta d = Write(0);
+    for (OutputEvent& e : d.events) events.push_back(std::move(e));
+  }
+  Finished(0, End(FinishReason::kEos, static_cast<int32_t>(output.size())));
+  CompletionDelta d = Write(0);
+  for (OutputEvent& e : d.events) events.push_back(std::move(e));
+  ASSERT_TRUE(d.end);
+  std::string reasoning, content, arguments;
+  int starts = 0;
+  for (const OutputEvent& e : events) {
+    switch (e.kind) {
+      case OutputEvent::Kind::kText:
+        content += e.text;
+        break;
+      case OutputEvent::Kind::kReasoning:
+        reasoning += e.text;
+        break;
+      case OutputEvent::Kind::kToolCallStart:
+        ++starts;
+        EXPECT_EQ(e.index, 0);
+        EXPECT_EQ(e.name, "f");
+        EXPECT_EQ(e.id, text::MakeToolCallId(text::ToolCallFormat::kHermes, 5, 0));
+        EXPECT_TRUE(arguments.empty()) << "the start comes before the arguments";
+        break;
+      case OutputEvent::Kind::kToolCallArguments:
+        EXPECT_EQ(e.index, 0);
+        arguments += e.text;
+        break;
+      case OutputEvent::Kind::kToolCallInvalid:
+        ADD_FAILURE() << "the call is valid";
+        break;
+    }
+  }
+  EXPECT_EQ(reasoning, "hmm");
+  EXPECT_EQ(content, "Sure.") << "no markup in the content";
+  EXPECT_EQ(starts, 1);
+  EXPECT_EQ(arguments, "{\"a\": 1}");
+}
+
+// A control token listed in rendered_tokens reaches the text as its marker; others stay silent.
+TEST_F(OutputProcessorTest, RenderedTokensBecomeText) {
+  OutputProcessor::Options options{
+      .n = 1,
+      .stops = {},
+      .on_stop_match = [](int) {},
+      .post_processor = nullptr,
+      .rendered_tokens = {{kCd, "[TOOL_CALLS]"}},
+  };
+  output_ = std::make_unique<OutputProcessor>(tokenizer_, std::move(options), &mu_);
+  Tokens(0, {kAb, kCd, kEf});
+  EXPECT_EQ(Text(Write(0)), "ab[TOOL_CALLS]ef");
 }
 
 }  // namespace
