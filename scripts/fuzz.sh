@@ -6,14 +6,15 @@
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 60)
 #
-# Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all five).
+# Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all six; only the
+# named ones are built).
 # Installs clang and its sanitizer/libFuzzer runtime when missing (scripts/install-deps.sh build
 # clang).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
 build_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
-targets=(${FUZZ_TARGETS:-gguf_reader tokenizer validation chat_template http_request})
+targets=(${FUZZ_TARGETS:-gguf_reader tokenizer validation chat_template http_request grammar})
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (a positive integer)" >&2
   exit 2
@@ -24,7 +25,9 @@ start=$(date +%s)
 
 CC=clang CXX=clang++ cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
   -DPAGODA_FUZZ=ON -DPAGODA_ENABLE_CUDA=OFF -DPAGODA_BUILD_TESTS=OFF >/dev/null
-cmake --build "$build_dir" --target pagoda_fuzz -j "$(nproc)"
+build_targets=(pagoda-fuzz-seeds)
+for t in "${targets[@]}"; do build_targets+=("${t}_fuzz"); done
+cmake --build "$build_dir" --target "${build_targets[@]}" -j "$(nproc)"
 built=$(date +%s)
 
 # The working corpus: the committed seeds plus the generated ones; new inputs land here too.

@@ -439,6 +439,9 @@ std::string Repeat(const std::string& atom, int64_t lo, int64_t hi) {
   return absl::StrCat(atom, "{", lo, ",", hi, "}");
 }
 
+// Pieces longer than this that are written more than once become rules (Compiler::Shared).
+constexpr size_t kMaxInlineSharedBytes = 64;
+
 class Compiler {
  public:
   Compiler(const Json& root, const SchemaOptions& options) : root_(root), options_(options) {
@@ -770,7 +773,22 @@ class Compiler {
     depth_ = depth;
     auto piece = CompileObject(schema, path);
     depth_ = saved_depth;
+    // Checked as the text grows, not only at the end: a piece that some construct repeats could
+    // otherwise grow past any memory before Finish() sees it.
+    if (piece.ok() && piece->text.size() > static_cast<size_t>(options_.max_gbnf_bytes)) {
+      return ErrorAt(path, absl::StrFormat("the grammar exceeds max_gbnf_bytes (%d bytes)",
+                                           options_.max_gbnf_bytes));
+    }
     return piece;
+  }
+
+  // A piece the caller writes more than once: longer texts become a rule of their own, used by
+  // name, so that nested repetitions (arrays of arrays of ...) grow the grammar linearly, not
+  // by a factor per level.
+  Piece Shared(Piece piece, const std::string& path, std::string_view name_hint) {
+    if (piece.text.size() <= kMaxInlineSharedBytes) return piece;
+    const int index = AddRule(UniqueName(name_hint), std::move(piece.text), piece.req, path);
+    return Piece{rules_[index].name, RefFormula(index)};
   }
 
   absl::StatusOr<Piece> CompileObject(const Json& schema, const std::string& path) {
@@ -1243,7 +1261,7 @@ class Compiler {
     } else if (!s[item_key].is_boolean()) {
       auto p = Compile(s[item_key], Child(path, item_key), depth_ + 1);
       if (!p.ok()) return p.status();
-      item = *p;
+      item = Shared(*std::move(p), Child(path, item_key), "item");  // written twice below
     }
     --consumed_;
     int64_t k = static_cast<int64_t>(prefix.size());

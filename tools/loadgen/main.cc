@@ -4,7 +4,7 @@
 //       [--sweep-concurrency 1,4,16,64] [--baselines] [--num-requests N | --duration-s S]
 //       [--input-len N --input-dist fixed|uniform|sharegpt] [--output-len N --output-dist ...]
 //       [--prompts random|shared-prefix|multi-turn] [--temperature T] [--slo-ttft-ms MS]
-//       [--slo-tpot-ms MS]
+//       [--slo-tpot-ms MS] [--json-schema SCHEMA_OR_CORPUS.json]
 //       [--json FILE] [--plot FILE.png] [--tls-ca PEM [--tls-cert PEM --tls-key PEM]]
 //
 // docs/benchmarks.md documents every flag and every number.
@@ -30,6 +30,7 @@
 #include "common/flags.h"
 #include "common/status_macros.h"
 #include "common/tls.h"
+#include "nlohmann/json.hpp"
 #include "pagoda/v1/generation.grpc.pb.h"
 #include "tools/loadgen/pacer.h"
 #include "tools/loadgen/plot.h"
@@ -103,6 +104,11 @@ ABSL_FLAG(std::string, tls_ca, "",
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM client certificate chain, for a scheduler that requires one");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert");
+ABSL_FLAG(std::string, json_schema, "",
+          "constrain every request by a JSON Schema read from FILE: one schema, or a corpus (an "
+          "array of schemas, or {\"schemas\": [{\"schema\": ...}, ...]}) cycled by request "
+          "index; constrained requests do not ignore EOS (they end at --output-len or when the "
+          "value is complete)");
 ABSL_FLAG(double, wait_for_server_s, 30,
           "wait up to this long for the scheduler to answer with a worker attached");
 
@@ -132,6 +138,7 @@ struct Options {
   bool progress = true;
   bool unique_cache_salts = false;
   std::string tenant;
+  std::vector<std::string> json_schemas;  // --json-schema: one per request, cycled
   std::string json_path;
   std::string plot_path;
 };
@@ -196,6 +203,31 @@ absl::StatusOr<loadgen::PacerOptions> LoadFromFlags() {
   return p;
 }
 
+// --json-schema FILE: the schemas' compact JSON text, in the file's order.
+absl::StatusOr<std::vector<std::string>> ReadJsonSchemas(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--json-schema: cannot read ", path));
+  const nlohmann::ordered_json doc = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (doc.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat("--json-schema: ", path, " is not JSON"));
+  }
+  std::vector<std::string> schemas;
+  if (doc.is_object() && doc.contains("schemas") && doc["schemas"].is_array()) {
+    for (const auto& entry : doc["schemas"]) {
+      schemas.push_back(
+          (entry.is_object() && entry.contains("schema") ? entry["schema"] : entry).dump());
+    }
+  } else if (doc.is_array()) {
+    for (const auto& schema : doc) schemas.push_back(schema.dump());
+  } else {
+    schemas.push_back(doc.dump());
+  }
+  if (schemas.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("--json-schema: ", path, " holds no schema"));
+  }
+  return schemas;
+}
+
 absl::Status CheckCombination(const Options& o) {
   const bool closed = o.load.shape == loadgen::LoadShape::kClosed;
   if (o.sweep && !closed && o.load.shape != loadgen::LoadShape::kStaticBatch) {
@@ -246,6 +278,9 @@ absl::StatusOr<Options> OptionsFromFlags() {
   o.progress = absl::GetFlag(FLAGS_progress);
   o.unique_cache_salts = absl::GetFlag(FLAGS_unique_cache_salts);
   o.tenant = absl::GetFlag(FLAGS_tenant);
+  if (const std::string path = absl::GetFlag(FLAGS_json_schema); !path.empty()) {
+    ASSIGN_OR_RETURN(o.json_schemas, ReadJsonSchemas(path));
+  }
   o.json_path = absl::GetFlag(FLAGS_json);
   o.plot_path = absl::GetFlag(FLAGS_plot);
   RETURN_IF_ERROR(CheckCombination(o));
@@ -339,6 +374,7 @@ class BenchSession {
     run.progress = options_.progress;
     run.unique_cache_salts = options_.unique_cache_salts;
     run.tenant = options_.tenant;
+    run.json_schemas = options_.json_schemas;
     run.label = label;
     // Same request indices in every run (same lengths), fresh prompt ids (no cross-run cache).
     run.prompt_salt = next_salt_++;

@@ -123,6 +123,11 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateResponse> 
       request_.set_cache_salt(absl::StrCat("bench-", options.prompt_salt, "-", spec.index));
     }
     if (!options.tenant.empty()) request_.set_tenant(options.tenant);
+    if (!options.json_schemas.empty()) {
+      request_.mutable_constraint()->set_json_schema(
+          options.json_schemas[static_cast<size_t>(spec.index) % options.json_schemas.size()]);
+      request_.set_ignore_eos(false);
+    }
     record_.index = spec.index;
     record_.prompt_tokens = static_cast<int>(spec.prompt.size());
     record_.expected_output_tokens = spec.output_len;

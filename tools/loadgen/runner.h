@@ -34,6 +34,9 @@ struct RunOptions {
   // (the prefix cache "off" on a cluster that has it on).
   bool unique_cache_salts = false;
   std::string tenant;  // GenerateRequest.tenant of every request; empty: the default tenant
+  // Request i is constrained by the JSON Schema json_schemas[i % size()] (Constraint.json_schema,
+  // ignore_eos off: the server refuses it with a constraint); empty: no constraint.
+  std::vector<std::string> json_schemas;
   bool progress = true;
   std::string label;  // printed before the progress bar
 };

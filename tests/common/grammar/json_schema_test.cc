@@ -472,6 +472,36 @@ TEST(JsonSchemaTest, HostileSchemasFailFastNamingTheLimit) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
 }
 
+// Found by grammar_fuzz: an array's item is written twice ("[" item ("," item)* "]"), so
+// arrays of arrays doubled the GBNF text per level (60 levels: a 1 GiB allocation before the
+// max_gbnf_bytes check at the end). Long items are now rules of their own, and the size is
+// checked as the text grows.
+TEST(JsonSchemaTest, NestedArraysGrowTheGrammarLinearly) {
+  auto start = std::chrono::steady_clock::now();
+  for (int levels : {10, 60, 97}) {
+    Json nested = {{"type", "object"}, {"properties", {{"n", {{"type", "integer"}}}}}};
+    for (int i = 0; i < levels; ++i) nested = Json{{"type", "array"}, {"items", nested}};
+    auto gbnf = JsonSchemaToGbnf(nested);
+    ASSERT_TRUE(gbnf.ok()) << levels << ": " << gbnf.status();
+    EXPECT_LT(gbnf->size(), 200u * levels + 1000) << levels;
+    auto g = Grammar::FromGbnf(*gbnf);
+    ASSERT_TRUE(g.ok()) << g.status();
+    Matcher m(*g);
+    const std::string open(levels, '['), close(levels, ']');
+    EXPECT_TRUE(m.Advance(open + "{\"n\":1},{}" + close));
+    EXPECT_TRUE(m.Accepting());
+  }
+  // Tuples of tuples repeat nothing, but a piece that some construct repeats still fails on
+  // max_gbnf_bytes as it grows, not after.
+  SchemaOptions small;
+  small.max_gbnf_bytes = 2000;
+  Json wide = {{"type", "object"}, {"properties", Json::object()}};
+  for (int i = 0; i < 100; ++i) wide["properties"]["p" + std::to_string(i)] = {{"type", "integer"}};
+  EXPECT_NE(JsonSchemaToGbnf(wide, small).status().message().find("max_gbnf_bytes (2000"),
+            std::string::npos);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
 TEST(JsonSchemaTest, UnboundedValuesGetTheConfiguredLimits) {
   SchemaOptions o;
   o.max_string_length = 3;
