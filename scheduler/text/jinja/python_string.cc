@@ -162,21 +162,10 @@ std::string FormatPythonFloat(double value) {
   if (std::isnan(value)) return "nan";
   if (std::isinf(value)) return value < 0 ? "-inf" : "inf";
   if (value == 0) return std::signbit(value) ? "-0.0" : "0.0";
-  char buf[64];
-  auto result = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
-  std::string_view sci(buf, result.ptr - buf);
-  std::string out;
-  if (sci[0] == '-') {
-    out = "-";
-    sci.remove_prefix(1);
-  }
-  size_t e = sci.find('e');
-  std::string digits;
-  for (char c : sci.substr(0, e)) {
-    if (c != '.') digits += c;
-  }
-  int exponent = std::atoi(std::string(sci.substr(e + 1)).c_str());
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const ShortestDecimal d = ToShortestDecimal(value);
+  std::string out = d.negative ? "-" : "";
+  const std::string& digits = d.digits;
+  const int exponent = d.exponent;
   int k = static_cast<int>(digits.size());
   int point = exponent + 1;  // digits before the decimal point
   if (-4 < point && point <= 16) {

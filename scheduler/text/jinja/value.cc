@@ -168,25 +168,32 @@ const char* Value::TypeName() const {
   return "?";
 }
 
+ShortestDecimal ToShortestDecimal(double value) {
+  char buf[64];
+  auto result = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
+  std::string_view sci(buf, result.ptr - buf);
+  ShortestDecimal out;
+  if (sci[0] == '-') {
+    out.negative = true;
+    sci.remove_prefix(1);
+  }
+  const size_t e = sci.find('e');
+  for (char c : sci.substr(0, e)) {
+    if (c != '.') out.digits += c;
+  }
+  out.exponent = std::atoi(std::string(sci.substr(e + 1)).c_str());
+  while (out.digits.size() > 1 && out.digits.back() == '0') out.digits.pop_back();
+  return out;
+}
+
 std::string FormatJsNumber(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value < 0 ? "-Infinity" : "Infinity";
   if (value == 0) return "0";
-  char buf[64];
-  auto result = std::to_chars(buf, buf + sizeof(buf), value, std::chars_format::scientific);
-  std::string_view sci(buf, result.ptr - buf);
-  std::string sign;
-  if (sci[0] == '-') {
-    sign = "-";
-    sci.remove_prefix(1);
-  }
-  size_t e = sci.find('e');
-  std::string digits;
-  for (char c : sci.substr(0, e)) {
-    if (c != '.') digits += c;
-  }
-  int exponent = std::atoi(std::string(sci.substr(e + 1)).c_str());
-  while (digits.size() > 1 && digits.back() == '0') digits.pop_back();
+  const ShortestDecimal d = ToShortestDecimal(value);
+  const std::string sign = d.negative ? "-" : "";
+  const std::string& digits = d.digits;
+  const int exponent = d.exponent;
   int k = static_cast<int>(digits.size());
   int n = exponent + 1;
   std::string out = sign;

@@ -145,6 +145,16 @@ struct JsonOptions {
 std::string ToJson(const Value& value, const JsonOptions& options, bool undefined_as_null = true);
 
 // JavaScript Number.prototype.toString (shortest round trip, exponent past 1e21 and below 1e-6).
+// A finite, non-zero double's shortest round-trip decimal: its sign, its significant digits
+// (no trailing zeros) and its decimal exponent (value = 0.d1d2... x 10^(exponent + 1)). Shared by
+// the JavaScript and Python number printers.
+struct ShortestDecimal {
+  bool negative = false;
+  std::string digits;
+  int exponent = 0;
+};
+ShortestDecimal ToShortestDecimal(double value);
+
 std::string FormatJsNumber(double value);
 
 // JavaScript's ToNumber of the value underneath (undefined and objects: NaN; null: 0; strings
