@@ -8,10 +8,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <random>
 #include <set>
 #include <vector>
 
 #include "worker/backend/cuda/launch.cuh"
+#include "worker/backend/cuda/mma.cuh"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -104,6 +107,84 @@ TEST(CudaEmulationTest, ShufflesAndBallotFollowTheLaneRules) {
     EXPECT_EQ(o[2], (warp * 32 + 7) * 10) << t;
     EXPECT_EQ(o[3], (warp * 32 + lane / 8 * 8 + (lane + 1) % 8) * 10) << t;
     EXPECT_EQ(o[4], 1) << t;
+  }
+}
+
+// One warp: A (16 x 16) from shared memory by ldmatrix, B (16 x 16, two n8 tiles) by
+// ldmatrix.trans from its row-major [k][n] copy and by ldmatrix from its [n][k] copy, then
+// D = A·B + C with mma.sync for each tile. Rows are padded (stride 24) as kernels pad them.
+// out: [32 lanes][4 A regs, 4 B regs (trans), 4 B regs ([n][k])], d: [16][16] floats.
+constexpr int kStride = 24;
+__global__ void MmaFragments(const uint16_t* a, const uint16_t* b, const float* c, uint32_t* out,
+                             float* d) {
+  __shared__ __align__(16) uint16_t a_s[16 * kStride], b_kn[16 * kStride], b_nk[16 * kStride];
+  const int lane = threadIdx.x;
+  for (int i = lane; i < 256; i += 32) {
+    a_s[i / 16 * kStride + i % 16] = a[i];
+    b_kn[i / 16 * kStride + i % 16] = b[i];  // [k][n]
+    b_nk[i % 16 * kStride + i / 16] = b[i];  // [n][k]
+  }
+  __syncthreads();
+  uint32_t fa[4], fb[4], fbt[4];
+  mma::LdMatrixX4(fa, a_s + (lane % 16) * kStride + lane / 16 * 8);
+  mma::LdMatrixX4Trans(fb, b_kn + (lane % 16) * kStride + lane / 16 * 8);
+  mma::LdMatrixX4(fbt, b_nk + (lane / 16 * 8 + lane % 8) * kStride + (lane / 8 % 2) * 8);
+  for (int i = 0; i < 4; ++i) {
+    out[lane * 12 + i] = fa[i];
+    out[lane * 12 + 4 + i] = fb[i];
+    out[lane * 12 + 8 + i] = fbt[i];
+  }
+  const int g = lane / 4, t = lane % 4;
+  for (int n = 0; n < 2; ++n) {
+    float acc[4];
+    for (int i = 0; i < 4; ++i) acc[i] = c[(g + 8 * (i / 2)) * 16 + 8 * n + 2 * t + i % 2];
+    mma::MmaM16N8K16<__nv_bfloat16>(acc, fa, fb[2 * n], fb[2 * n + 1]);
+    for (int i = 0; i < 4; ++i) d[(g + 8 * (i / 2)) * 16 + 8 * n + 2 * t + i % 2] = acc[i];
+  }
+}
+
+TEST(CudaEmulationTest, LdMatrixAndMmaFollowThePtxFragmentLayouts) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-64, 64);
+  // Multiples of 1/16 below 4 in magnitude: exact in bf16, products and sums exact in fp32.
+  std::vector<float> af(256), bf(256), cf(256);
+  std::vector<uint16_t> a(256), b(256);
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  for (int i = 0; i < 256; ++i) {
+    af[i] = small(rng) / 16.0f, bf[i] = small(rng) / 16.0f, cf[i] = small(rng) / 4.0f;
+    a[i] = bits(af[i]), b[i] = bits(bf[i]);
+  }
+  std::vector<uint32_t> out(32 * 12, 0);
+  std::vector<float> d(256, 0.0f);
+  ASSERT_EQ(LaunchKernel(MmaFragments, 1, 32, 0, nullptr, a.data(), b.data(), cf.data(), out.data(),
+                         d.data()),
+            cudaSuccess);
+  auto pair = [](uint16_t lo, uint16_t hi) { return lo | static_cast<uint32_t>(hi) << 16; };
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane / 4, t = lane % 4;
+    const uint32_t* o = out.data() + lane * 12;
+    // A: a0 = A[g][2t..], a1 = A[g+8][2t..], a2 = A[g][2t+8..], a3 = A[g+8][2t+8..].
+    for (int i = 0; i < 4; ++i) {
+      const int row = g + 8 * (i % 2), col = 2 * t + 8 * (i / 2);
+      EXPECT_EQ(o[i], pair(a[row * 16 + col], a[row * 16 + col + 1])) << lane << " a" << i;
+    }
+    // B, n-tile n: b0 = B[2t, 2t+1][8n + g], b1 = B[2t+8, 2t+9][8n + g]; both loads agree.
+    for (int i = 0; i < 4; ++i) {
+      const int k = 2 * t + 8 * (i % 2), n = 8 * (i / 2) + g;
+      EXPECT_EQ(o[4 + i], pair(b[k * 16 + n], b[(k + 1) * 16 + n])) << lane << " b" << i;
+      EXPECT_EQ(o[8 + i], o[4 + i]) << lane << " b" << i << " from [n][k]";
+    }
+  }
+  for (int r = 0; r < 16; ++r) {
+    for (int col = 0; col < 16; ++col) {
+      float want = 0;
+      for (int k = 0; k < 16; ++k) want += af[r * 16 + k] * bf[k * 16 + col];
+      EXPECT_EQ(d[r * 16 + col], want + cf[r * 16 + col]) << r << "," << col;
+    }
   }
 }
 

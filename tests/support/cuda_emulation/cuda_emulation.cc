@@ -98,6 +98,10 @@ struct Fiber {
   uint64_t posted = 0;          // kWarp: this lane's value
   uint64_t* all = nullptr;      // kWarp: where the lanes' values go
   unsigned* arrived = nullptr;  // kWarp: where the mask of posting lanes goes
+  // kWarp, a gather (WarpGather): this lane's bytes, and where every lane's go.
+  const void* gather_src = nullptr;
+  size_t gather_bytes = 0;
+  void* gather_dst = nullptr;
 };
 
 // One mapping holding every fiber's stack, each above a guard page.
@@ -225,6 +229,11 @@ void ReleaseWarps(LaunchState& s, bool* released) {
         if ((posting >> l & 1u) == 0) continue;
         Fiber& f = s.fibers[w0 + l];
         std::memcpy(f.all, all, sizeof(all));
+        for (size_t src = 0; src < lanes && f.gather_bytes > 0; ++src) {
+          if ((posting >> src & 1u) == 0) continue;
+          std::memcpy(static_cast<char*>(f.gather_dst) + src * f.gather_bytes,
+                      s.fibers[w0 + src].gather_src, f.gather_bytes);
+        }
         *f.arrived = posting;
         f.wait = Wait::kNone;
       }
@@ -312,7 +321,87 @@ unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]) {
   f.all = all;
   f.arrived = &arrived;
   Block(f, Wait::kWarp);
+  f.gather_bytes = 0;
   return arrived;
+}
+
+unsigned WarpGather(unsigned mask, const void* mine, size_t bytes, void* all) {
+  Fiber& f = Self();
+  f.gather_src = mine;
+  f.gather_bytes = bytes;
+  f.gather_dst = all;
+  uint64_t unused[32];
+  return WarpExchange(mask, 0, unused);
+}
+
+void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
+  uint64_t rows[32];
+  const unsigned posted = WarpExchange(0xffffffffu, reinterpret_cast<uintptr_t>(row), rows);
+  r[0] = r[1] = r[2] = r[3] = 0;
+  if (posted != 0xffffffffu) {
+    ReportFault("ldmatrix called with lanes that have exited");
+    return;
+  }
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    ReportFault("ldmatrix row address not 16-byte aligned");
+    return;
+  }
+  const int lane = LaneId();
+  // Element (i, j) of matrix m: 16 bits at column j of the row that lane 8m + i addressed.
+  auto element = [&](int m, int i, int j) {
+    uint16_t v;
+    std::memcpy(&v, reinterpret_cast<const char*>(rows[8 * m + i]) + 2 * j, 2);
+    return static_cast<uint32_t>(v);
+  };
+  for (int m = 0; m < 4; ++m) {
+    const int i = trans ? 2 * (lane % 4) : lane / 4, j = trans ? lane / 4 : 2 * (lane % 4);
+    r[m] = trans ? element(m, i, j) | element(m, i + 1, j) << 16
+                 : element(m, i, j) | element(m, i, j + 1) << 16;
+  }
+}
+
+void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
+  const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+  uint32_t all[32][6];
+  if (WarpGather(0xffffffffu, mine, sizeof(mine), all) != 0xffffffffu) {
+    ReportFault("mma.sync called with lanes that have exited");
+    return;
+  }
+  auto to_float = [bf16](uint32_t bits) {
+    if (bf16) return std::bit_cast<float>(bits << 16);
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  };
+  // A[row][k] and B[k][col] from the lane and register that hold them (layouts in mma.cuh).
+  auto a_at = [&](int row, int k) {
+    const int lane = (row % 8) * 4 + (k % 8) / 2, reg = (row / 8) + 2 * (k / 8);
+    return to_float(all[lane][reg] >> (16 * (k % 2)) & 0xffffu);
+  };
+  auto b_at = [&](int k, int col) {
+    const int lane = col * 4 + (k % 8) / 2;
+    return to_float(all[lane][4 + k / 8] >> (16 * (k % 2)) & 0xffffu);
+  };
+  const int lane = LaneId(), g = lane / 4, t = lane % 4;
+  // This lane's two rows of A and two columns of B, converted once.
+  float rows[2][16], cols[2][16];
+  for (int k = 0; k < 16; ++k) {
+    for (int h = 0; h < 2; ++h) {
+      rows[h][k] = a_at(g + 8 * h, k);
+      cols[h][k] = b_at(k, 2 * t + h);
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    float sum = 0.0f;
+    for (int k = 0; k < 16; ++k) sum += rows[i / 2][k] * cols[i % 2][k];
+    d[i] += sum;
+  }
+}
+
+void CopyAsync16(void* dst, const void* src, bool fill) {
+  if (fill) {
+    std::memcpy(dst, src, 16);
+  } else {
+    std::memset(dst, 0, 16);
+  }
 }
 
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,

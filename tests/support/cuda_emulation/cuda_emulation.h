@@ -84,6 +84,9 @@ void* DynamicShared();
 // the values posted by lanes 0..31 in `all` (0 for the others) and the mask of the lanes that
 // posted.
 unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]);
+// The same collective for more than 8 bytes: each lane of `mask` posts `bytes` at `mine`, and
+// `all` (32 x bytes) receives lane l's at l * bytes (untouched for lanes that did not post).
+unsigned WarpGather(unsigned mask, const void* mine, size_t bytes, void* all);
 // Fails the running launch (cudaErrorLaunchFailure, `message` in LastLaunchError()) once its
 // blocks are done: for what would be undefined behaviour on the GPU but cannot deadlock here.
 void ReportFault(const std::string& message);
@@ -125,6 +128,17 @@ T Shuffle(unsigned mask, T v, int src) {
   }
   return FromWord<T>(all[src]);
 }
+
+// Tensor-core primitives of worker/backend/cuda/mma.cuh, as warp collectives of every lane with
+// the PTX ISA's fragment layouts (documented there). ldmatrix faults on a row address that is
+// not 16-byte aligned, as the instruction requires; mma.sync multiplies exactly (products of
+// 16-bit floats fit in fp32) and sums each output's 16 products in fp32 in k order before adding
+// the accumulator.
+void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans);
+void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16);
+// cp.async as a plain copy at issue time (wait_group is then a no-op): a barrier still has to
+// separate it from the other threads' reads, which the shuffled schedule checks.
+void CopyAsync16(void* dst, const void* src, bool fill);
 
 // The first lane of the caller's width-lane segment.
 inline int SegmentStart(int lane, int width) { return lane - (lane & (width - 1)); }

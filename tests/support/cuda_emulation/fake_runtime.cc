@@ -110,6 +110,18 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) 
   return cudaSuccess;
 }
 
+cudaError_t CUDARTAPI cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
+  *value = 132;  // as cudaGetDeviceProperties says
+  return cudaSuccess;
+}
+
 cudaError_t CUDARTAPI cudaSetDevice(int device) {
   return device == 0 ? cudaSuccess : cudaErrorInvalidDevice;
 }
@@ -252,6 +264,16 @@ cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {
 
 cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
   delete AsGraph(exec);
+  return cudaSuccess;
+}
+
+// Kernels opt in to more than 48 KiB of dynamic shared memory; the emulator allows up to sm_90's
+// limit to every launch (CheckConfiguration), so this only checks the request.
+cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
+  if (func == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && (value < 0 || value > (227 << 10))) {
+    return cudaErrorInvalidValue;
+  }
   return cudaSuccess;
 }
 
