@@ -289,13 +289,14 @@ void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = 
       [&] { return LaunchDecodeAttention(p, nullptr); }, what);
 }
 
-// max_chunk_tokens 0: the largest num_tokens.
-void RunPrefill(const Problem& pr, int max_chunk_tokens = 0) {
+// max_chunk_tokens 0: the largest num_tokens. rows_per_block: PrefillAttentionParams's.
+void RunPrefill(const Problem& pr, int max_chunk_tokens = 0, int rows_per_block = 0) {
   if (max_chunk_tokens == 0) {
     for (const SeqSpec& s : pr.seqs) max_chunk_tokens = std::max(max_chunk_tokens, s.num_tokens);
   }
-  const std::string what =
-      "prefill " + pr.what + ", max_chunk_tokens " + std::to_string(max_chunk_tokens);
+  const std::string what = "prefill " + pr.what + ", max_chunk_tokens " +
+                           std::to_string(max_chunk_tokens) + ", rows_per_block " +
+                           std::to_string(rows_per_block);
   DeviceProblem dev(pr);
   ASSERT_NO_FATAL_FAILURE(dev.Upload(pr));
   PrefillAttentionParams p;
@@ -306,6 +307,7 @@ void RunPrefill(const Problem& pr, int max_chunk_tokens = 0) {
   p.v_cache = dev.v.get();
   p.out = dev.out.get();
   p.max_chunk_tokens = max_chunk_tokens;
+  p.rows_per_block = rows_per_block;
   RunTwice(
       pr, dev, nullptr, [&] { return LaunchPrefillAttention(p, nullptr); }, what);
 }
@@ -414,6 +416,32 @@ TEST_P(AttentionDTypeTest, PrefillChunks) {
   for (const Shape& shape : shapes) {
     ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shape, kPrefillSeqs, false, seed++)));
   }
+}
+
+TEST_P(AttentionDTypeTest, PrefillTensorCoresGroupsAndBlockHeights) {
+  const DType dtype = GetParam();
+  SKIP_WITHOUT_GPU();
+  // Head dims 64 and 128 run the tensor-core kernel: GQA groups 1 to 8, pages of 8, 16 and 32,
+  // both block heights. Chunks start inside pages and end inside them, after cached prefixes
+  // (prefix-cache hits and later chunks alike) or at position 0; one entry is padding.
+  const std::vector<SeqSpec> seqs = {{0, 1},    {0, 45}, {100, 40}, {50, 0},
+                                     {213, 70}, {5, 1},  {31, 33}};
+  const Shape shapes[] = {{16, 128, 4, 4}, {16, 128, 4, 2}, {32, 128, 6, 2}, {16, 128, 8, 2},
+                          {8, 64, 10, 2},  {16, 64, 12, 2}, {32, 64, 14, 2}, {16, 64, 8, 1}};
+  uint32_t seed = 700 + (dtype == DType::kFp16 ? 20 : 0);
+  for (const Shape& shape : shapes) {
+    for (int rows : {64, 128}) {
+      ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shape, seqs, false, seed++), 0, rows));
+    }
+  }
+}
+
+TEST(AttentionGpuTest, PrefillTensorCoresLongContext) {
+  SKIP_WITHOUT_GPU();
+  // Many K/V tiles with the running max and sum carried across them, a chunk wider than one
+  // block, and the launcher's own choice of block height.
+  ASSERT_NO_FATAL_FAILURE(RunPrefill(
+      Build(DType::kBf16, {16, 128, 8, 2}, {{1500, 80}, {0, 200}, {700, 3}}, false, 750)));
 }
 
 TEST(AttentionGpuTest, PrefillWideGridAndLargeGroup) {

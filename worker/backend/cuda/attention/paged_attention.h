@@ -84,6 +84,10 @@ struct PrefillAttentionParams {
   const void* v_cache = nullptr;
   void* out = nullptr;  // [rows][n_heads][head_dim] dtype
   int max_chunk_tokens = 0;
+  // Head dims 64 and 128 (tensor cores): query rows (token x head-in-group) per block, 64 or
+  // 128; 0 lets the launcher choose (128 unless that gives fewer than two blocks per
+  // multiprocessor). Tests and benchmarks pin it; the backend leaves it 0.
+  int rows_per_block = 0;
 };
 absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
 

@@ -1,4 +1,5 @@
-// Prefill attention: a SIMT flash-attention kernel over paged KV (contract in paged_attention.h).
+// Prefill attention over paged KV (contract in paged_attention.h): head dims 64 and 128 run the
+// tensor-core kernel of prefill_mma_kernel.cuh; the others this SIMT flash-attention kernel.
 //
 // A sequence's query rows are its (token, head-in-group) pairs, row = token * group + g, so one
 // block of kRows rows serves kRows / group tokens of one KV head (or part of one token's heads
@@ -10,6 +11,7 @@
 // n_kv_heads, num_seqs); blocks past a sequence's rows exit at once.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include "common/status_macros.h"
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/attention/prefill_mma_kernel.cuh"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
 #include "worker/backend/cuda/launch.cuh"
@@ -28,6 +31,7 @@ using attention_internal::kFullMask;
 using attention_internal::kLog2e;
 using attention_internal::Load4;
 using attention_internal::PackPair;
+using attention_internal::PrefillArgs;
 using attention_internal::UnpackPair;
 
 constexpr int kThreads = 128;
@@ -37,24 +41,6 @@ constexpr int kThreadsPerRow = kThreads / kRows;
 constexpr int kKeysPerThread = kKeys / kThreadsPerRow;
 constexpr int kProbStride = kKeys + 1;  // padded rows of the probability tile
 static_assert(kThreadsPerRow == 4, "the row reductions below shuffle over 4 lanes");
-
-struct PrefillArgs {
-  const int32_t* token_start;  // [num_seqs]
-  const int32_t* num_tokens;   // [num_seqs]
-  const int32_t* start_pos;    // [num_seqs]
-  const int32_t* page_table;   // [num_seqs][page_table_stride]
-  int page_table_stride;
-  const void* q;        // [rows][n_heads][head_dim] dtype
-  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
-  const void* v_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
-  void* out;            // [rows][n_heads][head_dim] dtype
-  int n_heads;
-  int n_kv_heads;
-  int head_dim;
-  int page_size;
-  int group;
-  float scale_log2;  // scale * log2(e)
-};
 
 // Shared memory: q tile [kRows][ld] and K-or-V tile [kKeys][ld] of packed element pairs (ld =
 // head_dim / 2 + 1 words, padded against bank conflicts), then probabilities [kRows][kProbStride].
@@ -202,11 +188,56 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(const PrefillArgs a) {
   }
 }
 
+// The current device, or -1 when there is none we can index.
+constexpr int kMaxDevices = 64;
+int CurrentDevice() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return -1;
+  return device;
+}
+
+// The current device's multiprocessors, read once per device.
+int MultiprocessorCount() {
+  static std::atomic<int> counts[kMaxDevices] = {};
+  const int device = CurrentDevice();
+  if (device < 0) return 1;
+  if (counts[device].load(std::memory_order_relaxed) == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    counts[device].store(n > 0 ? n : 1, std::memory_order_relaxed);
+  }
+  return counts[device].load(std::memory_order_relaxed);
+}
+
 template <typename T, int kMaxDim>
 cudaError_t Launch(const PrefillArgs& args, dim3 grid, cudaStream_t stream) {
   return LaunchKernel(PrefillKernel<T, kMaxDim>, grid, kThreads, SmemBytes(args.head_dim), stream,
                       args);
 }
+
+// The tensor-core kernel (prefill_mma_kernel.cuh) for head_dim kDim, kMTiles m16 tiles per warp.
+template <typename T, int kDim, int kMTiles>
+cudaError_t LaunchMma(const PrefillArgs& args, int rows, int num_seqs, cudaStream_t stream) {
+  namespace pm = attention_internal::prefill_mma;
+  constexpr size_t kSmem = pm::SmemBytes<kDim, kMTiles>();
+  auto* const kernel = pm::PrefillMmaKernel<T, kDim, kMTiles>;
+  // Above the default 48 KiB a kernel must opt in, once per device.
+  static std::atomic<bool> opted_in[kMaxDevices] = {};
+  const int device = CurrentDevice();
+  if (device < 0) return cudaErrorInvalidDevice;
+  if (!opted_in[device].load(std::memory_order_acquire)) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+    if (err != cudaSuccess) return err;
+    opted_in[device].store(true, std::memory_order_release);
+  }
+  const dim3 grid(args.n_kv_heads, attention_internal::DivUp(rows, pm::kRows<kMTiles>), num_seqs);
+  return LaunchKernel(kernel, grid, pm::kThreads, kSmem, stream, args);
+}
+
+// Whether LaunchPrefillAttention takes the tensor-core kernel for this head_dim.
+bool HasMmaPath(int head_dim) { return head_dim == 64 || head_dim == 128; }
 
 }  // namespace
 
@@ -233,10 +264,47 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
   args.n_kv_heads = s.n_kv_heads;
   args.head_dim = s.head_dim;
   args.page_size = s.page_size;
+  args.page_shift = -1;
+  for (int shift = 0; shift < 31; ++shift) {
+    if (s.page_size == 1 << shift) args.page_shift = shift;
+  }
   args.group = s.n_heads / s.n_kv_heads;
   args.scale_log2 = s.scale * kLog2e;
-  const int64_t row_blocks =
-      (static_cast<int64_t>(p.max_chunk_tokens) * args.group + kRows - 1) / kRows;
+  const int64_t rows = static_cast<int64_t>(p.max_chunk_tokens) * args.group;
+  if (HasMmaPath(s.head_dim)) {
+    namespace pm = attention_internal::prefill_mma;
+    RETURN_IF_ERROR(check
+                        .Require(rows <= int64_t{attention_internal::kMaxGridYZ} * pm::kRows<1>,
+                                 "max_chunk_tokens %d x group %d is %d rows, over %d",
+                                 p.max_chunk_tokens, args.group, rows,
+                                 attention_internal::kMaxGridYZ * pm::kRows<1>)
+                        .Require(p.rows_per_block == 0 || p.rows_per_block == pm::kRows<1> ||
+                                     p.rows_per_block == pm::kRows<2>,
+                                 "rows_per_block %d must be 0, %d or %d", p.rows_per_block,
+                                 pm::kRows<1>, pm::kRows<2>)
+                        .status());
+    // Two m16 tiles per warp unless that leaves fewer than two blocks per multiprocessor.
+    int tiles = p.rows_per_block == pm::kRows<1> ? 1 : 2;
+    if (p.rows_per_block == 0) {
+      const int64_t big_blocks =
+          (rows + pm::kRows<2> - 1) / pm::kRows<2> * s.n_kv_heads * b.num_seqs;
+      tiles = big_blocks < 2 * static_cast<int64_t>(MultiprocessorCount()) ? 1 : 2;
+    }
+    return CudaStatus(
+        DispatchDType(s.dtype,
+                      [&](auto tag) -> cudaError_t {
+                        using T = decltype(tag);
+                        const int r = static_cast<int>(rows);
+                        if (s.head_dim == 64) {
+                          return tiles == 1 ? LaunchMma<T, 64, 1>(args, r, b.num_seqs, stream)
+                                            : LaunchMma<T, 64, 2>(args, r, b.num_seqs, stream);
+                        }
+                        return tiles == 1 ? LaunchMma<T, 128, 1>(args, r, b.num_seqs, stream)
+                                          : LaunchMma<T, 128, 2>(args, r, b.num_seqs, stream);
+                      }),
+        "LaunchPrefillAttention");
+  }
+  const int64_t row_blocks = (rows + kRows - 1) / kRows;
   RETURN_IF_ERROR(check
                       .Require(row_blocks <= 0x7fffffff,
                                "max_chunk_tokens %d x group %d needs %d row blocks, over 2^31 - 1",
