@@ -15,7 +15,8 @@
 # CPU supports against the portable one.
 #
 # Results (test logs, benchmark JSON) go to $OUT when set, else to gpu-results/. Each test binary
-# is stopped after GPU_TEST_TIMEOUT seconds (900).
+# is stopped after GPU_TEST_TIMEOUT seconds (900). GPU_BENCH_FILTER limits gpu_bench to matching
+# benchmarks; GPU_PROFILE=1 adds an Nsight Compute summary of the prefill kernel.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -83,16 +84,45 @@ grep -m1 '^flags' /proc/cpuinfo | grep -oE 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2|
   tee -a "$RESULTS/cpu.txt"; echo
 for t in "${CPU_TESTS[@]}"; do run_test "$t"; done
 
+# The tensor-core prefill kernels once more under compute-sanitizer: memcheck and racecheck.
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+for tool in memcheck racecheck; do
+  if [[ -x $SANITIZER ]]; then
+    if timeout 180 "$SANITIZER" --tool "$tool" --error-exitcode 1 "$BIN/attention_gpu_test" \
+        --gtest_filter='*TensorCoresGroups*' --gtest_brief=1 >"$RESULTS/sanitizer-$tool.log" 2>&1; then
+      verdict[sanitizer-$tool]=passed
+    else verdict[sanitizer-$tool]=FAILED; failed=1; tail -30 "$RESULTS/sanitizer-$tool.log"; fi
+  else verdict[sanitizer-$tool]="not run (no compute-sanitizer)"; fi
+done
+
+# PyTorch's SDPA on the prefill shapes, the peer of BM_PrefillAttention (bench/gpu/sdpa_bench.py).
+if python3 -c 'import torch' 2>/dev/null; then
+  python3 "$ROOT/bench/gpu/sdpa_bench.py" >"$RESULTS/sdpa.json" 2>"$RESULTS/sdpa.log" ||
+    { failed=1; tail -20 "$RESULTS/sdpa.log"; }
+else echo "no PyTorch here: SDPA not measured" | tee "$RESULTS/sdpa.log"; fi
+
 "$BIN/gpu_bench" --benchmark_format=json --benchmark_out="$RESULTS/gpu_bench.json" \
   --benchmark_out_format=json ${GPU_BENCH_FILTER:+--benchmark_filter=$GPU_BENCH_FILTER} \
   >"$RESULTS/gpu_bench.txt" 2>&1 || { failed=1; tail -30 "$RESULTS/gpu_bench.txt"; }
 
-python3 - "$RESULTS/gpu_bench.json" <<'PY'
+# GPU_PROFILE=1: Nsight Compute's summary sections of the tensor-core prefill kernel at 8k tokens.
+if [[ -n ${GPU_PROFILE:-} ]] && command -v ncu >/dev/null; then
+  timeout 180 ncu --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section WarpStateStats --section MemoryWorkloadAnalysis -k regex:PrefillMma -c 1 \
+    "$BIN/gpu_bench" --benchmark_filter='BM_PrefillAttention/tokens:8192/rows_per_block:128' \
+    >"$RESULTS/ncu-prefill.txt" 2>&1 || tail -5 "$RESULTS/ncu-prefill.txt"
+fi
+
+python3 - "$RESULTS/gpu_bench.json" "$RESULTS/sdpa.json" <<'PY'
 import json, sys
 try:
     runs = json.load(open(sys.argv[1]))["benchmarks"]
 except Exception as e:  # the bench crashed: its log was printed above
     print("no benchmark results:", e); sys.exit(0)
+try:
+    sdpa = json.load(open(sys.argv[2]))
+except Exception:
+    sdpa = {"torch": "none", "runs": []}
 print()
 print("%-52s %12s %10s" % ("measurement", "value", "goal"))
 for b in runs:
@@ -108,6 +138,37 @@ for b in runs:
         print("%-52s %12.0f %10s" % (n + "  tokens/s", c["tokens_per_s"], ""))
 copy = [b["copy_GBps"] for b in runs if "copy_GBps" in b]
 if copy: print("%-52s %12.0f %10s" % ("device-to-device copy GB/s (read + write)", copy[0], ""))
+
+# Prefill: our attention against PyTorch's SDPA (the backend it picks), then time to first
+# token against the floor: cuBLAS time of the same GEMMs + 32 layers of PyTorch's attention.
+torch_ms = {r["tokens"]: r["median_ms"] for r in sdpa["runs"] if r.get("backend") == "default"}
+picked = {r["tokens"]: r["picked"] for r in sdpa["runs"] if r.get("backend") == "default"}
+print("\nprefill attention, 32/8 heads, head dim 128, page 16, bf16; PyTorch %s (%s)" %
+      (sdpa.get("torch"), ", ".join("%d: %s" % kv for kv in sorted(picked.items())) or "-"))
+for r in sdpa["runs"]:
+    if r.get("backend") != "default" and "tflops" in r:
+        print("  torch %-22s %6d tokens %8.1f TFLOP/s" % (r["backend"], r["tokens"], r["tflops"]))
+print("%-52s %12s %10s" % ("measurement", "value", "goal"))
+for b in runs:
+    if b["name"].startswith("BM_PrefillAttention/") and "tflops" in b:
+        n = int(b["tokens"])
+        print("%-52s %12.1f" % (b["name"] + "  TFLOP/s", b["tflops"]))
+        if "/rows_per_block:0/" in b["name"] and n in torch_ms:
+            ratio = torch_ms[n] / b["median_ms"]
+            print("%-52s %12.3f %10s" % ("  ours / PyTorch SDPA at %d tokens" % n, ratio,
+                                         ">= 0.7" if n >= 8192 else ""))
+floor = {(int(b["tokens"]), int(b["chunk"])): b["gemm_ms"] for b in runs if "gemm_ms" in b}
+for b in runs:
+    if "ttft_ms" not in b: continue
+    key = (int(b["tokens"]), int(b["chunk"]))
+    print("%-52s %12.1f" % ("TTFT ms, %d tokens, chunk %d" % key, b["ttft_ms"]))
+    if key in floor and key[0] in torch_ms:
+        f = floor[key] + 32 * torch_ms[key[0]]
+        print("%-52s %12.3f %10s" % ("  TTFT / floor (gemm %.1f + attn 32 x %.2f ms)" %
+                                     (floor[key], torch_ms[key[0]]), b["ttft_ms"] / f,
+                                     "<= 1.25" if key[0] >= 8192 else ""))
 PY
-for t in "${TESTS[@]}" "${CPU_TESTS[@]}"; do printf '%-24s %s\n' "$t" "${verdict[$t]}"; done
+for t in "${TESTS[@]}" "${CPU_TESTS[@]}" sanitizer-memcheck sanitizer-racecheck; do
+  printf '%-24s %s\n' "$t" "${verdict[$t]}"
+done
 exit $failed

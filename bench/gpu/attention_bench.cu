@@ -2,7 +2,11 @@
 // against the device-to-device copy bandwidth: every context position's K and V row of every
 // sequence is read once, so kv_GBps = KV bytes / kernel time (split + merge kernels, CUDA events).
 //
+// Prefill attention (the tensor-core kernel) on the same shapes: one prompt of 1k, 8k and 32k
+// tokens in one launch, TFLOP/s of the causal work, beside PyTorch's SDPA in bench/gpu.sh.
+//
 // Benchmarks (counters parsed from --benchmark_format=json by later scripts):
+//   BM_PrefillAttention/tokens:N/rows_per_block:R: tflops, median_ms (R 0: the launcher's pick)
 //   BM_DecodeAttention/batch:B/ctx:C/{paged,contiguous}: kv_GBps, copy_GBps, kv_over_copy
 //     (paged: a random permutation of pages; contiguous: contiguous_kv = true on the same cache)
 //   BM_DecodeAttentionPagedOverContiguous/batch:B/ctx:C: paged_over_contiguous = paged time /
@@ -65,78 +69,59 @@ T* DeviceCopy(const std::vector<T>& v) {
   return p;
 }
 
-// A decode batch of `batch` sequences at context `ctx` with random q and KV on the device.
-class DecodeSetup {
+// Random q and KV caches in pages on the device, one batch's entries, and the CUDA events that
+// time a launch: what the decode and prefill setups share.
+class AttentionSetup {
  public:
-  DecodeSetup(int batch, int ctx) : batch_(batch), ctx_(ctx) {
-    const int pages_per_seq = (ctx + kPageSize - 1) / kPageSize;
-    const size_t num_pages = static_cast<size_t>(batch) * pages_per_seq;
-    const size_t cache_elems = num_pages * kPageSize * kKvHeads * kHeadDim;
-    const size_t q_elems = static_cast<size_t>(batch) * kHeads * kHeadDim;
-    std::vector<int32_t> pages(num_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), std::mt19937(1234));
-    std::vector<int32_t> token_start(batch), num_tokens(batch, 1), start_pos(batch, ctx - 1);
-    std::iota(token_start.begin(), token_start.end(), 0);
+  AttentionSetup(size_t cache_elems, size_t q_elems, uint32_t seed,
+                 const std::vector<int32_t>& token_start, const std::vector<int32_t>& num_tokens,
+                 const std::vector<int32_t>& start_pos, const std::vector<int32_t>& page_table)
+      : q_elems_(q_elems) {
     k_ = DeviceAlloc<__nv_bfloat16>(cache_elems);
     v_ = DeviceAlloc<__nv_bfloat16>(cache_elems);
     q_ = DeviceAlloc<__nv_bfloat16>(q_elems);
     out_ = DeviceAlloc<__nv_bfloat16>(q_elems);
-    FillRandomBf16<<<1024, 256>>>(k_, cache_elems, 1);
-    FillRandomBf16<<<1024, 256>>>(v_, cache_elems, 2);
-    FillRandomBf16<<<1024, 256>>>(q_, q_elems, 3);
+    FillRandomBf16<<<1024, 256>>>(k_, cache_elems, seed);
+    FillRandomBf16<<<1024, 256>>>(v_, cache_elems, seed + 1);
+    FillRandomBf16<<<1024, 256>>>(q_, q_elems, seed + 2);
     PAGODA_BENCH_CUDA(cudaGetLastError());
     token_start_ = DeviceCopy(token_start);
     num_tokens_ = DeviceCopy(num_tokens);
     start_pos_ = DeviceCopy(start_pos);
-    page_table_ = DeviceCopy(pages);
-    max_partitions_ = pc::DecodePartitions(ctx);
-    workspace_ = DeviceAlloc<char>(
-        pc::DecodeAttentionWorkspaceBytes(batch, kHeads, kHeadDim, max_partitions_));
+    page_table_ = DeviceCopy(page_table);
     PAGODA_BENCH_CUDA(cudaEventCreate(&start_));
     PAGODA_BENCH_CUDA(cudaEventCreate(&stop_));
-    PAGODA_BENCH_CUDA(cudaDeviceSynchronize());
   }
-  ~DecodeSetup() {
+  ~AttentionSetup() {
     cudaEventDestroy(start_);
     cudaEventDestroy(stop_);
     for (void* p : {static_cast<void*>(k_), static_cast<void*>(v_), static_cast<void*>(q_),
                     static_cast<void*>(out_), static_cast<void*>(token_start_),
                     static_cast<void*>(num_tokens_), static_cast<void*>(start_pos_),
-                    static_cast<void*>(page_table_), static_cast<void*>(workspace_)}) {
+                    static_cast<void*>(page_table_)}) {
       cudaFree(p);
     }
   }
-  DecodeSetup(const DecodeSetup&) = delete;
-  DecodeSetup& operator=(const DecodeSetup&) = delete;
+  AttentionSetup(const AttentionSetup&) = delete;
+  AttentionSetup& operator=(const AttentionSetup&) = delete;
 
-  // K and V bytes of every context position of every sequence.
-  double KvBytes() const { return 2.0 * batch_ * ctx_ * kKvHeads * kHeadDim * sizeof(uint16_t); }
+  // False when the output holds a NaN or an infinity (a broken kernel, not a slow one).
+  bool OutputFinite() const {
+    std::vector<__nv_bfloat16> out(q_elems_);
+    PAGODA_BENCH_CUDA(cudaMemcpy(out.data(), out_, out.size() * 2, cudaMemcpyDeviceToHost));
+    return std::all_of(out.begin(), out.end(),
+                       [](__nv_bfloat16 v) { return std::isfinite(__bfloat162float(v)); });
+  }
 
-  void Launch(bool contiguous) {
-    pc::DecodeAttentionParams p;
-    p.batch = {
-        token_start_, num_tokens_, start_pos_, page_table_, (ctx_ + kPageSize - 1) / kPageSize,
-        batch_};
-    p.shape = {kHeads,          kKvHeads, kHeadDim, kPageSize, 1.0f / std::sqrt(float{kHeadDim}),
-               pc::DType::kBf16};
-    p.q = q_;
-    p.k_cache = k_;
-    p.v_cache = v_;
-    p.out = out_;
-    p.max_partitions = max_partitions_;
-    p.workspace = workspace_;
-    p.contiguous_kv = contiguous;
-    if (const absl::Status launched = pc::LaunchDecodeAttention(p, nullptr); !launched.ok()) {
+ protected:
+  // Seconds of what `launch` enqueues on the default stream, by CUDA events; aborts on an error.
+  template <typename Launch>
+  double Timed(Launch launch) {
+    PAGODA_BENCH_CUDA(cudaEventRecord(start_));
+    if (const absl::Status launched = launch(); !launched.ok()) {
       std::fprintf(stderr, "%s\n", launched.ToString().c_str());
       std::abort();
     }
-  }
-
-  // Seconds of one launch, by CUDA events.
-  double TimedLaunch(bool contiguous) {
-    PAGODA_BENCH_CUDA(cudaEventRecord(start_));
-    Launch(contiguous);
     PAGODA_BENCH_CUDA(cudaEventRecord(stop_));
     PAGODA_BENCH_CUDA(cudaEventSynchronize(stop_));
     float ms = 0;
@@ -144,23 +129,74 @@ class DecodeSetup {
     return ms * 1e-3;
   }
 
-  // False when the output holds a NaN or an infinity (a broken kernel, not a slow one).
-  bool OutputFinite() const {
-    std::vector<__nv_bfloat16> out(static_cast<size_t>(batch_) * kHeads * kHeadDim);
-    PAGODA_BENCH_CUDA(cudaMemcpy(out.data(), out_, out.size() * 2, cudaMemcpyDeviceToHost));
-    return std::all_of(out.begin(), out.end(),
-                       [](__nv_bfloat16 v) { return std::isfinite(__bfloat162float(v)); });
+  pc::AttentionShape Shape() const {
+    return {kHeads,          kKvHeads, kHeadDim, kPageSize, 1.0f / std::sqrt(float{kHeadDim}),
+            pc::DType::kBf16};
   }
 
- private:
-  int batch_;
-  int ctx_;
-  int max_partitions_ = 1;
+  size_t q_elems_;
   __nv_bfloat16 *k_ = nullptr, *v_ = nullptr, *q_ = nullptr, *out_ = nullptr;
   int32_t *token_start_ = nullptr, *num_tokens_ = nullptr, *start_pos_ = nullptr;
   int32_t* page_table_ = nullptr;
-  char* workspace_ = nullptr;
   cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
+// Pages 0 .. n - 1 in a seeded random order, as after a while of serving.
+std::vector<int32_t> ShuffledPages(size_t n, uint32_t seed) {
+  std::vector<int32_t> pages(n);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937(seed));
+  return pages;
+}
+
+std::vector<int32_t> Iota(int n) {
+  std::vector<int32_t> v(n);
+  std::iota(v.begin(), v.end(), 0);
+  return v;
+}
+
+// A decode batch of `batch` sequences at context `ctx` with random q and KV on the device.
+class DecodeSetup : public AttentionSetup {
+ public:
+  DecodeSetup(int batch, int ctx)
+      : AttentionSetup(static_cast<size_t>(batch) * PagesOf(ctx) * kPageSize * kKvHeads * kHeadDim,
+                       static_cast<size_t>(batch) * kHeads * kHeadDim, 1, Iota(batch),
+                       std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, ctx - 1),
+                       ShuffledPages(static_cast<size_t>(batch) * PagesOf(ctx), 1234)),
+        batch_(batch),
+        ctx_(ctx) {
+    max_partitions_ = pc::DecodePartitions(ctx);
+    workspace_ = DeviceAlloc<char>(
+        pc::DecodeAttentionWorkspaceBytes(batch, kHeads, kHeadDim, max_partitions_));
+    PAGODA_BENCH_CUDA(cudaDeviceSynchronize());
+  }
+  ~DecodeSetup() { cudaFree(workspace_); }
+
+  // K and V bytes of every context position of every sequence.
+  double KvBytes() const { return 2.0 * batch_ * ctx_ * kKvHeads * kHeadDim * sizeof(uint16_t); }
+
+  // Seconds of one launch.
+  double TimedLaunch(bool contiguous) {
+    pc::DecodeAttentionParams p;
+    p.batch = {token_start_, num_tokens_, start_pos_, page_table_, PagesOf(ctx_), batch_};
+    p.shape = Shape();
+    p.q = q_;
+    p.k_cache = k_;
+    p.v_cache = v_;
+    p.out = out_;
+    p.max_partitions = max_partitions_;
+    p.workspace = workspace_;
+    p.contiguous_kv = contiguous;
+    return Timed([&] { return pc::LaunchDecodeAttention(p, nullptr); });
+  }
+
+ private:
+  static int PagesOf(int ctx) { return (ctx + kPageSize - 1) / kPageSize; }
+
+  int batch_;
+  int ctx_;
+  int max_partitions_ = 1;
+  char* workspace_ = nullptr;
 };
 
 void BM_DecodeAttention(benchmark::State& state, int batch, int ctx, bool paged) {
@@ -200,7 +236,73 @@ void BM_DecodeAttentionPagedOverContiguous(benchmark::State& state, int batch, i
   state.counters["contiguous_us"] = contiguous / n * 1e6;
 }
 
+// One prompt of `tokens` tokens prefilled in one launch (start_pos 0): its K/V already in
+// shuffled pages, as after RoPE and the KV write of the same step.
+class PrefillSetup : public AttentionSetup {
+ public:
+  explicit PrefillSetup(int tokens)
+      : AttentionSetup(static_cast<size_t>(PagesOf(tokens)) * kPageSize * kKvHeads * kHeadDim,
+                       static_cast<size_t>(tokens) * kHeads * kHeadDim, 11, {0}, {tokens}, {0},
+                       ShuffledPages(PagesOf(tokens), 99)),
+        tokens_(tokens) {
+    PAGODA_BENCH_CUDA(cudaDeviceSynchronize());
+  }
+
+  // Causal attention's multiply-adds, two FLOPs each: Q·Kᵀ and P·V over the N (N + 1) / 2
+  // (query, key) pairs of every query head. PyTorch's side (bench/gpu/sdpa_bench.py) counts alike.
+  double Flops() const {
+    return 4.0 * kHeads * kHeadDim * (static_cast<double>(tokens_) * (tokens_ + 1) / 2);
+  }
+
+  double TimedLaunch(int rows_per_block) {
+    pc::PrefillAttentionParams p;
+    p.batch = {token_start_, num_tokens_, start_pos_, page_table_, PagesOf(tokens_), 1};
+    p.shape = Shape();
+    p.q = q_;
+    p.k_cache = k_;
+    p.v_cache = v_;
+    p.out = out_;
+    p.max_chunk_tokens = tokens_;
+    p.rows_per_block = rows_per_block;
+    return Timed([&] { return pc::LaunchPrefillAttention(p, nullptr); });
+  }
+
+ private:
+  static int PagesOf(int tokens) { return (tokens + kPageSize - 1) / kPageSize; }
+
+  int tokens_;
+};
+
+// Prefill attention TFLOP/s (median launch time) for one prompt; rows_per_block 0 is the
+// launcher's own choice, as the backend runs it.
+void BM_PrefillAttention(benchmark::State& state, int tokens, int rows_per_block) {
+  PrefillSetup setup(tokens);
+  for (int i = 0; i < 3; ++i) setup.TimedLaunch(rows_per_block);  // warm-up
+  std::vector<double> times;
+  for (auto _ : state) {
+    const double t = setup.TimedLaunch(rows_per_block);
+    state.SetIterationTime(t);
+    times.push_back(t);
+  }
+  if (!setup.OutputFinite()) state.SkipWithError("prefill attention wrote NaN or infinity");
+  std::sort(times.begin(), times.end());
+  const double median = times[times.size() / 2];
+  state.counters["tflops"] = setup.Flops() / median / 1e12;
+  state.counters["median_ms"] = median * 1e3;
+  state.counters["tokens"] = tokens;
+}
+
 [[maybe_unused]] const bool kRegistered = [] {
+  for (int tokens : {1024, 8192, 32768}) {
+    for (int rows : {0, 64, 128}) {
+      const std::string name = "BM_PrefillAttention/tokens:" + std::to_string(tokens) +
+                               "/rows_per_block:" + std::to_string(rows);
+      benchmark::RegisterBenchmark(name.c_str(), BM_PrefillAttention, tokens, rows)
+          ->UseManualTime()
+          ->MinTime(tokens >= 32768 ? 1.0 : 0.3)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (const auto& [batch, ctx] : {std::pair{64, 4096}, std::pair{4, 32768}}) {
     const std::string shape = "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx);
     for (bool paged : {true, false}) {

@@ -1,10 +1,18 @@
-// End-to-end decode steps of the CUDA backend on a Llama-3-8B-shaped model with seeded random
-// BF16 weights made on the device (no 16 GB file), against the roofline
+// End-to-end steps of the CUDA backend on a Llama-3-8B-shaped model with seeded random BF16
+// weights made on the device (no 16 GB file).
+//
+// BM_DecodeStep: one ForwardSample of `batch` decode tokens at context kContext (KV pages
+// pre-filled with random values), CUDA graphs on: host planning, input copy, graph replay,
+// sampling and the token copy back are all inside the timed region; against the roofline
 // (weight bytes + KV bytes read per step) / measured device-to-device copy bandwidth.
 //
-// Each iteration is one ForwardSample of `batch` decode tokens at context kContext (KV pages
-// pre-filled with random values), CUDA graphs on: host planning, input copy, graph replay,
-// sampling and the token copy back are all inside the timed region.
+// BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
+// chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (512 is its
+// default --max-prefill-chunk), the last chunk sampling the first token.
+// BM_PrefillGemmFloor/tokens:N/chunk:C: the same prompt's GEMMs alone, through the backend's own
+// cuBLAS wrapper on random weights of the same shapes (per chunk and layer QKV, output, gate/up
+// and down projections; the LM head once, for the last token). bench/gpu.sh adds PyTorch's
+// attention time for the prompt to make the TTFT floor.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -16,7 +24,11 @@
 #include <random>
 
 #include "bench/gpu/copy_bandwidth.h"
+#include "common/status_macros.h"
 #include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/device_buffer.h"
+#include "worker/backend/cuda/gemm.h"
+#include "worker/backend/cuda/kernels/layer_kernels.h"
 
 namespace pagoda::bench {
 namespace {
@@ -26,6 +38,7 @@ namespace pc = pagoda::worker::cuda;
 constexpr int kContext = 1024;  // positions per sequence already in the KV cache
 constexpr int kMaxBatch = 256;
 constexpr int kPageSize = 16;
+constexpr int kMaxChunk = 2048;  // prefill chunk sizes the benchmarks try: 512 and this
 
 common::ModelConfig Llama3_8B() {
   common::ModelConfig c;
@@ -38,7 +51,7 @@ common::ModelConfig Llama3_8B() {
   c.head_dim = 128;
   c.ffn_dim = 14336;
   c.vocab_size = 128256;
-  c.context_length = 8192;
+  c.context_length = 131072;  // Llama 3.1's: the prefill benchmarks go to 32k
   c.rms_eps = 1e-5f;
   c.rope_base = 500000.0f;
   return c;
@@ -49,7 +62,7 @@ pc::CudaBackend& Backend() {
     pc::CudaBackendOptions o;
     o.page_size = kPageSize;
     o.num_pages = kMaxBatch * ((kContext + kPageSize) / kPageSize + 1);
-    o.max_batch_tokens = 512;
+    o.max_batch_tokens = kMaxChunk;
     o.dtype = pc::DType::kBf16;
     auto b = pc::CudaBackend::CreateRandom(Llama3_8B(), 42, o);
     if (!b.ok()) {
@@ -119,6 +132,129 @@ BENCHMARK(BM_DecodeStep)
     ->Arg(256)
     ->UseManualTime()
     ->MinTime(2.0)
+    ->Unit(benchmark::kMillisecond);
+
+void Fail(benchmark::State& state, const absl::Status& s) {
+  state.SkipWithError(std::string(s.message()).c_str());
+}
+
+// Times `run` (which returns once its work is done) by the host clock, once per iteration, and
+// sets counter `name` to the median in ms beside the prompt's tokens and chunk (the state's
+// two arguments). Skips the state with the error when run fails.
+template <typename Run>
+void TimeMedian(benchmark::State& state, const char* name, Run run) {
+  std::vector<double> times;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (const absl::Status s = run(); !s.ok()) return Fail(state, s);
+    const double t = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    state.SetIterationTime(t);
+    times.push_back(t);
+  }
+  std::sort(times.begin(), times.end());
+  state.counters[name] = times[times.size() / 2] * 1e3;
+  state.counters["tokens"] = static_cast<double>(state.range(0));
+  state.counters["chunk"] = static_cast<double>(state.range(1));
+}
+
+void BM_PrefillTtft(benchmark::State& state) {
+  const int tokens = static_cast<int>(state.range(0)), chunk = static_cast<int>(state.range(1));
+  pc::CudaBackend& b = Backend();
+  const common::ModelConfig& c = b.config();
+  const int num_pages = (tokens + kPageSize - 1) / kPageSize;
+  if (num_pages > b.num_pages()) return state.SkipWithError("the KV arena is too small");
+  std::vector<int32_t> pages(static_cast<size_t>(b.num_pages()));
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), std::mt19937(3));
+  pages.resize(num_pages);
+  std::vector<int32_t> prompt(tokens);
+  std::mt19937 rng(tokens);
+  for (int32_t& t : prompt) t = static_cast<int32_t>(rng() % c.vocab_size);
+  std::vector<int32_t> out;
+  auto prefill = [&]() -> absl::Status {
+    for (int start = 0; start < tokens; start += chunk) {
+      const int n = std::min(chunk, tokens - start);
+      const bool last = start + n == tokens;
+      const worker::SeqInput step{
+          std::span<const int32_t>(prompt).subspan(start, n), start,
+          std::span<const int32_t>(pages).first((start + n + kPageSize - 1) / kPageSize), last};
+      std::vector<worker::SampleInput> samples;
+      if (last) samples.push_back({worker::SamplingParams{}, 0});
+      RETURN_IF_ERROR(b.ForwardSample({&step, 1}, samples, &out));
+    }
+    return absl::OkStatus();
+  };
+  if (auto s = prefill(); !s.ok()) return Fail(state, s);  // warm-up
+  TimeMedian(state, "ttft_ms", prefill);
+}
+
+void BM_PrefillGemmFloor(benchmark::State& state) {
+  const int tokens = static_cast<int>(state.range(0)), chunk = static_cast<int>(state.range(1));
+  const common::ModelConfig c = Llama3_8B();
+  cudaStream_t stream = nullptr;
+  PAGODA_BENCH_CUDA(cudaStreamCreate(&stream));
+  auto gemm = pc::Gemm::Create(stream, pc::DType::kBf16);
+  if (!gemm.ok()) return Fail(state, gemm.status());
+  // One layer's weights (each far larger than L2, so reusing them across layers saves nothing),
+  // the LM head, and the chunk's activations (bf16 in, fp32 out), all random.
+  const size_t qkv = c.q_dim() + 2 * c.kv_dim();
+  std::vector<pc::DeviceBuffer> bufs;
+  for (const size_t bytes :
+       {qkv * c.dim * 2, size_t(c.dim) * c.q_dim() * 2, size_t(2) * c.ffn_dim * c.dim * 2,
+        size_t(c.dim) * c.ffn_dim * 2, size_t(c.vocab_size) * c.dim * 2,
+        size_t(chunk) * c.ffn_dim * 2, size_t(chunk) * 2 * c.ffn_dim * 4}) {
+    auto buf = pc::DeviceBuffer::Allocate(bytes, "floor GEMM operand");
+    if (!buf.ok()) return Fail(state, buf.status());
+    if (auto s = pc::LaunchFillRandom(buf->get(), bytes / 2, pc::DType::kBf16, 0.05f,
+                                      bufs.size() + 1, stream);
+        !s.ok()) {
+      return Fail(state, s);
+    }
+    bufs.push_back(std::move(*buf));
+  }
+  void *wqkv = bufs[0].get(), *wo = bufs[1].get(), *wgu = bufs[2].get(), *wdown = bufs[3].get();
+  void *head = bufs[4].get(), *x = bufs[5].get();
+  float* y = bufs[6].get<float>();
+  auto run = [&]() -> absl::Status {
+    for (int start = 0; start < tokens; start += chunk) {
+      const int n = std::min(chunk, tokens - start);
+      for (int l = 0; l < c.n_layers; ++l) {
+        RETURN_IF_ERROR((*gemm)->Run({x, wqkv, y, n, c.dim, static_cast<int>(qkv), false}));
+        RETURN_IF_ERROR((*gemm)->Run({x, wo, y, n, c.q_dim(), c.dim, true}));
+        RETURN_IF_ERROR((*gemm)->Run({x, wgu, y, n, c.dim, 2 * c.ffn_dim, false}));
+        RETURN_IF_ERROR((*gemm)->Run({x, wdown, y, n, c.ffn_dim, c.dim, true}));
+      }
+    }
+    return (*gemm)->Run({x, head, y, 1, c.dim, c.vocab_size, false});
+  };
+  for (int i = 0; i < 2; ++i) {  // warm-up: cuBLAS heuristics
+    if (auto s = run(); !s.ok()) return Fail(state, s);
+  }
+  PAGODA_BENCH_CUDA(cudaStreamSynchronize(stream));
+  TimeMedian(state, "gemm_ms", [&] {
+    const absl::Status s = run();
+    PAGODA_BENCH_CUDA(cudaStreamSynchronize(stream));
+    return s;
+  });
+  gemm->reset();
+  cudaStreamDestroy(stream);
+}
+
+void PrefillArgs(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"tokens", "chunk"});
+  for (int tokens : {1024, 8192, 32768}) {
+    for (int chunk : {512, kMaxChunk}) b->Args({tokens, chunk});
+  }
+}
+BENCHMARK(BM_PrefillTtft)
+    ->Apply(PrefillArgs)
+    ->UseManualTime()
+    ->Iterations(3)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PrefillGemmFloor)
+    ->Apply(PrefillArgs)
+    ->UseManualTime()
+    ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
