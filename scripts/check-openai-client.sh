@@ -87,3 +87,18 @@ if ! (cd "$client_dir" && node tool_calls_test.mjs "$qhttp/v1" pagoda-openai-che
   show_logs qscheduler.log qworker.log
   exit 1
 fi
+# The same checks with the Llama 3 JSON and Mistral formats named by --tool-call-parser (the
+# grammars and the parser follow the flag; the template still renders the tools its own way).
+for format in llama3_json mistral; do
+  serve "$format" "$work/qwen3.gguf" "qwen3-$format" --tool-call-parser "$format"
+  if ! grep -q "tool calls: format $format" "$work/${format}scheduler.log"; then
+    echo "check-openai-client: --tool-call-parser $format was not taken" >&2
+    show_logs "${format}scheduler.log"
+    exit 1
+  fi
+  if ! (cd "$client_dir" &&
+        node tool_calls_test.mjs "$http/v1" pagoda-openai-check-key "qwen3-$format" "$format"); then
+    show_logs "${format}scheduler.log" "${format}worker.log"
+    exit 1
+  fi
+done

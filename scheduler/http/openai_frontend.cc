@@ -260,6 +260,7 @@ absl::Status OpenAiFrontend::PrepareOutput(std::string_view prompt, OpenAiReques
       .tools_given = tools,
       // Ids differ between requests (and restarts: the tag is random).
       .id_seed = std::hash<std::string>{}(id_tag_) + static_cast<uint64_t>(id_counter_++),
+      .max_tool_calls = request->parallel_tool_calls ? 0 : 1,
   };
   if (tools || reasoning_) request->parsing = parsing;
   const bool forced = request->tool_choice == ToolChoice::kRequired ||
@@ -284,7 +285,8 @@ absl::Status OpenAiFrontend::PrepareOutput(std::string_view prompt, OpenAiReques
     }
     nlohmann::ordered_json schema = nlohmann::ordered_json{{"type", "object"}};
     if (auto p = f.find("parameters"); p != f.end() && !p->is_null()) schema = *p;
-    absl::StatusOr<std::string> gbnf = grammar::JsonSchemaToGbnf(schema);
+    absl::StatusOr<std::string> gbnf =
+        grammar::JsonSchemaToGbnf(schema, service_->schema_options());
     if (!gbnf.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("tools: the parameters of '", name, "': ", gbnf.status().message()));

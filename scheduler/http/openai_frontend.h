@@ -25,7 +25,9 @@
 //    grammar::JsonSchemaToGbnf; no parameters: any object), one call for a named function or
 //    with parallel_tool_calls false, one or more otherwise. It goes through Validate's compile,
 //    cache and budget like any grammar. 400s: an unknown format, a schema the converter refuses
-//    (naming the tool and the keyword), another constraint (response_format, ...) beside it.
+//    (naming the tool and the keyword), another constraint (response_format, ...) beside it;
+//  * parallel_tool_calls false with "auto" keeps the first call the model writes
+//    (OutputParser::Options::max_tool_calls).
 //
 // Errors are OpenAI's error JSON: 404 for an unknown path or model, 405 for a known path with
 // the wrong method, 401 without a Bearer key when keys are configured (/health needs none),

@@ -67,7 +67,7 @@ struct OpenAiRequest {
   std::optional<nlohmann::ordered_json> tools;  // set only when non-empty
   ToolChoice tool_choice = ToolChoice::kAuto;
   std::string tool_choice_function;  // kFunction: the tool's name
-  bool parallel_tool_calls = true;   // false: at most one call (enforced in kRequired)
+  bool parallel_tool_calls = true;   // false: at most one call (the grammar's in kRequired)
   bool add_generation_prompt = true;
   // Chat only, set by the front end after rendering: how the output is split into content,
   // reasoning and tool calls; nullopt: all of it is content.

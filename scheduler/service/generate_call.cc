@@ -79,12 +79,17 @@ absl::StatusOr<std::optional<text::OutputParser::Options>> ParsingOptions(
     }
     format = named->value_or(text::DetectToolCallFormat(tokenizer.chat_template()));
   }
+  if (p.max_tool_calls() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("parsing.max_tool_calls must be >= 0, got ", p.max_tool_calls()));
+  }
   return text::OutputParser::Options{
       .reasoning = p.reasoning(),
       .starts_in_reasoning = p.reasoning() && p.starts_in_reasoning(),
       .format = format,
       .tools_given = format != text::ToolCallFormat::kNone,
       .id_seed = 0,
+      .max_tool_calls = p.max_tool_calls(),
   };
 }
 

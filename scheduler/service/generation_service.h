@@ -91,6 +91,10 @@ class GenerationService final : public grpc::Service {
   // Waits until no Generate call is in progress, or until `deadline`; true when none is.
   bool WaitNoActiveCalls(absl::Time deadline);
 
+  // The JSON Schema translation limits of the server's constraints, for the HTTP front end's
+  // tool grammars, which must match what response_format gets.
+  const grammar::SchemaOptions& schema_options() const { return constraints_.options().schema; }
+
   // A call's end: one log line and one metrics count. Also used by the HTTP front end, so that
   // both APIs log and count alike.
   void Report(const GenerateOutcome& out, const std::string& client_id, double handler_seconds);

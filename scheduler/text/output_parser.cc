@@ -893,10 +893,38 @@ class OutputParser::Impl {
   std::string id_;
 };
 
-OutputParser::OutputParser(const Options& options) : impl_(std::make_unique<Impl>(options)) {}
 OutputParser::~OutputParser() = default;
 
-std::vector<OutputEvent> OutputParser::Push(std::string_view text) { return impl_->Push(text); }
-OutputParser::Final OutputParser::Finish() { return impl_->Finish(); }
+namespace {
+
+// Drops the events of tool calls past the first `max` (0: keeps all).
+void DropCallsPast(int32_t max, std::vector<OutputEvent>& events) {
+  if (max <= 0) return;
+  std::erase_if(events, [max](const OutputEvent& e) {
+    return e.kind != OutputEvent::Kind::kContent && e.kind != OutputEvent::Kind::kReasoning &&
+           e.index >= max;
+  });
+}
+
+}  // namespace
+
+OutputParser::OutputParser(const Options& options)
+    : impl_(std::make_unique<Impl>(options)), max_tool_calls_(options.max_tool_calls) {}
+
+std::vector<OutputEvent> OutputParser::Push(std::string_view text) {
+  std::vector<OutputEvent> events = impl_->Push(text);
+  DropCallsPast(max_tool_calls_, events);
+  return events;
+}
+
+OutputParser::Final OutputParser::Finish() {
+  Final final = impl_->Finish();
+  DropCallsPast(max_tool_calls_, final.events);
+  if (max_tool_calls_ > 0) {
+    std::erase_if(final.tool_calls,
+                  [this](const ToolCall& c) { return c.index >= max_tool_calls_; });
+  }
+  return final;
+}
 
 }  // namespace pagoda::scheduler::text

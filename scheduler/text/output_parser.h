@@ -88,6 +88,9 @@ class OutputParser {
     ToolCallFormat format = ToolCallFormat::kNone;
     bool tools_given = false;  // no tools (or tool_choice none): no tool-call parsing
     uint64_t id_seed = 0;      // per request, so that ids differ between requests
+    // At most this many calls (0: no limit), the first the output starts: the events and the
+    // Final entries of later calls are dropped, and so is their markup (it is not content).
+    int32_t max_tool_calls = 0;
   };
 
   struct Final {
@@ -111,6 +114,7 @@ class OutputParser {
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
+  int32_t max_tool_calls_;
 };
 
 }  // namespace pagoda::scheduler::text

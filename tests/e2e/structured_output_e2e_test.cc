@@ -167,6 +167,10 @@ TEST_F(StructuredOutputE2eTest, UnenforceableConstraintsAreRefused) {
   r.set_ignore_eos(true);
   refused(r, "ignore_eos");
   r.set_ignore_eos(false);
+  v1::GenerateRequest parsed = Sampled("Once", 2);
+  parsed.mutable_parsing()->set_tool_call_format("hermes");
+  parsed.mutable_parsing()->set_max_tool_calls(-1);
+  refused(parsed, "max_tool_calls");
   Generation g = cluster_->Generate(r);
   ASSERT_TRUE(g.status.ok()) << g.status.error_message();
   EXPECT_TRUE(std::regex_match(g.text, std::regex("[ab]+"))) << g.text;

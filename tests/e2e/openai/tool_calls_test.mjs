@@ -5,16 +5,19 @@
 // constraint force one, so the checks are that the forced call is parsed into message.tool_calls
 // (whole and streamed, the deltas joining to the same arguments), valid JSON for the schema,
 // with finish_reason "tool_calls" and no markup in content; a grammar forcing "<think>...</think>"
-// checks the reasoning split. Prints one line per check and exits 1 on the first failure.
+// checks the reasoning split. The same checks run once per tool-call format the server is told
+// to use (--tool-call-parser): the Qwen3 template's own Hermes one, Llama 3's JSON, Mistral's.
+// Prints one line per check and exits 1 on the first failure.
 //
-//   node tool_calls_test.mjs BASE_URL API_KEY
+//   node tool_calls_test.mjs BASE_URL API_KEY [MODEL [FORMAT]]   (qwen3-random, hermes)
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import { check, expectApiError } from './checks.mjs';
 
-const [baseURL, apiKey] = process.argv.slice(2);
+const [baseURL, apiKey, model = 'qwen3-random', format = 'hermes'] = process.argv.slice(2);
 const client = new OpenAI({ baseURL, apiKey, maxRetries: 0 });
-const model = 'qwen3-random';
+// Mistral's template takes only 9-character ids back in the history.
+const idPattern = format === 'mistral' ? /^[A-Za-z0-9]{9}$/ : /^call_[A-Za-z0-9]{24}$/;
 
 // Finite schemas, so that a random model's arguments always end within max_tokens.
 const tools = [
@@ -68,7 +71,7 @@ function checkMessage(choice, onlyName) {
   assert.equal(m.content, null, `content: ${m.content}`);
   for (const call of m.tool_calls) {
     assert.equal(call.type, 'function');
-    assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+    assert.match(call.id, idPattern);
     if (onlyName) assert.equal(call.function.name, onlyName);
     checkArguments(call.function.name, call.function.arguments);
   }
@@ -162,6 +165,36 @@ await check('reasoning: <think> goes to reasoning_content, whole and streamed', 
   }
   assert.match(reasoning, /^[a-z]{3,8}$/);
   assert.match(content, /^[a-z]{2,6}$/);
+});
+
+// Two calls in the format's own markup, forced by a grammar (the llama.cpp `grammar` field) with
+// tool_choice auto: both come back, or only the first with parallel_tool_calls false.
+const twoCalls = {
+  hermes: String.raw`root ::= "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}\n</tool_call>"`,
+  llama3_json: String.raw`root ::= "{\"name\": \"get_time\", \"parameters\": {\"zone\": \"UTC\"}}; {\"name\": \"get_time\", \"parameters\": {\"zone\": \"CET\"}}"`,
+  mistral: String.raw`root ::= "[TOOL_CALLS][{\"name\": \"get_time\", \"arguments\": {\"zone\": \"UTC\"}}, {\"name\": \"get_time\", \"arguments\": {\"zone\": \"CET\"}}]"`,
+}[format];
+
+await check(`auto, ${format} markup: parallel_tool_calls false keeps the first of two calls`, async () => {
+  const body = { model, messages, tools, tool_choice: 'auto', max_tokens: 200, grammar: twoCalls };
+  const both = await client.chat.completions.create(body);
+  checkMessage(both.choices[0], 'get_time');
+  assert.deepEqual(both.choices[0].message.tool_calls.map((c) => JSON.parse(c.function.arguments).zone),
+    ['UTC', 'CET']);
+  const one = await client.chat.completions.create({ ...body, parallel_tool_calls: false });
+  checkMessage(one.choices[0], 'get_time');
+  assert.equal(one.choices[0].message.tool_calls.length, 1);
+  assert.equal(one.choices[0].message.tool_calls[0].function.arguments, '{"zone": "UTC"}');
+  const stream = await client.chat.completions.create(
+    { ...body, parallel_tool_calls: false, stream: true });
+  const indexes = new Set();
+  let content = '';
+  for await (const chunk of stream) {
+    content += chunk.choices[0].delta.content ?? '';
+    for (const d of chunk.choices[0].delta.tool_calls ?? []) indexes.add(d.index);
+  }
+  assert.deepEqual([...indexes], [0]);
+  assert.equal(content, '');
 });
 
 await check('errors: unknown tool_choice function, bad schema keyword', async () => {

@@ -164,6 +164,28 @@ TEST(OutputParserTest, HermesParallelCallsAndTrailingText) {
   EXPECT_NE(out.final.tool_calls[0].id, out.final.tool_calls[1].id);
 }
 
+TEST(OutputParserTest, MaxToolCallsKeepsTheFirstCalls) {
+  // parallel_tool_calls false: the first call only; the later call's markup is not content.
+  for (ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3Json, ToolCallFormat::kMistral}) {
+    const std::string text =
+        format == ToolCallFormat::kHermes
+            ? "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"x\": 1}}\n</tool_call>\n"
+              "<tool_call>\n{\"name\": \"b\", \"arguments\": {}}\n</tool_call>"
+        : format == ToolCallFormat::kLlama3Json
+            ? "{\"name\": \"a\", \"parameters\": {\"x\": 1}}; {\"name\": \"b\", \"parameters\": {}}"
+            : "[TOOL_CALLS][{\"name\": \"a\", \"arguments\": {\"x\": 1}}, {\"name\": \"b\", "
+              "\"arguments\": {}}]";
+    OutputParser::Options options = Tools(format);
+    EXPECT_EQ(Calls(ParseAllWays(options, text)).size(), 2u) << text;
+    options.max_tool_calls = 1;
+    const Outcome one = ParseAllWays(options, text);
+    EXPECT_EQ(Calls(one), Strings({"a {\"x\": 1}"})) << text;
+    EXPECT_EQ(one.streamed_calls.size(), 1u) << text;
+    EXPECT_EQ(one.content, "") << text;
+  }
+}
+
 TEST(OutputParserTest, ArgumentsStreamBeforeTheCallEnds) {
   OutputParser parser(Tools(ToolCallFormat::kHermes));
   Outcome out;
