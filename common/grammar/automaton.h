@@ -149,6 +149,10 @@ class Stepper {
   // Consumes `byte` from `in` into `out`; false when the byte is not allowed.
   bool Step(const Automaton& a, const RawConfig& in, uint8_t byte, NodeMaker& maker,
             int32_t max_stacks, RawConfig* out);
+  // The stacks the last Close or Step visited in its closure (0: a Step that needed none). It
+  // bounds the stacks that closure made, before and after deduplication, and exceeds
+  // max_stacks whenever a bound made the call fail.
+  int64_t last_visits() const { return last_visits_; }
 
  private:
   struct PairHash {
@@ -160,6 +164,7 @@ class Stepper {
   std::vector<RawStack> work_;
   absl::flat_hash_set<std::pair<int32_t, const StackNode*>, PairHash> visited_;
   absl::flat_hash_map<std::pair<int32_t, const StackNode*>, const StackNode*, PairHash> memo_;
+  int64_t last_visits_ = 0;
 };
 
 // Sorts and deduplicates stacks by content.

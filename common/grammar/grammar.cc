@@ -1102,12 +1102,12 @@ bool Stepper::Close(const Automaton& a, const std::vector<RawStack>& seeds, Node
   // Each visit either yields an output stack, pops a frame or pushes one; the bound keeps a
   // pathological closure (deep nullable frames, wide nullable fan-out) from running long.
   const int64_t max_visits = int64_t{16} * max_stacks + 4096;
-  int64_t visits = 0;
+  last_visits_ = 0;
   while (!work_.empty()) {
     const RawStack cur = work_.back();
     work_.pop_back();
     if (!visited_.insert({cur.state, cur.parent}).second) continue;
-    if (++visits > max_visits) return false;
+    if (++last_visits_ > max_visits) return false;
     const Automaton::State& s = a.states[cur.state];
     if (s.flags & Automaton::kHasEdges) {
       out->stacks.push_back(cur);
@@ -1140,6 +1140,7 @@ bool Stepper::Close(const Automaton& a, const std::vector<RawStack>& seeds, Node
 bool Stepper::Step(const Automaton& a, const RawConfig& in, uint8_t byte, NodeMaker& maker,
                    int32_t max_stacks, RawConfig* out) {
   seeds_.clear();
+  last_visits_ = 0;
   bool plain = true;
   for (const RawStack& s : in.stacks) {
     const int32_t t = a.Next(s.state, byte);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <cstring>
 #include <list>
 #include <map>
@@ -41,13 +42,40 @@ namespace {
 constexpr size_t kCacheBytes = size_t{8} << 20;
 // Regions up to this many states are keyed for sharing between grammars.
 constexpr size_t kMaxSharedRegion = 4096;
+// A shared walk covers the trie down to this depth (bytes) and is keyed by the part of the
+// region within that many bytes of its state; below it, each grammar walks on alone. A bounded
+// repetition (maxLength, formats, patterns) makes a chain of states, one per position, whose
+// regions all differ, but whose positions at least this many bytes from the chain's end look
+// alike to this depth: they share one walk. The depth trades the shared keys (one per chain
+// position within it of an end) against the part each state walks alone (the trie below it:
+// a few thousand nodes of a 150k-token vocabulary at 16).
+constexpr int32_t kSharedWalkDepth = 16;
 
 struct WalkScratch {
   internal::Stepper stepper;
   internal::ArenaNodeMaker arena;
   std::vector<internal::RawConfig> levels;
+  // The most stacks any step of the current mask's walk held or visited in its closure.
+  int64_t peak = 0;
+
+  // Steps `in` by `byte` into `out`, keeping `peak`.
+  bool Step(const Grammar& grammar, const internal::RawConfig& in, uint8_t byte,
+            internal::RawConfig* out) {
+    const bool ok =
+        stepper.Step(grammar.automaton(), in, byte, arena, grammar.limits().max_stacks, out);
+    peak = std::max({peak, stepper.last_visits(), static_cast<int64_t>(out->stacks.size())});
+    return ok;
+  }
 };
 thread_local WalkScratch tls_walk;
+
+// Sets the mask bits of the tokens of trie node `node`.
+void SetTokens(const Vocabulary::Index& v, uint32_t node, uint32_t* mask) {
+  for (uint32_t k = v.tokens_begin[node]; k < v.tokens_begin[node + 1]; ++k) {
+    const int32_t t = v.token_ids[k];
+    mask[t >> 5] |= 1u << (t & 31);
+  }
+}
 
 // Sets the mask bits of the tokens below trie nodes [begin, end), which all lie below depth
 // `base_depth`, accepted from `base` (the configuration after the first base_depth bytes; it
@@ -55,7 +83,6 @@ thread_local WalkScratch tls_walk;
 void WalkRange(const Grammar& grammar, const Vocabulary::Index& v, uint32_t begin, uint32_t end,
                uint32_t base_depth, const internal::RawConfig& base, uint32_t* mask) {
   const Automaton& a = grammar.automaton();
-  const int32_t max_stacks = grammar.limits().max_stacks;
   WalkScratch& w = tls_walk;
   if (w.levels.size() < v.max_depth + 1) w.levels.resize(v.max_depth + 1);
   w.levels[base_depth].stacks.assign(base.stacks.begin(), base.stacks.end());
@@ -78,12 +105,12 @@ void WalkRange(const Grammar& grammar, const Vocabulary::Index& v, uint32_t begi
         cur.accepting = false;
         ok = true;
       } else {
-        ok = w.stepper.Step(a, prev, b, w.arena, max_stacks, &cur);
+        ok = w.Step(grammar, prev, b, &cur);
       }
     } else if (prev.stacks.empty()) {
       ok = false;
     } else {
-      ok = w.stepper.Step(a, prev, b, w.arena, max_stacks, &cur);
+      ok = w.Step(grammar, prev, b, &cur);
     }
     if (!ok) {
       i = v.end[i];
@@ -100,14 +127,34 @@ void WalkRange(const Grammar& grammar, const Vocabulary::Index& v, uint32_t begi
 }  // namespace
 
 // What a single stack with top state `state` allows, whatever lies below it: the tokens whose
-// bytes all step through plain states (no call, no return: the parent frames are never
-// consulted), and the boundaries, trie nodes whose byte leaves the plain region (to a state
-// that needs a closure), where the walk must continue with the real stack.
+// bytes all step through walkable states (edges, no calls: the parent frames are not needed
+// to stay in the rule), and the boundaries, trie nodes whose byte leads where the walk must
+// continue with the real stack (a state that calls, or that has no edges).
 //
-// The walk depends only on the state's plain region: the states reachable from it through
-// plain states, with their edges. Regions are numbered canonically (breadth-first from the
-// state), so equal regions of different grammars (every JSON grammar's string body, say) share
-// one walk through a process-wide cache; boundaries name their state by region index.
+// A walkable state may be final (the rule may end there, as after each character of an e-mail
+// address's domain): the walk stays in the rule, and records where it could also return, the
+// children of the nodes that entered a final state, by byte. Returning pops the same frame
+// whichever state the rule ended in, so the mask steps that returned configuration once per
+// byte (WalkOneStack).
+//
+// The expensive part, walking the whole trie, is shared between states through a process-wide
+// cache, keyed by the part of the state's region the walk reads, numbered canonically (breadth
+// first from the state); boundaries name their state by region index. Two cuts keep that part
+// small and common:
+//  * Depth: the walk down to trie depth D reads only the states within D - 1 bytes of the
+//    state. A region that reaches further than D = kSharedWalkDepth bytes is keyed to that
+//    depth, and its walk stops there and lists its frontier, the nodes at depth D reached
+//    through walkable states that have children. So the positions of a bounded repetition
+//    (maxLength, formats, patterns: a chain of states, one per position) that lie D or more
+//    bytes before its end share one walk, and the positions nearer the end one walk each,
+//    whichever grammar they are in.
+//  * Narrow text: a one-byte edge into a narrow state (every edge of one byte: literal text,
+//    the choice of `,` or `}`) ends the shared walk like a boundary. What follows a string's
+//    closing quote (`","email":"`, the next key) differs from schema to schema, but few tokens
+//    reach it: the shared walk of the string body then stays common to every schema.
+// Each grammar continues the shared walk below its frontier and its cut edges with its own
+// states (LocalWalk::Continue: a few thousand trie nodes at most). A region within D bytes
+// with no cut edge is walked whole, as one shared walk.
 struct StateWalk {
   std::vector<uint32_t> plain_mask;
   struct Boundary {
@@ -115,28 +162,96 @@ struct StateWalk {
     uint8_t byte;
     uint32_t node;  // trie node of the byte
   };
-  std::vector<Boundary> boundaries;  // sorted by (from, byte, node)
+  // Boundaries and the nodes of cut edges, sorted by (from, byte, node).
+  std::vector<Boundary> boundaries;
+  struct Frontier {
+    int32_t state;  // the state after the node's byte
+    uint32_t node;
+  };
+  std::vector<Frontier> frontier;  // in trie order; empty unless the region was truncated
+  // Where the rule may return: the children of the nodes that entered a final state, by byte:
+  // those of byte b are return_nodes[return_begin[b], return_begin[b + 1]) (no entries: none).
+  std::vector<uint32_t> return_begin;
+  std::vector<uint32_t> return_nodes;
+
+  // Ends a truncated key (no entry or target in a key is below -1).
+  static constexpr int32_t kTruncated = -2;
 
   size_t bytes() const {
-    return plain_mask.size() * sizeof(uint32_t) + boundaries.size() * sizeof(Boundary);
+    return plain_mask.size() * sizeof(uint32_t) + boundaries.size() * sizeof(Boundary) +
+           frontier.size() * sizeof(Frontier) +
+           (return_begin.size() + return_nodes.size()) * sizeof(uint32_t);
   }
 
-  // The region of `state`: *states in canonical order, *key its edges (targets outside the
-  // plain region as -1), *index from state to region index. False when it exceeds `limit`
-  // states (the outputs then incomplete).
-  static bool Region(const Automaton& a, int32_t state, size_t limit, std::vector<int32_t>* key,
-                     std::vector<int32_t>* states, absl::flat_hash_map<int32_t, int32_t>* index) {
+  // A state the walk can stay in without the parent frames: it has edges and no calls.
+  static bool Walkable(const Automaton& a, int32_t t) {
+    const Automaton::State& s = a.states[t];
+    return (s.flags & Automaton::kHasEdges) && s.call_end == s.call_begin;
+  }
+  // A narrow state: every edge of one byte, as in literal text, or the choices after a
+  // string's closing quote (`,` or `}`) or an escape's backslash.
+  static bool Narrow(const Automaton& a, int32_t t) {
+    const Automaton::State& s = a.states[t];
+    for (uint32_t e = s.edge_begin; e < s.edge_end; ++e) {
+      if (a.edges[e].lo != a.edges[e].hi) return false;
+    }
+    return true;
+  }
+  // Whether an edge into a walkable state ends the shared walk: a one-byte edge into a narrow
+  // state. A range into a narrow state (the class into a bounded repetition's last position)
+  // continues it: many tokens end there.
+  static bool Cut(const Automaton& a, uint8_t lo, uint8_t hi, int32_t t) {
+    return lo == hi && Narrow(a, t);
+  }
+  // Whether the edge of `byte` from q (which has one) is of that byte alone.
+  static bool OneByteEdge(const Automaton& a, int32_t q, uint8_t byte) {
+    uint32_t e = a.states[q].edge_begin;
+    while (a.edges[e].hi < byte) ++e;  // sorted, disjoint, and one holds the byte
+    return a.edges[e].lo == a.edges[e].hi;
+  }
+  // Whether `byte` from q into t continues the shared walk.
+  static bool Shared(const Automaton& a, int32_t q, uint8_t byte, int32_t t) {
+    return Walkable(a, t) && !(Narrow(a, t) && OneByteEdge(a, q, byte));
+  }
+
+  // The region of `state` as far as `depth` bytes reach: *states in canonical order (those
+  // within depth - 1 bytes, then those exactly `depth` bytes away), *key the edges and
+  // finality of the states within depth - 1 bytes (targets where the shared walk stops as -1),
+  // then, when some state lies `depth` bytes away (*truncated), kTruncated and the finality of
+  // those states; *index from state to region index. False when it exceeds `limit` states
+  // (the outputs then incomplete).
+  static bool Region(const Automaton& a, int32_t state, size_t limit, int32_t depth,
+                     std::vector<int32_t>* key, std::vector<int32_t>* states,
+                     absl::flat_hash_map<int32_t, int32_t>* index, bool* truncated) {
     key->clear();
     states->assign(1, state);
     index->clear();
     index->emplace(state, 0);
+    *truncated = false;
+    // Breadth first: states [i, level_end) are `distance` bytes from `state`.
+    size_t level_end = 1;
+    int32_t distance = 0;
     for (size_t i = 0; i < states->size(); ++i) {
+      if (i == level_end) {
+        ++distance;
+        level_end = states->size();
+      }
+      if (distance >= depth) {
+        // The walk enters these states too (at depth `depth`): whether each is final.
+        *truncated = true;
+        key->push_back(kTruncated);
+        for (; i < states->size(); ++i) {
+          key->push_back((a.states[(*states)[i]].flags & Automaton::kFinal) ? 1 : 0);
+        }
+        return true;
+      }
       const Automaton::State& st = a.states[(*states)[i]];
-      key->push_back(static_cast<int32_t>(st.edge_end - st.edge_begin));
+      const int32_t final = (st.flags & Automaton::kFinal) ? 1 : 0;
+      key->push_back(static_cast<int32_t>(st.edge_end - st.edge_begin) * 2 + final);
       for (uint32_t e = st.edge_begin; e < st.edge_end; ++e) {
         const Automaton::Edge& edge = a.edges[e];
         int32_t target = -1;
-        if (a.states[edge.target].flags & Automaton::kPlain) {
+        if (Walkable(a, edge.target) && !Cut(a, edge.lo, edge.hi, edge.target)) {
           auto [it, inserted] =
               index->try_emplace(edge.target, static_cast<int32_t>(states->size()));
           if (inserted) {
@@ -153,12 +268,16 @@ struct StateWalk {
     return true;
   }
 
+  // The walk from `state`, down to `depth` when the region was truncated there (else to the
+  // bottom of the trie), with `index` from Region.
   static std::shared_ptr<const StateWalk> Compute(
       const Automaton& a, const Vocabulary::Index& v, int32_t state, int32_t mask_words,
-      const absl::flat_hash_map<int32_t, int32_t>& index) {
+      const absl::flat_hash_map<int32_t, int32_t>& index, bool truncated, int32_t depth) {
     auto sw = std::make_shared<StateWalk>();
     sw->plain_mask.assign(static_cast<size_t>(mask_words), 0);
+    const uint32_t stop = truncated ? static_cast<uint32_t>(depth) : UINT32_MAX;
     std::vector<int32_t> states(v.max_depth + 1);
+    std::vector<std::pair<uint8_t, uint32_t>> returns;  // (byte, node)
     states[0] = state;
     const uint32_t n = static_cast<uint32_t>(v.byte.size());
     uint32_t i = 0;
@@ -170,7 +289,7 @@ struct StateWalk {
         i = v.end[i];
         continue;
       }
-      if (!(a.states[t].flags & Automaton::kPlain)) {
+      if (!Shared(a, q, v.byte[i], t)) {
         sw->boundaries.push_back({index.at(q), v.byte[i], i});
         i = v.end[i];
         continue;
@@ -180,50 +299,158 @@ struct StateWalk {
         const int32_t tok = v.token_ids[k];
         sw->plain_mask[tok >> 5] |= 1u << (tok & 31);
       }
+      if (a.states[t].flags & Automaton::kFinal) {
+        for (uint32_t m = i + 1; m < v.end[i]; m = v.end[m]) returns.emplace_back(v.byte[m], m);
+      }
+      if (d == stop) {
+        if (i + 1 < v.end[i]) sw->frontier.push_back({index.at(t), i});
+        i = v.end[i];
+        continue;
+      }
       ++i;
     }
-    std::sort(sw->boundaries.begin(), sw->boundaries.end(),
-              [](const Boundary& x, const Boundary& y) {
-                if (x.from != y.from) return x.from < y.from;
-                if (x.byte != y.byte) return x.byte < y.byte;
-                return x.node < y.node;
-              });
+    SortBoundaries(&sw->boundaries);
+    if (!returns.empty()) {
+      // Bucketed by byte (a counting sort: there may be a node per trie node).
+      sw->return_begin.assign(257, 0);
+      for (const auto& r : returns) ++sw->return_begin[r.first + 1];
+      for (int b = 0; b < 256; ++b) sw->return_begin[b + 1] += sw->return_begin[b];
+      std::vector<uint32_t> next(sw->return_begin.begin(), sw->return_begin.end() - 1);
+      sw->return_nodes.resize(returns.size());
+      for (const auto& r : returns) sw->return_nodes[next[r.first]++] = r.second;
+    }
     return sw;
+  }
+
+  static void SortBoundaries(std::vector<Boundary>* boundaries) {
+    std::sort(boundaries->begin(), boundaries->end(), [](const Boundary& x, const Boundary& y) {
+      if (x.from != y.from) return x.from < y.from;
+      if (x.byte != y.byte) return x.byte < y.byte;
+      return x.node < y.node;
+    });
   }
 };
 
-// A state's walk and its region's states in this grammar (boundaries index them).
+// A state's walk in one grammar: the shared walk, the region's states in this grammar, and
+// what the shared walk left to the grammar (LocalWalk::Continue): the tokens allowed below its
+// frontier and its cut edges through plain states (walkable and not final), and the
+// boundaries, where the real stack is stepped.
 struct LocalWalk {
   std::shared_ptr<const StateWalk> walk;
-  std::vector<int32_t> region;
+  std::vector<int32_t> region;  // the walk's region, then states only Continue reaches
+  std::vector<int32_t> tokens;
+  std::vector<StateWalk::Boundary> boundaries;  // by region index; sorted by (from, byte, node)
+
+  size_t bytes() const {
+    return walk->bytes() + region.size() * sizeof(int32_t) + tokens.size() * sizeof(int32_t) +
+           boundaries.size() * sizeof(StateWalk::Boundary);
+  }
+
+  // Fills tokens and boundaries from the shared walk; `index` is the region's (from
+  // StateWalk::Region), extended with the states met on the way.
+  void Continue(const Automaton& a, const Vocabulary::Index& v,
+                absl::flat_hash_map<int32_t, int32_t>* index) {
+    std::vector<int32_t> states(v.max_depth + 1);
+    for (const StateWalk::Boundary& b : walk->boundaries) {
+      const int32_t q = region[b.from];
+      const int32_t t = a.Next(q, b.byte);  // exists: the region is the walk's
+      if (!(a.states[t].flags & Automaton::kPlain)) {
+        boundaries.push_back(b);
+        continue;
+      }
+      // A cut edge: in this grammar, a plain state.
+      AddTokens(v, b.node);
+      states[v.depth[b.node]] = t;
+      WalkBelow(a, v, b.node, &states, index);
+    }
+    for (const StateWalk::Frontier& f : walk->frontier) {
+      const int32_t t = region[f.state];
+      states[v.depth[f.node]] = t;
+      if (a.states[t].flags & Automaton::kPlain) {
+        WalkBelow(a, v, f.node, &states, index);
+        continue;
+      }
+      // A final state (its returns are the shared walk's): what stays in the rule steps with
+      // the real stack, from the byte after.
+      for (uint32_t m = f.node + 1; m < v.end[f.node]; m = v.end[m]) {
+        if (a.Next(t, v.byte[m]) >= 0) AddBoundary(t, v.byte[m], m, index);
+      }
+    }
+    StateWalk::SortBoundaries(&boundaries);
+  }
+
+ private:
+  void AddTokens(const Vocabulary::Index& v, uint32_t node) {
+    for (uint32_t k = v.tokens_begin[node]; k < v.tokens_begin[node + 1]; ++k) {
+      tokens.push_back(v.token_ids[k]);
+    }
+  }
+
+  void AddBoundary(int32_t q, uint8_t byte, uint32_t node,
+                   absl::flat_hash_map<int32_t, int32_t>* index) {
+    auto [it, inserted] = index->try_emplace(q, static_cast<int32_t>(region.size()));
+    if (inserted) region.push_back(q);
+    boundaries.push_back({it->second, byte, node});
+  }
+
+  // The plain walk of the subtree below `node`, whose byte led to (*states)[depth of node].
+  void WalkBelow(const Automaton& a, const Vocabulary::Index& v, uint32_t node,
+                 std::vector<int32_t>* states, absl::flat_hash_map<int32_t, int32_t>* index) {
+    uint32_t i = node + 1;
+    while (i < v.end[node]) {
+      const uint32_t d = v.depth[i];
+      const int32_t q = (*states)[d - 1];
+      const int32_t t = a.Next(q, v.byte[i]);
+      if (t < 0) {
+        i = v.end[i];
+        continue;
+      }
+      if (!(a.states[t].flags & Automaton::kPlain)) {
+        AddBoundary(q, v.byte[i], i, index);
+        i = v.end[i];
+        continue;
+      }
+      (*states)[d] = t;
+      AddTokens(v, i);
+      ++i;
+    }
+  }
 };
 
 namespace {
 
-// The mask from a one-stack configuration: the state's plain walk, then each boundary group
-// (same state, same byte) stepped once with the real stack and its subtrees walked.
-void WalkOneStack(const Grammar& grammar, const Vocabulary::Index& v, const StateWalk& sw,
-                  const std::vector<int32_t>& region, const internal::RawStack& stack,
-                  uint32_t* mask) {
-  const Automaton& a = grammar.automaton();
+// The mask of a one-stack configuration whose top state has walk `local`: the plain tokens,
+// then each boundary group (same state, same byte) stepped once with the real stack and its
+// subtrees walked, then the shared walk's returns: the configuration after popping the stack's
+// frame, stepped once per byte, and the subtrees of that byte's return nodes walked.
+//
+// The stay and return branches are walked apart, and a token is allowed when some branch
+// allows it: exact unless a step of all of them together would exceed the stack or closure
+// bounds that no branch alone reached. Along a token at most 1 + (its length) branches are
+// alive, each with at most `peak` stacks, so with returns the walk's bound is
+// (max_depth + 2) * peak (2: the step into a final state also visits that state); the caller
+// walks the whole configuration instead when that exceeds max_stacks. Returns the bound.
+int64_t WalkOneStack(const Grammar& grammar, const Vocabulary::Index& v, const LocalWalk& local,
+                     const internal::RawStack& stack, uint32_t* mask) {
+  const StateWalk& sw = *local.walk;
+  std::memcpy(mask, sw.plain_mask.data(), sw.plain_mask.size() * sizeof(uint32_t));
+  for (const int32_t t : local.tokens) mask[t >> 5] |= 1u << (t & 31);
+  const std::vector<StateWalk::Boundary>& boundaries = local.boundaries;
   WalkScratch& w = tls_walk;
+  w.peak = 1;
   internal::RawConfig from, after;
-  for (size_t g = 0; g < sw.boundaries.size();) {
+  for (size_t g = 0; g < boundaries.size();) {
     size_t h = g;
-    while (h < sw.boundaries.size() && sw.boundaries[h].from == sw.boundaries[g].from &&
-           sw.boundaries[h].byte == sw.boundaries[g].byte) {
+    while (h < boundaries.size() && boundaries[h].from == boundaries[g].from &&
+           boundaries[h].byte == boundaries[g].byte) {
       ++h;
     }
-    from.stacks.assign(1, {region[sw.boundaries[g].from], stack.parent});
+    from.stacks.assign(1, {local.region[boundaries[g].from], stack.parent});
     from.accepting = false;
-    if (w.stepper.Step(a, from, sw.boundaries[g].byte, w.arena, grammar.limits().max_stacks,
-                       &after)) {
+    if (w.Step(grammar, from, boundaries[g].byte, &after)) {
       for (size_t k = g; k < h; ++k) {
-        const uint32_t node = sw.boundaries[k].node;
-        for (uint32_t x = v.tokens_begin[node]; x < v.tokens_begin[node + 1]; ++x) {
-          const int32_t t = v.token_ids[x];
-          mask[t >> 5] |= 1u << (t & 31);
-        }
+        const uint32_t node = boundaries[k].node;
+        SetTokens(v, node, mask);
         if (!after.stacks.empty() && node + 1 < v.end[node]) {
           WalkRange(grammar, v, node + 1, v.end[node], v.depth[node], after, mask);
         }
@@ -231,6 +458,28 @@ void WalkOneStack(const Grammar& grammar, const Vocabulary::Index& v, const Stat
     }
     g = h;
   }
+  // The root frame returns to nothing: only its end, which adds no byte.
+  if (sw.return_nodes.empty() || stack.parent == nullptr) return w.peak;
+  const Automaton& a = grammar.automaton();
+  internal::RawConfig returned;
+  const std::vector<internal::RawStack> popped = {{stack.parent->state, stack.parent->parent}};
+  const bool closed = w.stepper.Close(a, popped, w.arena, grammar.limits().max_stacks, &returned);
+  w.peak =
+      std::max({w.peak, w.stepper.last_visits() + 1, static_cast<int64_t>(returned.stacks.size())});
+  if (closed) {
+    for (int b = 0; b < 256; ++b) {
+      const uint32_t begin = sw.return_begin[b], end = sw.return_begin[b + 1];
+      if (begin == end || !w.Step(grammar, returned, static_cast<uint8_t>(b), &after)) continue;
+      for (uint32_t k = begin; k < end; ++k) {
+        const uint32_t node = sw.return_nodes[k];
+        SetTokens(v, node, mask);
+        if (!after.stacks.empty() && node + 1 < v.end[node]) {
+          WalkRange(grammar, v, node + 1, v.end[node], v.depth[node], after, mask);
+        }
+      }
+    }
+  }
+  return static_cast<int64_t>(v.max_depth + 2) * std::max<int64_t>(w.peak, 1);
 }
 
 struct KeyHash {
@@ -312,6 +561,7 @@ struct CompiledConstraint::Cache {
   struct Entry {
     std::vector<int32_t> key;
     std::shared_ptr<const std::vector<uint32_t>> mask;
+    int64_t peak;  // WalkScratch::peak of its walk (of its stacks' walks, summed)
   };
   mutable std::mutex mu;
   size_t capacity = 1;
@@ -389,19 +639,25 @@ std::shared_ptr<const LocalWalk> CompiledConstraint::GetStateWalk(int32_t state)
   auto local = std::make_shared<LocalWalk>();
   std::vector<int32_t> key;
   absl::flat_hash_map<int32_t, int32_t> index;
-  if (StateWalk::Region(a, state, kMaxSharedRegion, &key, &local->region, &index)) {
+  bool truncated;
+  if (StateWalk::Region(a, state, kMaxSharedRegion, kSharedWalkDepth, &key, &local->region, &index,
+                        &truncated)) {
     local->walk = SharedWalks::Get().Find(v.uid, key);
     if (local->walk == nullptr) {
-      local->walk = StateWalk::Compute(a, v, state, vocab_->mask_words(), index);
+      local->walk =
+          StateWalk::Compute(a, v, state, vocab_->mask_words(), index, truncated, kSharedWalkDepth);
       SharedWalks::Get().Put(v.uid, std::move(key), local->walk);
     }
   } else {
-    // Too large a region to key: computed for this grammar alone.
-    StateWalk::Region(a, state, a.states.size(), &key, &local->region, &index);
-    local->walk = StateWalk::Compute(a, v, state, vocab_->mask_words(), index);
+    // Too large a region to key: computed for this grammar alone, whole.
+    StateWalk::Region(a, state, a.states.size(), INT32_MAX, &key, &local->region, &index,
+                      &truncated);
+    local->walk =
+        StateWalk::Compute(a, v, state, vocab_->mask_words(), index, truncated, INT32_MAX);
   }
+  local->Continue(a, v, &index);
   std::lock_guard<std::mutex> lock(c.mu);
-  const size_t bytes = local->walk->bytes() + local->region.size() * sizeof(int32_t);
+  const size_t bytes = local->bytes();
   if (c.state_walk_bytes + bytes > kCacheBytes) {
     c.state_walks.clear();
     c.state_walk_bytes = 0;
@@ -445,9 +701,13 @@ std::shared_ptr<CompiledConstraint> CompiledConstraint::Get(
 }
 
 void CompiledConstraint::TextMask(const Matcher& matcher, uint32_t* mask) {
-  const size_t words = static_cast<size_t>(vocab_->mask_words());
   internal::RawConfig config;
   internal::MatcherAccess::Get(matcher, &config);
+  ConfigMask(config, mask);
+}
+
+int64_t CompiledConstraint::ConfigMask(const internal::RawConfig& config, uint32_t* mask) {
+  const size_t words = static_cast<size_t>(vocab_->mask_words());
   std::vector<int32_t> key;
   internal::SerializeConfig(config, &key);
   Cache& c = *cache_;
@@ -457,30 +717,51 @@ void CompiledConstraint::TextMask(const Matcher& matcher, uint32_t* mask) {
       c.lru.splice(c.lru.begin(), c.lru, it->second);
       ++c.hits;
       std::memcpy(mask, it->second->mask->data(), words * sizeof(uint32_t));
-      return;
+      return it->second->peak;
     }
     ++c.misses;
   }
   auto computed = std::make_shared<std::vector<uint32_t>>(words, 0);
   const Vocabulary::Index& v = vocab_->index();
+  WalkScratch& w = tls_walk;
+  int64_t peak = 0;
   if (config.stacks.size() == 1) {
     // One stack (the usual case): the per-state walk does most of the work, once per state.
     auto local = GetStateWalk(config.stacks[0].state);
-    std::memcpy(computed->data(), local->walk->plain_mask.data(), words * sizeof(uint32_t));
-    WalkOneStack(*grammar_, v, *local->walk, local->region, config.stacks[0], computed->data());
-  } else if (!config.stacks.empty()) {
-    WalkRange(*grammar_, v, 0, static_cast<uint32_t>(v.byte.size()), 0, config, computed->data());
+    peak = WalkOneStack(*grammar_, v, *local, config.stacks[0], computed->data());
+    w.arena.Reset();
+  } else if (config.stacks.size() > 1) {
+    // Stacks step independently, so the mask is the union of each stack's own (cached, and
+    // quick through the per-state walks), unless a step of the whole configuration could
+    // exceed the stack or closure bounds where no stack's own walk did. It cannot when the
+    // stacks' bounds sum to at most max_stacks: a step of the union holds and visits at most
+    // the sum of what its stacks' steps do.
+    std::vector<uint32_t> one(words);
+    internal::RawConfig single;
+    for (const internal::RawStack& stack : config.stacks) {
+      single.stacks.assign(1, stack);
+      peak += ConfigMask(single, one.data());
+      for (size_t k = 0; k < words; ++k) (*computed)[k] |= one[k];
+    }
   }
-  tls_walk.arena.Reset();
+  if (peak > grammar_->limits().max_stacks) {
+    // Not provably exact in parts: the whole configuration, walked as one.
+    std::fill(computed->begin(), computed->end(), 0u);
+    w.peak = static_cast<int64_t>(config.stacks.size());
+    WalkRange(*grammar_, v, 0, static_cast<uint32_t>(v.byte.size()), 0, config, computed->data());
+    peak = w.peak;
+    w.arena.Reset();
+  }
   std::memcpy(mask, computed->data(), words * sizeof(uint32_t));
   std::lock_guard<std::mutex> lock(c.mu);
-  if (c.index.contains(key)) return;  // another thread computed it meanwhile
-  c.lru.push_front({key, std::move(computed)});
+  if (c.index.contains(key)) return peak;  // another thread computed it meanwhile
+  c.lru.push_front({key, std::move(computed), peak});
   c.index.emplace(std::move(key), c.lru.begin());
   while (c.lru.size() > c.capacity) {
     c.index.erase(c.lru.back().key);
     c.lru.pop_back();
   }
+  return peak;
 }
 
 CompiledConstraint::Stats CompiledConstraint::stats() const {

@@ -26,8 +26,11 @@
 //
 // Cost: a cache hit is a copy of the mask. A miss walks the vocabulary's token trie with the
 // parse state; for a single-stack state (the usual one) the part of the walk that stays inside
-// the top rule's plain states is precomputed once per state and shared process-wide between
-// grammars with the same region (token_matcher.cc), so a miss costs the steps that leave it.
+// the top rule is precomputed once per state, its costly part shared process-wide between the
+// states of all grammars whose region reads the same to a fixed depth (token_matcher.cc: the
+// positions of a bounded repetition, what follows a string whatever the schema), so a miss
+// costs the steps that leave the rule. A configuration of several stacks (a rule that may end
+// or go on) is the union of its stacks' masks, each cached as its own configuration.
 #pragma once
 
 #include <cstdint>
@@ -63,6 +66,9 @@ class Vocabulary {
 };
 
 struct LocalWalk;  // token_matcher.cc
+namespace internal {
+struct RawConfig;  // automaton.h
+}  // namespace internal
 
 // The shared state of one grammar over one vocabulary: the mask cache (a bounded LRU keyed by
 // the canonical parse configuration). Thread-safe.
@@ -94,6 +100,10 @@ class CompiledConstraint {
  private:
   struct Cache;
   std::shared_ptr<const LocalWalk> GetStateWalk(int32_t state);
+  // Writes the text mask of `config` (from the cache, or computed and cached) and returns a
+  // bound on the stacks a step of its walk holds or visits in a closure, which a union of
+  // masks computed apart sums to know whether it is exact.
+  int64_t ConfigMask(const internal::RawConfig& config, uint32_t* mask);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const Vocabulary> vocab_;

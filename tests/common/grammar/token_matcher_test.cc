@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/gguf_reader.h"
+#include "common/grammar/json_schema.h"
 #include "gtest/gtest.h"
 #include "modelgen/synthetic_vocab.h"
 #include "tests/support/status_assertions.h"
@@ -261,6 +262,146 @@ TEST(TokenMatcherTest, StateWalksSharedBetweenGrammarsGiveExactMasks) {
   EXPECT_GT(checked, 20);
 }
 
+// Tokens of up to 40 bytes over a few characters (letters, digits, a space, JSON punctuation, a
+// backslash, 2- and 3-byte UTF-8), among them runs of one character: the trie is deeper than
+// the depth to which state walks are shared, and the repetitions below are longer still.
+std::shared_ptr<const Vocabulary> LongTokenVocab(std::mt19937& rng, int size) {
+  const std::vector<std::string> pieces = {"a",  "e", "x", "m",  " ", "\"", ",", "}", "]", ":",
+                                           "\\", "n", "é", "日", "0", "7",  "-", ".", "@", "{",
+                                           "[",  "i", "l", "k",  "o", "r",  "t", "z"};
+  std::vector<std::string> bytes(pieces.begin(), pieces.end());
+  bytes.push_back("");  // pieces.size(), 28: the end token
+  while (static_cast<int>(bytes.size()) < size) {
+    std::string s;
+    switch (rng() % 4) {
+      case 0:  // a run
+        for (size_t n = 10 + rng() % 31, i = 0; i < n; ++i) s += "ax \"é"[rng() % 5 == 0 ? 3 : 0];
+        if (rng() % 2) s = std::string(10 + rng() % 31, "ab x"[rng() % 4]);
+        break;
+      case 1:  // text, maybe with a quote and what follows one
+        for (size_t n = 4 + rng() % 12, i = 0; i < n; ++i) s += pieces[rng() % 10];
+        break;
+      default:
+        for (size_t n = 1 + rng() % 4, i = 0; i < n; ++i) s += pieces[rng() % pieces.size()];
+        break;
+    }
+    if (s.size() > 40) s.resize(40);
+    bytes.push_back(s);
+  }
+  return Vocabulary::Create(std::move(bytes), {});
+}
+
+// Follows a walk that takes the shortest allowed text token (so it stops at every position of
+// a repetition) or the longest, checking every mask against the brute force, and that Accept
+// refuses a token the mask does not allow. Returns the number of masks checked.
+int CheckExtremeWalk(const std::shared_ptr<const Grammar>& g,
+                     const std::shared_ptr<const Vocabulary>& vocab, int32_t end, bool shortest,
+                     int steps) {
+  TokenMatcher tm(g, vocab, {end});
+  int checked = 0;
+  for (int step = 0; step < steps && !tm.Finished(); ++step) {
+    std::vector<uint32_t> mask(vocab->mask_words());
+    tm.FillMask(mask);
+    if (mask != BruteForceMask(tm, *vocab)) {
+      ADD_FAILURE() << "mask differs from the brute force at step " << step;
+      return checked;
+    }
+    ++checked;
+    int32_t pick = -1, refused = -1;
+    for (int32_t t = 0; t < vocab->size(); ++t) {
+      if (!Bit(mask, t)) {
+        if (refused < 0 && !vocab->excluded(t)) refused = t;
+        continue;
+      }
+      if (t == end) continue;
+      const size_t len = vocab->token_bytes(t).size();
+      if (pick < 0 || (shortest ? len < vocab->token_bytes(pick).size()
+                                : len > vocab->token_bytes(pick).size())) {
+        pick = t;
+      }
+    }
+    if (refused >= 0) {
+      EXPECT_FALSE(tm.Accept(refused)) << "token " << refused << " at step " << step;
+      std::vector<uint32_t> again(vocab->mask_words());
+      tm.FillMask(again);
+      EXPECT_EQ(again, mask) << "a refused token changed the state at step " << step;
+    }
+    if (pick < 0) pick = end;
+    EXPECT_TRUE(tm.Accept(pick)) << "token " << pick << " at step " << step;
+  }
+  return checked;
+}
+
+TEST(TokenMatcherTest, BoundedRepetitionsLongerThanTheSharedWalksGiveExactMasks) {
+  // Positions of a bounded repetition far from its end share one walk to a fixed depth, each
+  // grammar walking on below it; those near the end (or before a minimum) have walks of their
+  // own; what follows a closing quote is cut from the shared walk; a called rule that may end
+  // inside a repetition returns from the walk (and makes two-stack configurations). The same
+  // vocabulary throughout, so later grammars reuse earlier grammars' walks.
+  const uint32_t seed = Seed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  auto vocab = LongTokenVocab(rng, 700);
+  const int32_t end = 28;
+  ASSERT_EQ(vocab->token_bytes(end), "");
+  std::vector<std::string> grammars = {
+      R"(root ::= "{\"k\":\"" [^"\\]{0,60} "\"}")",
+      R"(root ::= "{\"other\":\"" [^"\\]{0,75} "\"," "\"n\":" [0-9]{1,3} "}")",
+      R"(root ::= "[" "\"" [a-z é]{20,45} "\"" ( "," "\"" [a-z é]{20,45} "\"" )* "]")",
+      "root ::= \"(\" item \")\"\nitem ::= [a-z]{1,50} (\".\" [a-z]{1,30})? (\",\" item)?",
+  };
+  for (const char* schema :
+       {R"({"type": "object", "properties": {"name": {"type": "string", "maxLength": 70},
+            "email": {"type": "string", "format": "email"}}, "required": ["name", "email"]})",
+        R"({"type": "array", "items": {"type": "string", "minLength": 20, "maxLength": 50}})"}) {
+    auto gbnf = JsonSchemaToGbnf(nlohmann::ordered_json::parse(schema));
+    ASSERT_TRUE(gbnf.ok()) << gbnf.status();
+    grammars.push_back(*gbnf);
+  }
+  int checked = 0;
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& gbnf : grammars) {
+      SCOPED_TRACE(gbnf);
+      auto g = MustCompile(gbnf);
+      ASSERT_NE(g, nullptr);
+      checked += CheckExtremeWalk(g, vocab, end, /*shortest=*/true, 120);
+      checked += CheckExtremeWalk(g, vocab, end, /*shortest=*/false, 40);
+      for (int w = 0; w < 3; ++w) checked += CheckRandomWalk(g, vocab, {end}, rng, 60);
+    }
+  }
+  EXPECT_GT(checked, 1000);
+}
+
+TEST(TokenMatcherTest, SmallStackLimitsGiveExactMasks) {
+  // With few stacks allowed, a mask combined from walks apart (a configuration's stacks, a
+  // rule's returns) could allow a token whose whole step exceeds the limit; such masks are
+  // walked whole instead.
+  const uint32_t seed = Seed();
+  SCOPED_TRACE(absl::StrCat("seed ", seed));
+  std::mt19937 rng(seed);
+  auto vocab = LongTokenVocab(rng, 500);
+  std::vector<std::string> runs;
+  for (int i = 1; i <= 24; ++i) runs.push_back(std::string(i, 'a'));
+  for (int i = 1; i <= 24; ++i) runs.push_back(std::string(i, 'b'));
+  runs.push_back("");
+  auto run_vocab = Vocabulary::Create(runs, {});
+  Limits limits;
+  limits.max_stacks = 3;
+  int checked = 0;
+  for (const char* gbnf : {"root ::= \"(\" item \")\"\nitem ::= [a-z]{1,50} (\",\" item)?",
+                           "root ::= x\nx ::= \"a\" x y | \"\"\ny ::= \"b\" | \"\"",
+                           "root ::= x x\nx ::= [ab]* | \"a\" x"}) {
+    SCOPED_TRACE(gbnf);
+    auto g = Grammar::FromGbnf(gbnf, limits);
+    ASSERT_TRUE(g.ok()) << g.status();
+    checked += CheckExtremeWalk(*g, vocab, 28, /*shortest=*/true, 40);
+    checked += CheckExtremeWalk(*g, run_vocab, 48, /*shortest=*/true, 40);
+    checked += CheckExtremeWalk(*g, run_vocab, 48, /*shortest=*/false, 20);
+    for (int w = 0; w < 4; ++w) checked += CheckRandomWalk(*g, run_vocab, {48}, rng, 30);
+  }
+  EXPECT_GT(checked, 50);
+}
+
 TEST(TokenMatcherTest, LargeRegionsGiveExactMasks) {
   // Thousands of keywords: the start state's plain region is too large to share.
   std::string gbnf = "root ::= (";
@@ -291,6 +432,35 @@ TEST(TokenMatcherTest, LargeRegionsGiveExactMasks) {
   int checked = 0;
   for (int w = 0; w < 8; ++w) checked += CheckRandomWalk(g, vocab, {1200}, rng, 30);
   EXPECT_GT(checked, 12);
+  // Thousands of words spelled with classes (no narrow states to cut the region at): more
+  // than 4096 states within the shared walks' depth.
+  std::string classes = "root ::= (";
+  for (int i = 0; i < 5000; ++i) {
+    classes += i ? " | " : "";
+    for (int b = 0; b < 13; ++b) classes += (i >> b) & 1 ? "[a-b] " : "[c-d] ";
+    classes += "\";\"";
+  }
+  classes += ") root?\n";
+  auto wide = MustCompile(classes);
+  ASSERT_NE(wide, nullptr);
+  std::vector<std::string> words;
+  for (int t = 0; t < 600; ++t) {
+    std::string w;
+    for (size_t n = 1 + rng() % 16, i = 0; i < n; ++i) w += "abcd;"[rng() % 5];
+    if (t % 3 == 0) w += ';';
+    words.push_back(w);
+  }
+  for (int t = 0; t < 100; ++t) {  // whole words and what follows: past the region's boundary
+    std::string w;
+    for (int i = static_cast<int>(rng() % 5000), b = 0; b < 13; ++b)
+      w += "ac"[(i >> b) & 1 ? 0 : 1];
+    words[t] = w + ";" + std::string(t % 3, 'b');
+  }
+  words.push_back("");  // 600: the end token
+  auto word_vocab = Vocabulary::Create(words, {});
+  checked += CheckExtremeWalk(wide, word_vocab, 600, /*shortest=*/false, 20);
+  for (int w = 0; w < 8; ++w) checked += CheckRandomWalk(wide, word_vocab, {600}, rng, 30);
+  EXPECT_GT(checked, 30);
 }
 
 TEST(TokenMatcherTest, EndTokens) {
