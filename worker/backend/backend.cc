@@ -10,6 +10,7 @@ absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
                                     std::vector<int32_t>* tokens,
                                     std::vector<SampledLogprobs>* logprobs) {
   RETURN_IF_ERROR(Forward(batch, &logits_));
+  AwaitMasks();
   const size_t vocab = static_cast<size_t>(config().vocab_size);
   const size_t rows = vocab == 0 ? 0 : logits_.size() / vocab;
   if (rows != samples.size()) {
@@ -31,6 +32,22 @@ absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status Backend::ForwardSampleMasksPending(std::span<const SeqInput> batch,
+                                                std::span<const SampleInput> samples,
+                                                std::vector<int32_t>* tokens,
+                                                std::vector<SampledLogprobs>* logprobs,
+                                                PendingMasks& pending) {
+  if (!OverlapsMasks()) {
+    pending.Wait();
+    return ForwardSample(batch, samples, tokens, logprobs);
+  }
+  pending_masks_ = &pending;
+  absl::Status status = ForwardSample(batch, samples, tokens, logprobs);
+  pending_masks_ = nullptr;
+  pending.Wait();  // also when ForwardSample failed before it read the masks
+  return status;
 }
 
 absl::Status Backend::CopyPages(std::span<const PageCopy> copies) {

@@ -20,6 +20,10 @@
 //    Each row's adjustments (logit_bias, penalties) are applied to its logits first; rows with
 //    params.top_logprobs >= 0 also get their SampledLogprobs (worker/sampling/sampler.h). A
 //    row's mask of allowed tokens (SampleInput::allowed) applies before its adjustments.
+//  * The masks may be incomplete when the forward pass starts (ForwardSampleMasksPending: the
+//    runner fills them meanwhile). A backend whose forward pass leaves the host thread free
+//    (OverlapsMasks()) calls AwaitMasks() before it reads any mask; the others get complete
+//    masks before ForwardSample is called.
 //  * Swap space (preemption by swap): host memory of num_swap_pages() slots, each the size of
 //    one KV page (K and V of every layer), created at most once by InitSwapSpace before the
 //    first plan; none by default (num_swap_pages() 0). The scheduler owns the slots as it owns
@@ -69,6 +73,17 @@ struct SampleInput {  // how to pick the token of one want_logits sequence
   std::span<const uint32_t> allowed = {};
 };
 
+// The masks of a ForwardSample's samples, still being filled. Wait() returns once every
+// SampleInput::allowed of the call holds its mask (it may fill some itself); it may be called
+// more than once.
+class PendingMasks {
+ public:
+  virtual void Wait() = 0;
+
+ protected:
+  ~PendingMasks() = default;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -88,6 +103,17 @@ class Backend {
                              std::vector<int32_t>* tokens) {
     return ForwardSample(batch, samples, tokens, nullptr);
   }
+
+  // ForwardSample() while `pending` fills the samples' masks: overlapped with the forward pass
+  // when OverlapsMasks(), else after waiting for them. The masks are complete when it returns.
+  absl::Status ForwardSampleMasksPending(std::span<const SeqInput> batch,
+                                         std::span<const SampleInput> samples,
+                                         std::vector<int32_t>* tokens,
+                                         std::vector<SampledLogprobs>* logprobs,
+                                         PendingMasks& pending);
+  // Whether ForwardSample calls AwaitMasks() before it reads any mask, so that the masks can be
+  // filled during its forward pass (default: no).
+  virtual bool OverlapsMasks() const { return false; }
 
   // Copies pages in order (copy on write, before a Forward writes into the copy). Page ids are
   // checked by the caller. The default refuses: a backend without a KV arena has none to copy.
@@ -110,8 +136,15 @@ class Backend {
   // Device (GPU) memory this backend holds: weights, workspace and KV arena; 0 on the CPU.
   virtual size_t device_bytes() const { return 0; }
 
+ protected:
+  // Waits for the masks of the ForwardSampleMasksPending call in progress, if any.
+  void AwaitMasks() {
+    if (pending_masks_ != nullptr) pending_masks_->Wait();
+  }
+
  private:
-  std::vector<float> logits_;  // ForwardSample's scratch on the host path
+  std::vector<float> logits_;              // ForwardSample's scratch on the host path
+  PendingMasks* pending_masks_ = nullptr;  // during ForwardSampleMasksPending, when overlapped
 };
 
 // The checks every backend's Forward starts with (see the contract above): InvalidArgument

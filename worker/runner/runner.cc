@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
@@ -42,7 +43,13 @@ StepTiming Timing(const std::vector<SeqInput>& batch, absl::Time start, absl::Ti
 
 }  // namespace
 
-Runner::Runner(std::unique_ptr<Backend> backend) : backend_(std::move(backend)) {}
+int Runner::DefaultMaskThreads() {
+  // Half the cores, at most 4: masks of 64 rows take about a millisecond on one thread.
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+}
+
+Runner::Runner(std::unique_ptr<Backend> backend, int mask_threads)
+    : backend_(std::move(backend)), mask_filler_(mask_threads) {}
 
 absl::Status Runner::FirstSight(const wv1::SequenceStep& step) {
   SeqState state;
@@ -95,8 +102,7 @@ absl::Status Runner::FirstSight(const wv1::SequenceStep& step) {
     state.matcher.emplace(*std::move(compiled), state.end_tokens);
     state.prompt_tokens = static_cast<int32_t>(step.prompt_tokens());
     state.matched_to = state.prompt_tokens;
-    Match(step.seq_id(), state, 0,
-          {step.history().data(), static_cast<size_t>(step.history_size())});
+    Match(state, 0, {step.history().data(), static_cast<size_t>(step.history_size())});
   }
   seqs_[step.seq_id()] = std::move(state);
   return absl::OkStatus();
@@ -123,19 +129,33 @@ absl::StatusOr<std::shared_ptr<grammar::CompiledConstraint>> Runner::ConstraintF
   return compiled;
 }
 
-void Runner::Match(uint64_t seq_id, SeqState& s, int32_t start, std::span<const int32_t> tokens) {
+void Runner::Match(SeqState& s, int32_t start, std::span<const int32_t> tokens) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     const int32_t pos = start + static_cast<int32_t>(i);
     if (pos < s.matched_to) continue;  // prompt, or seen already
     s.matched_to = pos + 1;
+    s.unmatched.emplace_back(pos, tokens[i]);
+  }
+}
+
+void Runner::FeedAndFill(const MaskRow& row) {
+  SeqState& s = *row.seq;
+  for (const auto& [pos, token] : s.unmatched) {
     if (s.matcher->Finished()) continue;  // overlap: a step planned before the end was seen
-    if (!s.matcher->Accept(tokens[i])) {
+    if (!s.matcher->Accept(token)) {
       // Masked sampling never produces such a token; a scheduler that sends one breaks the
       // constraint, and the sequence can only end.
       PAGODA_LOG(kError, "worker", "sequence %d: token %d at position %d breaks its constraint",
-                 seq_id, tokens[i], pos);
+                 row.seq_id, token, pos);
       s.constraint_broken = true;
     }
+  }
+  s.unmatched.clear();
+  if (s.constraint_broken) {
+    std::fill(row.mask.begin(), row.mask.end(), 0u);
+    for (int32_t id : s.end_tokens) row.mask[id / 32] |= 1u << (id % 32);
+  } else {
+    s.matcher->FillMask(row.mask);
   }
 }
 
@@ -143,7 +163,7 @@ absl::Status Runner::RecordHistory(const wv1::SequenceStep& step, SeqState& s) {
   const std::span<const int32_t> input =
       step.feed_last_sampled() ? std::span<const int32_t>(&s.fed_token, 1)
                                : std::span<const int32_t>(step.tokens().data(), step.tokens_size());
-  if (s.matcher) Match(step.seq_id(), s, static_cast<int32_t>(step.start_pos()), input);
+  if (s.matcher) Match(s, static_cast<int32_t>(step.start_pos()), input);
   if (!s.sampling.has_penalties()) return absl::OkStatus();
   if (absl::Status st = s.history.Record(static_cast<int32_t>(step.start_pos()), input); !st.ok()) {
     return absl::InvalidArgumentError(
@@ -197,10 +217,10 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     if (step.sample() && seqs_.at(step.seq_id()).matcher) ++constrained;
   }
   masks_.resize(constrained * static_cast<size_t>(words));
-  size_t next_mask = 0;
+  mask_rows_.clear();
   std::vector<std::pair<size_t, size_t>> ranges;  // each sample's slice of adjustments_
   for (const wv1::SequenceStep& step : plan.steps()) {
-    const SeqState& s = seqs_.at(step.seq_id());
+    SeqState& s = seqs_.at(step.seq_id());
     SeqInput in;
     in.tokens = step.feed_last_sampled()
                     ? std::span<const int32_t>(&s.fed_token, 1)
@@ -215,15 +235,9 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
     ranges.emplace_back(begin, adjustments_.size() - begin);
     samples->push_back({s.sampling, step.sample_index(), {}, {}});
     if (s.matcher) {
-      const std::span<uint32_t> mask(masks_.data() + next_mask * words, words);
-      if (s.constraint_broken) {
-        std::fill(mask.begin(), mask.end(), 0u);
-        for (int32_t id : s.end_tokens) mask[id / 32] |= 1u << (id % 32);
-      } else {
-        s.matcher->FillMask(mask);
-      }
+      const std::span<uint32_t> mask(masks_.data() + mask_rows_.size() * words, words);
+      mask_rows_.push_back({step.seq_id(), &s, mask});
       samples->back().allowed = mask;
-      ++next_mask;
     }
   }
   // adjustments_ no longer grows: the spans stay valid.
@@ -329,14 +343,23 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   swapped_ = {};
   absl::Status status = Prepare(plan, &batch, &samples);
   result.set_swap_seconds(swapped_.seconds);
+  const bool run = status.ok() && !batch.empty();
+  if (run) {
+    // The rows' sequences are left alone until their masks are complete:
+    // ForwardSampleMasksPending returns only then, and the next change to seqs_ is the next
+    // plan's. A backend that cannot overlap the masks gets them before its forward pass (and
+    // its time).
+    mask_filler_.Start(mask_rows_.size(), [this](size_t row) { FeedAndFill(mask_rows_[row]); });
+    if (!backend_->OverlapsMasks()) mask_filler_.Wait();
+  }
   const absl::Time t0 = absl::Now();
   tokens_.clear();
   const bool want_logprobs = std::any_of(samples.begin(), samples.end(), [](const SampleInput& s) {
     return s.params.top_logprobs >= 0;
   });
-  if (status.ok() && !batch.empty()) {
-    status =
-        backend_->ForwardSample(batch, samples, &tokens_, want_logprobs ? &logprobs_ : nullptr);
+  if (run) {
+    status = backend_->ForwardSampleMasksPending(
+        batch, samples, &tokens_, want_logprobs ? &logprobs_ : nullptr, mask_filler_);
   }
   const absl::Time t1 = absl::Now();
   if (!status.ok()) {

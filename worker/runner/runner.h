@@ -10,10 +10,14 @@
 // seeded from the first sight's `history` and fed by every later step's input tokens; for
 // constrained sequences (SamplingParams.constraint) a grammar::TokenMatcher fed the same way
 // with the generated tokens (positions >= prompt_tokens), whose mask of allowed tokens goes with
-// each of the sequence's samples. Grammars are compiled once per distinct text and kept, with
-// their mask caches, until kMaxGrammars are cached (then the cache starts afresh). The scheduler
-// owns the page ids; the runner only checks them. A plan that cannot be executed yields a result
-// with `error` set, never a crash.
+// each of the sequence's samples. A sample's matcher is fed its new tokens and its mask filled
+// by the MaskFiller (the runner's thread and helper threads, a row at a time): during the
+// forward pass when the backend overlaps them (Backend::OverlapsMasks), else before it. Either
+// way a mask is a function of its matcher alone, so the sampled tokens do not depend on the
+// threads. Grammars are compiled once per distinct text and kept, with their mask caches, until
+// kMaxGrammars are cached (then the cache starts afresh). The scheduler owns the page ids; the
+// runner only checks them. A plan that cannot be executed yields a result with `error` set,
+// never a crash.
 #pragma once
 
 #include <functional>
@@ -27,6 +31,7 @@
 #include "common/grammar/token_matcher.h"
 #include "pagoda/worker/v1/worker_link.pb.h"
 #include "worker/backend/backend.h"
+#include "worker/runner/mask_filler.h"
 #include "worker/sampling/sampler.h"
 #include "worker/sampling/token_history.h"
 
@@ -46,7 +51,9 @@ struct StepTiming {
 
 class Runner {
  public:
-  explicit Runner(std::unique_ptr<Backend> backend);
+  // Threads that fill constrained samples' masks besides the runner's own (MaskFiller).
+  static int DefaultMaskThreads();
+  explicit Runner(std::unique_ptr<Backend> backend, int mask_threads = DefaultMaskThreads());
 
   // Called at the end of every Execute(), on the thread that called it. Set before the first.
   void SetStepObserver(std::function<void(const StepTiming&)> observer) {
@@ -81,11 +88,21 @@ class Runner {
     std::vector<int32_t> end_tokens;
     int32_t prompt_tokens = 0;
     int32_t matched_to = 0;
+    // Generated tokens (position, id) not yet fed to the matcher: FeedAndFill feeds them, on a
+    // mask filler's thread, before it fills the sequence's next mask.
+    std::vector<std::pair<int32_t, int32_t>> unmatched;
     bool constraint_broken = false;  // a token it refused arrived: only end tokens remain
+  };
+  // A constrained sample of the current plan: its sequence and its row of masks_.
+  struct MaskRow {
+    uint64_t seq_id;
+    SeqState* seq;
+    std::span<uint32_t> mask;
   };
   static constexpr size_t kMaxGrammars = 256;
   // Applies frees and page deltas and builds the batch; `samples` gets the sampling
-  // parameters and index of each sampling step, in plan order.
+  // parameters and index of each sampling step, in plan order, and mask_rows_ the constrained
+  // samples, whose masks are still to be filled.
   absl::Status Prepare(const pagoda::worker::v1::IterationPlan& plan, std::vector<SeqInput>* batch,
                        std::vector<SampleInput>* samples);
 
@@ -94,9 +111,12 @@ class Runner {
   // Records the step's input tokens (fed_token when feed_last_sampled) in s's history, when
   // it has penalties.
   absl::Status RecordHistory(const pagoda::worker::v1::SequenceStep& step, SeqState& s);
-  // Feeds a constrained sequence's matcher the tokens at positions [start, start + size) that
-  // are generated ones it has not seen.
-  void Match(uint64_t seq_id, SeqState& s, int32_t start, std::span<const int32_t> tokens);
+  // Queues for a constrained sequence's matcher the tokens at positions [start, start + size)
+  // that are generated ones it has not seen.
+  static void Match(SeqState& s, int32_t start, std::span<const int32_t> tokens);
+  // Feeds the row's matcher its queued tokens, then writes its mask (the end tokens alone once
+  // the constraint is broken). Runs on the mask filler's threads, one row per call.
+  static void FeedAndFill(const MaskRow& row);
   // The compiled grammar of `gbnf` over vocabulary_ (its mask cache included), from the cache
   // or compiled now.
   absl::StatusOr<std::shared_ptr<grammar::CompiledConstraint>> ConstraintFor(
@@ -129,6 +149,8 @@ class Runner {
   std::vector<SampledLogprobs> logprobs_;     // their logprobs, when some step asked
   std::vector<LogitAdjustment> adjustments_;  // every sample's adjustments, back to back
   std::vector<uint32_t> masks_;               // constrained samples' masks, back to back
+  std::vector<MaskRow> mask_rows_;            // the current plan's constrained samples
+  MaskFiller mask_filler_;  // runs FeedAndFill for mask_rows_ during (or before) the forward pass
   std::shared_ptr<const grammar::Vocabulary> vocabulary_;
   absl::flat_hash_map<std::string, std::shared_ptr<grammar::CompiledConstraint>> constraints_;
   std::function<void(const StepTiming&)> observer_;

@@ -12,6 +12,7 @@
 #include "tests/support/test_models.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
+#include "worker/backend/synthetic/synthetic_backend.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::worker {
@@ -436,6 +437,135 @@ TEST(RunnerTest, ConstrainedSamplesStayInTheGrammarAndEnd) {
     }
     grammar::Matcher m(*grammar);
     EXPECT_TRUE(m.Advance(text) && m.Accepting()) << text;
+  }
+}
+
+// A small vocabulary for JSON-like text (id 0: the end token, special) and a grammar over it,
+// for constrained sequences on the synthetic backend.
+constexpr int kSmallEos = 0;
+const char kSmallGbnf[] =
+    "root ::= \"{\\\"name\\\":\\\"\" [a-z ]{0,40} \"\\\",\\\"n\\\":\" [0-9]{1,5} \"}\"\n";
+
+wv1::Vocabulary SmallVocabulary() {
+  wv1::Vocabulary vocab;
+  vocab.add_token_bytes("");  // kSmallEos
+  vocab.add_special_ids(kSmallEos);
+  for (char c : std::string("{}\":, -abcdefghijklmnopqrstuvwxyz0123456789ABC")) {
+    vocab.add_token_bytes(std::string(1, c));
+  }
+  for (const char* piece : {"{\"", "\":\"", "\",\"", "\":", "ab", "the", " of", "ing", "12", "345",
+                            "\"}", "na", "me", "\",\"n", "xyz", "  ", "q1", "a\""}) {
+    vocab.add_token_bytes(piece);
+  }
+  return vocab;
+}
+
+std::unique_ptr<Runner> SyntheticRunner(int vocab_size, int pages, int mask_threads) {
+  common::ModelConfig config;
+  config.vocab_size = vocab_size;
+  config.context_length = 1024;
+  auto backend = SyntheticBackend::Create(
+      config, {.page_size = 16, .num_pages = pages, .step = absl::ZeroDuration()});
+  EXPECT_OK(backend);
+  return std::make_unique<Runner>(*std::move(backend), mask_threads);
+}
+
+// Constrained sequences on the synthetic backend, whose forward pass overlaps the masks: the
+// tokens are the same whether the runner fills the masks alone or with helper threads, also
+// for sequences freed midway and seen again (their matchers rebuilt from the history), and
+// every answer is a sentence of the grammar.
+TEST(RunnerTest, MaskThreadsGiveTheSameTokens) {
+  constexpr int kPagesPerSeq = 6, kSeqs = 24, kPrompt = 5, kEos = kSmallEos;
+  const wv1::Vocabulary vocab = SmallVocabulary();
+  const int vocab_size = vocab.token_bytes_size();
+  const std::string gbnf = kSmallGbnf;
+  auto grammar = grammar::Grammar::FromGbnf(gbnf);
+  ASSERT_OK(grammar);
+  auto run = [&](int mask_threads) {
+    auto runner_ptr = SyntheticRunner(vocab_size, kSeqs * kPagesPerSeq, mask_threads);
+    Runner& runner = *runner_ptr;
+    runner.SetVocabulary(vocab);
+    std::vector<std::vector<int32_t>> seqs(kSeqs);
+    std::vector<bool> ended(kSeqs, false);
+    for (int i = 0; i < kSeqs; ++i) {
+      for (int p = 0; p < kPrompt; ++p) seqs[i].push_back(1 + (i * 7 + p * 3) % (vocab_size - 1));
+    }
+    auto first_sight = [&](wv1::IterationPlan& plan, int i, int start) {
+      std::vector<uint32_t> pages;
+      for (int p = 0; p < kPagesPerSeq; ++p) pages.push_back(i * kPagesPerSeq + p);
+      const std::vector<int32_t>& seq = seqs[i];
+      wv1::SequenceStep* s = AddStep(plan, i, std::vector<int32_t>(seq.begin() + start, seq.end()),
+                                     start, pages, true, static_cast<int>(seq.size()) - kPrompt);
+      s->set_first_sight(true);
+      s->mutable_sampling()->mutable_constraint()->set_grammar(gbnf);
+      s->mutable_sampling()->mutable_constraint()->add_end_token_ids(kEos);
+      s->set_prompt_tokens(kPrompt);
+      s->mutable_history()->Add(seq.begin(), seq.begin() + start);
+    };
+    for (int step = 0; step < 80; ++step) {
+      wv1::IterationPlan plan;
+      plan.set_iteration(step + 1);
+      for (int i = 0; i < kSeqs; ++i) {
+        if (ended[i]) continue;
+        const int pos = static_cast<int>(seqs[i].size()) - 1;
+        if (step == 0) {
+          first_sight(plan, i, 0);
+        } else if (step == 6 + i % 5 && i % 3 == 0) {  // freed and seen again
+          plan.add_free_seq_ids(i);
+          first_sight(plan, i, pos);
+        } else {
+          AddStep(plan, i, {seqs[i].back()}, pos, {}, true, pos - kPrompt + 1)
+              ->set_first_sight(false);
+        }
+      }
+      if (plan.steps_size() == 0) break;
+      wv1::IterationResult r = runner.Execute(plan);
+      EXPECT_TRUE(r.error().empty()) << r.error();
+      for (const wv1::SampledToken& t : r.sampled()) {
+        seqs[t.seq_id()].push_back(t.token_id());
+        if (t.token_id() == kEos) ended[t.seq_id()] = true;
+      }
+    }
+    for (int i = 0; i < kSeqs; ++i) {
+      EXPECT_TRUE(ended[i]) << "sequence " << i << " did not end";
+      std::string text;
+      for (size_t k = kPrompt; k + 1 < seqs[i].size(); ++k) text += vocab.token_bytes(seqs[i][k]);
+      grammar::Matcher m(*grammar);
+      EXPECT_TRUE(m.Advance(text) && m.Accepting()) << text;
+    }
+    return seqs;
+  };
+  const auto alone = run(0);
+  EXPECT_EQ(run(1), alone);
+  EXPECT_EQ(run(3), alone);
+}
+
+// A token the constraint refuses (only a scheduler out of step would send one) leaves the
+// sequence nothing but its end token, with helper threads feeding the matcher.
+TEST(RunnerTest, RefusedTokenLeavesOnlyTheEnd) {
+  const wv1::Vocabulary vocab = SmallVocabulary();
+  auto runner = SyntheticRunner(vocab.token_bytes_size(), 8, 2);
+  runner->SetVocabulary(vocab);
+  const int32_t upper_a = 1 + static_cast<int32_t>(std::string("{}\":, -").size()) + 26 + 10;
+  ASSERT_EQ(vocab.token_bytes(upper_a), "A");
+  wv1::IterationPlan plan;
+  plan.set_iteration(1);
+  wv1::SequenceStep* s = AddStep(plan, 1, {5, 6, 7}, 0, {0, 1}, true, 0);
+  s->mutable_sampling()->mutable_constraint()->set_grammar(kSmallGbnf);
+  s->mutable_sampling()->mutable_constraint()->add_end_token_ids(kSmallEos);
+  s->set_prompt_tokens(3);
+  wv1::IterationResult r = runner->Execute(plan);
+  ASSERT_TRUE(r.error().empty()) << r.error();
+  ASSERT_EQ(r.sampled_size(), 1);
+  EXPECT_NE(r.sampled(0).token_id(), kSmallEos);
+  for (int step = 0; step < 3; ++step) {  // "A" is never allowed: only the end remains
+    plan.Clear();
+    plan.set_iteration(2 + step);
+    AddStep(plan, 1, {upper_a}, 3 + step, {}, true, 1 + step)->set_first_sight(false);
+    r = runner->Execute(plan);
+    ASSERT_TRUE(r.error().empty()) << r.error();
+    ASSERT_EQ(r.sampled_size(), 1);
+    EXPECT_EQ(r.sampled(0).token_id(), kSmallEos) << step;
   }
 }
 

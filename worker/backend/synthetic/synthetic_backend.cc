@@ -198,6 +198,7 @@ absl::Status SyntheticBackend::ForwardSample(std::span<const SeqInput> batch,
         "%d sampling entries for %d sequences that want logits", samples.size(), tokens->size()));
   }
   if (status.ok()) {
+    AwaitMasks();
     for (size_t r = 0; r < samples.size(); ++r) {
       (*tokens)[r] = AllowedToken((*tokens)[r], samples[r].allowed);
     }

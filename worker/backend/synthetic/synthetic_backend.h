@@ -26,6 +26,9 @@
 //    token is the synthetic token when its mask allows it, else AllowedToken() of it: the
 //    (token mod count)-th allowed id, so constrained output varies as the synthetic tokens
 //    do (on the host path, greedy over masked one-hot logits picks the lowest allowed id).
+//  * Masks still being filled (Backend::ForwardSampleMasksPending) are awaited once the step's
+//    tokens are known, inside the step time, as a GPU's host thread would wait for them while
+//    the forward pass runs (OverlapsMasks()).
 //  * Batches are validated like every backend's (ValidateBatch). One thread at a time.
 #pragma once
 
@@ -71,6 +74,7 @@ class SyntheticBackend final : public Backend {
   absl::Status SwapOut(std::span<const SwapCopy> copies) override;
   absl::Status SwapIn(std::span<const SwapCopy> copies) override;
   int num_swap_pages() const override { return num_swap_pages_; }
+  bool OverlapsMasks() const override { return true; }
 
   int page_size() const override { return options_.page_size; }
   int num_pages() const override { return options_.num_pages; }

@@ -203,6 +203,33 @@ TEST(SyntheticBackendTest, EveryStepLastsAtLeastTheStepTime) {
   EXPECT_EQ(b->name(), "synthetic");
 }
 
+// Masks still being filled when the step starts are awaited before they are read: here the
+// pending set writes its mask only in Wait (as the runner's filler finishes its rows), and the
+// row's token obeys that mask.
+TEST(SyntheticBackendTest, PendingMasksAreAwaitedBeforeTheyAreRead) {
+  auto b = Make(16);
+  EXPECT_TRUE(b->OverlapsMasks());
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  const std::vector<int32_t> pages = {0};
+  SeqInput in{prompt, 0, pages, true};
+  std::vector<uint32_t> mask((Config().vocab_size + 31) / 32, 0u);
+  SampleInput sample;
+  sample.allowed = mask;
+  struct Pending final : PendingMasks {
+    std::vector<uint32_t>* mask = nullptr;
+    int waits = 0;
+    void Wait() override {
+      ++waits;
+      (*mask)[1] = 1u << 8;  // token 40 alone
+    }
+  } pending;
+  pending.mask = &mask;
+  std::vector<int32_t> out;
+  ASSERT_OK(b->ForwardSampleMasksPending({&in, 1}, {&sample, 1}, &out, nullptr, pending));
+  EXPECT_EQ(out.at(0), 40);
+  EXPECT_GE(pending.waits, 1);
+}
+
 // A constrained row gets its synthetic token when allowed, else the allowed id of rank
 // token mod count: always an allowed id, varying with the synthetic token.
 TEST(SyntheticBackendTest, AllowedTokenPicksAnAllowedId) {
