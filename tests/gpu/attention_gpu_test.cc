@@ -429,9 +429,11 @@ TEST_P(AttentionDTypeTest, PrefillTensorCoresGroupsAndBlockHeights) {
   const Shape shapes[] = {{16, 128, 4, 4}, {16, 128, 4, 2}, {32, 128, 6, 2}, {16, 128, 8, 2},
                           {8, 64, 10, 2},  {16, 64, 12, 2}, {32, 64, 14, 2}, {16, 64, 8, 1}};
   uint32_t seed = 700 + (dtype == DType::kFp16 ? 20 : 0);
-  for (const Shape& shape : shapes) {
+  for (size_t i = 0; i < std::size(shapes); ++i) {
     for (int rows : {64, 128}) {
-      ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shape, seqs, false, seed++), 0, rows));
+      // FP16 takes each height on every other shape (both kernels, half the emulator's time).
+      if (dtype == DType::kFp16 && (rows == 64) != (i % 2 == 0)) continue;
+      ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shapes[i], seqs, false, seed++), 0, rows));
     }
   }
 }
