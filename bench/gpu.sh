@@ -145,6 +145,8 @@ torch_ms = {r["tokens"]: r["median_ms"] for r in sdpa["runs"] if r.get("backend"
 picked = {r["tokens"]: r["picked"] for r in sdpa["runs"] if r.get("backend") == "default"}
 print("\nprefill attention, 32/8 heads, head dim 128, page 16, bf16; PyTorch %s (%s)" %
       (sdpa.get("torch"), ", ".join("%d: %s" % kv for kv in sorted(picked.items())) or "-"))
+print("  peer: python3 bench/gpu/sdpa_bench.py = F.scaled_dot_product_attention(q, k, v, "
+      "is_causal=True), [1, 32, N, 128] bf16, the backend PyTorch picks, then each forced")
 for r in sdpa["runs"]:
     if r.get("backend") != "default" and "tflops" in r:
         print("  torch %-22s %6d tokens %8.1f TFLOP/s" % (r["backend"], r["tokens"], r["tflops"]))

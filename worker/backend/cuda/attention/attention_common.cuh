@@ -51,6 +51,47 @@ inline void CheckAttentionArgs(ArgCheck& check, const AttentionShape& s, const A
       .RequirePointer(out, "out", 2);
 }
 
+// What every attention kernel reads: the batch, the tensors (device pointers cast to their
+// element types by the kernel) and the shape. DecodeArgs and PrefillArgs add their own fields.
+struct PagedAttentionArgs {
+  const int32_t* token_start;  // [num_seqs]
+  const int32_t* num_tokens;   // [num_seqs]
+  const int32_t* start_pos;    // [num_seqs]
+  const int32_t* page_table;   // [num_seqs][page_table_stride]
+  int page_table_stride;
+  const void* q;        // [rows][n_heads][head_dim] dtype
+  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
+  const void* v_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
+  void* out;            // [rows][n_heads][head_dim] dtype
+  int n_heads;
+  int n_kv_heads;
+  int head_dim;
+  int page_size;
+  int group;         // n_heads / n_kv_heads
+  float scale_log2;  // scale * log2(e)
+};
+
+// The shared fields of a launch's arguments.
+inline void FillPagedArgs(const AttentionBatch& b, const AttentionShape& s, const void* q,
+                          const void* k_cache, const void* v_cache, void* out,
+                          PagedAttentionArgs* a) {
+  a->token_start = b.token_start;
+  a->num_tokens = b.num_tokens;
+  a->start_pos = b.start_pos;
+  a->page_table = b.page_table;
+  a->page_table_stride = b.page_table_stride;
+  a->q = q;
+  a->k_cache = k_cache;
+  a->v_cache = v_cache;
+  a->out = out;
+  a->n_heads = s.n_heads;
+  a->n_kv_heads = s.n_kv_heads;
+  a->head_dim = s.head_dim;
+  a->page_size = s.page_size;
+  a->group = s.n_heads / s.n_kv_heads;
+  a->scale_log2 = s.scale * kLog2e;
+}
+
 template <typename T>
 __device__ __forceinline__ T FromBits(uint16_t bits);
 template <>

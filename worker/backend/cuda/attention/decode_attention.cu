@@ -83,29 +83,15 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
       .Require(p.contiguous_kv || b.page_table != nullptr, "batch.page_table is null");
   RETURN_IF_ERROR(check.status());
   DecodeArgs args{};
-  args.token_start = b.token_start;
-  args.num_tokens = b.num_tokens;
-  args.start_pos = b.start_pos;
-  args.page_table = b.page_table;
-  args.page_table_stride = b.page_table_stride;
-  args.q = p.q;
-  args.k_cache = p.k_cache;
-  args.v_cache = p.v_cache;
-  args.out = p.out;
+  attention_internal::FillPagedArgs(b, s, p.q, p.k_cache, p.v_cache, p.out, &args);
   if (p.max_partitions > 1) {
     char* ws = static_cast<char*>(p.workspace);
     args.part_out = reinterpret_cast<float*>(ws);
     args.part_ml = reinterpret_cast<float2*>(
         ws + PartialOutBytes(b.num_seqs, s.n_heads, s.head_dim, p.max_partitions));
   }
-  args.n_heads = s.n_heads;
-  args.n_kv_heads = s.n_kv_heads;
-  args.head_dim = s.head_dim;
-  args.page_size = s.page_size;
-  args.group = s.n_heads / s.n_kv_heads;
   args.max_partitions = p.max_partitions;
   args.partition_tokens = pt;
-  args.scale_log2 = s.scale * attention_internal::kLog2e;
 
   return CudaStatus(DispatchDType(s.dtype,
                                   [&](auto tag) -> cudaError_t {

@@ -34,27 +34,12 @@ inline constexpr int kDecodeWarps = kDecodeThreads / 32;
 // Score rows are padded by one float so that heads of one position fall in different banks.
 inline constexpr int kScoreStride = kDecodePartitionTokens + 1;
 
-// Everything the decode kernels read, device pointers cast to their element types by the kernel.
-struct DecodeArgs {
-  const int32_t* token_start;  // [num_seqs]
-  const int32_t* num_tokens;   // [num_seqs]
-  const int32_t* start_pos;    // [num_seqs]
-  const int32_t* page_table;   // [num_seqs][page_table_stride]
-  int page_table_stride;
-  const void* q;        // [rows][n_heads][head_dim] dtype
-  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
-  const void* v_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
-  void* out;            // [rows][n_heads][head_dim] dtype
-  float* part_out;      // [num_seqs][n_heads][max_partitions][head_dim] unnormalized sums
-  float2* part_ml;      // [num_seqs][n_heads][max_partitions] (max, sum), base 2
-  int n_heads;
-  int n_kv_heads;
-  int head_dim;
-  int page_size;
-  int group;  // n_heads / n_kv_heads
+// Everything the decode kernels read.
+struct DecodeArgs : PagedAttentionArgs {
+  float* part_out;  // [num_seqs][n_heads][max_partitions][head_dim] unnormalized sums
+  float2* part_ml;  // [num_seqs][n_heads][max_partitions] (max, sum), base 2
   int max_partitions;
   int partition_tokens;  // positions per partition: a power of two <= kDecodePartitionTokens
-  float scale_log2;      // scale * log2(e)
 };
 
 // The positions one block covers.

@@ -28,7 +28,6 @@ namespace pagoda::worker::cuda {
 namespace {
 
 using attention_internal::kFullMask;
-using attention_internal::kLog2e;
 using attention_internal::Load4;
 using attention_internal::PackPair;
 using attention_internal::PrefillArgs;
@@ -251,25 +250,11 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
       .RequirePointer(b.page_table, "batch.page_table");
   RETURN_IF_ERROR(check.status());
   PrefillArgs args{};
-  args.token_start = b.token_start;
-  args.num_tokens = b.num_tokens;
-  args.start_pos = b.start_pos;
-  args.page_table = b.page_table;
-  args.page_table_stride = b.page_table_stride;
-  args.q = p.q;
-  args.k_cache = p.k_cache;
-  args.v_cache = p.v_cache;
-  args.out = p.out;
-  args.n_heads = s.n_heads;
-  args.n_kv_heads = s.n_kv_heads;
-  args.head_dim = s.head_dim;
-  args.page_size = s.page_size;
+  attention_internal::FillPagedArgs(b, s, p.q, p.k_cache, p.v_cache, p.out, &args);
   args.page_shift = -1;
   for (int shift = 0; shift < 31; ++shift) {
     if (s.page_size == 1 << shift) args.page_shift = shift;
   }
-  args.group = s.n_heads / s.n_kv_heads;
-  args.scale_log2 = s.scale * kLog2e;
   const int64_t rows = static_cast<int64_t>(p.max_chunk_tokens) * args.group;
   if (HasMmaPath(s.head_dim)) {
     namespace pm = attention_internal::prefill_mma;

@@ -32,23 +32,9 @@
 
 namespace pagoda::worker::cuda::attention_internal {
 
-struct PrefillArgs {
-  const int32_t* token_start;  // [num_seqs]
-  const int32_t* num_tokens;   // [num_seqs]
-  const int32_t* start_pos;    // [num_seqs]
-  const int32_t* page_table;   // [num_seqs][page_table_stride]
-  int page_table_stride;
-  const void* q;        // [rows][n_heads][head_dim] dtype
-  const void* k_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
-  const void* v_cache;  // [num_pages][page_size][n_kv_heads][head_dim] dtype
-  void* out;            // [rows][n_heads][head_dim] dtype
-  int n_heads;
-  int n_kv_heads;
-  int head_dim;
-  int page_size;
+// Everything the prefill kernels read.
+struct PrefillArgs : PagedAttentionArgs {
   int page_shift;  // log2(page_size) when it is a power of two, else -1
-  int group;
-  float scale_log2;  // scale * log2(e)
 };
 
 namespace prefill_mma {
