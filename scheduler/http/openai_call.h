@@ -1,30 +1,29 @@
-// OpenAiCall: one POST /v1/completions or /v1/chat/completions being served: the sink in the
-// Engine of each of its n completions, and the writer of its HTTP answer.
+// OpenAiCall: one POST /v1/completions, /v1/chat/completions or /v1/responses being served: the
+// sink in the Engine of each of its n completions, and the writer of its HTTP answer, whose
+// bytes its AnswerFormat makes (answer_format.h: choices for chat and completions, typed events
+// and a response object for the Responses API).
 //
 // Life: Start() (on the connection's strand) validates the request with the gRPC API's own
 // GenerationService::Validate, submits it with one Sink per completion, and for a stream writes
-// the event-stream head at once (chat: with each choice's first delta, which carries the role).
-// The engine then delivers tokens under its lock (OnToken/OnFinished only buffer them, per
-// completion, in the call's OutputProcessor) and calls Flush(), which posts one Pump() to the
-// strand. Pump takes everything buffered, has the processor turn it into each completion's text
-// and end (detokenized, stop strings applied: output_processor.h), and writes it: streams as one
-// SSE chunk per choice with news, whole answers once every completion has ended. One write at a
-// time: what arrives meanwhile waits in the buffers and goes out together after it (a slow reader
-// gets fewer, larger writes and never slows the engine). Logprobs, when asked for, go with their
-// tokens (completions: tokens, token_logprobs, top_logprobs, text_offset; chat: content[]).
-// A stream ends with each choice's
-// finish_reason, the usage chunk when asked for, and "data: [DONE]".
+// the event-stream head at once with the format's first events. The engine then delivers tokens
+// under its lock (OnToken/OnFinished only buffer them, per completion, in the call's
+// OutputProcessor) and calls Flush(), which posts one Pump() to the strand. Pump takes
+// everything buffered, has the processor turn it into each completion's text and end
+// (detokenized, stop strings applied: output_processor.h), and has the format write it: streams
+// as events with news, whole answers once every completion has ended. One write at a time: what
+// arrives meanwhile waits in the buffers and goes out together after it (a slow reader gets
+// fewer, larger writes and never slows the engine).
 //
 // Ending early: the client disconnecting (the connection watches the socket while the answer is
 // pending) or a failed write finish every completion in the engine (which frees their pages
 // within the iteration) and close the connection; Abort() (a drain out of time) does the same
-// and answers 503 (or, mid-stream, an error event and [DONE]). A stop string that matches ends
+// and answers 503 (or, mid-stream, the format's failure events). A stop string that matches ends
 // its completion in the engine; the text from the match on is never sent.
 //
 // Threads: the engine's calls come from any thread; everything else runs on the strand. mu_
-// guards the processor's engine side and the ending; the rest (the processor's writer side
-// included) is the strand's. Each call ends with one log line and one metrics count, through
-// GenerationService::Report like a gRPC call.
+// guards the processor's engine side and the ending; the rest (the processor's writer side and
+// the format included) is the strand's. Each call ends with one log line and one metrics count,
+// through GenerationService::Report like a gRPC call.
 #pragma once
 
 #include <atomic>
@@ -38,8 +37,8 @@
 #include "absl/synchronization/mutex.h"
 #include "scheduler/core/types.h"
 #include "scheduler/engine/request_sink.h"
+#include "scheduler/http/answer_format.h"
 #include "scheduler/http/openai_request.h"
-#include "scheduler/http/openai_response.h"
 #include "scheduler/http/responder.h"
 #include "scheduler/service/generation_service.h"
 #include "scheduler/service/output_processor.h"
@@ -50,34 +49,21 @@ class OpenAiFrontend;
 
 class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
  public:
-  // On the strand: serves `request` (its prompt set) on `responder`, answering errors itself.
+  // On the strand: serves `request` (its prompt set) on `responder`, answering errors itself,
+  // in `format` (null: ChoicesFormat, the chat or completions answer).
   static void Start(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder,
-                    OpenAiRequest request, bool keep_alive);
+                    OpenAiRequest request, bool keep_alive,
+                    std::unique_ptr<AnswerFormat> format = nullptr);
 
   // Any thread: a drain ran out of time; ends the call with 503 and `why` unless every
   // completion has already ended.
   void Abort(const std::string& why);
 
   OpenAiCall(OpenAiFrontend* frontend, std::shared_ptr<Responder> responder, OpenAiRequest request,
-             bool keep_alive);
+             bool keep_alive, std::unique_ptr<AnswerFormat> format);
 
  private:
   friend class CompletionSink<OpenAiCall>;
-  // What one choice of the answer has accumulated (the strand's).
-  struct Call {
-    int32_t index = 0;  // the parser's
-    ToolCallOut out;    // arguments: whole answers only
-    bool valid = true;  // no kToolCallInvalid came
-  };
-  struct Answer {
-    std::string text;                        // whole answers: the text so far
-    std::vector<TokenLogprobText> logprobs;  // whole answers: those of the tokens so far
-    int64_t text_bytes = 0;                  // text sent so far (streams' text_offset)
-    std::string reasoning;                   // whole answers: the reasoning so far
-    std::vector<Call> calls;                 // the tool calls started so far
-    bool HasCalls() const;                   // some call is still valid
-  };
-
   // The Sinks' calls (RequestSink's contract).
   bool OnToken(int index, int32_t token, const TokenLogprob* logprob);
   bool OnFinished(int index, Event event);
@@ -89,14 +75,7 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
   // Any thread: finishes every completion in the engine and ends the call with `status`.
   void Stop(absl::Status status);
   void Pump();
-  // Formats delta_, completion `index`'s news: appends the stream's events to `out` (whole
-  // answers: to the choice's Answer).
-  void Consume(int index, std::string* out);
-  // The answer's form of a token's logprob.
-  TokenLogprobText LogprobText(int32_t token, const TokenLogprob& logprob) const;
-  // The logprobs object of an answer (completions or chat form); null when not asked for.
-  nlohmann::json LogprobsJson(const std::vector<TokenLogprobText>& tokens, int64_t offset) const;
-  // After the last completion's end: the stream's closing events or the whole answer.
+  // After the last completion's end: the outcome for the log line, and the format's closing.
   std::string Closing();
   void Send(std::string bytes, bool last);
   void OnWritten(bool ok, bool last);
@@ -109,16 +88,14 @@ class OpenAiCall final : public std::enable_shared_from_this<OpenAiCall> {
   const std::shared_ptr<Responder> responder_;
   OpenAiRequest request_;
   const bool keep_alive_;
-  AnswerHeader header_;
-  std::optional<ChunkEncoder> chunks_;  // streams: set with header_
+  const std::unique_ptr<AnswerFormat> format_;  // the strand's
   double start_ = 0;
   RequestId id_ = 0;
   std::atomic<bool> submitted_{false};  // the engine knows the request (id_ is set)
   // The strand's.
   bool writing_ = false;
   bool done_ = false;
-  std::vector<Answer> answers_;  // one per completion, sized before the request is submitted
-  CompletionDelta delta_;        // the processor's output being formatted
+  CompletionDelta delta_;  // the processor's output being formatted
   GenerateOutcome outcome_;
 
   absl::Mutex mu_;

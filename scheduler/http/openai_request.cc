@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/utf8.h"
+#include "scheduler/http/request_reader.h"
 
 namespace pagoda::scheduler::http {
 namespace {
@@ -23,147 +24,8 @@ constexpr int kMaxTopLogprobs = 20;
 // OpenAI's default for /v1/completions.
 constexpr uint32_t kDefaultCompletionTokens = 16;
 
-// The deepest nesting of arrays and objects in `body` (strings skipped), counted without
-// parsing, so that a pathological body never reaches the JSON parser.
-int NestingDepth(std::string_view body) {
-  int depth = 0, deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      deepest = std::max(deepest, ++depth);
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return deepest;
-}
+using Reader = RequestReader;
 
-// Reads the fields of one request object; the first error wins and later reads do nothing.
-class Reader {
- public:
-  explicit Reader(const json& object) : object_(object) {}
-
-  const std::optional<ApiError>& error() const { return error_; }
-  bool ok() const { return !error_; }
-  void Fail(std::string message, const std::string& param) {
-    if (!error_) error_ = BadRequest(std::move(message), param);
-  }
-  // The field, or null when absent or JSON null; marks it as known.
-  const json* Get(const std::string& name) {
-    known_.insert(name);
-    auto it = object_.find(name);
-    if (it == object_.end() || it->is_null()) return nullptr;
-    return &*it;
-  }
-
-  std::optional<bool> Bool(const std::string& name) {
-    const json* v = Get(name);
-    if (v == nullptr || !ok()) return std::nullopt;
-    if (!v->is_boolean()) {
-      Fail(absl::StrCat(name, " must be a boolean"), name);
-      return std::nullopt;
-    }
-    return v->get<bool>();
-  }
-  std::optional<double> Number(const std::string& name) {
-    const json* v = Get(name);
-    if (v == nullptr || !ok()) return std::nullopt;
-    if (!v->is_number()) {
-      Fail(absl::StrCat(name, " must be a number"), name);
-      return std::nullopt;
-    }
-    return v->get<double>();
-  }
-  // An integer in [lo, hi] (a float with an integral value counts).
-  std::optional<int64_t> Integer(const std::string& name, int64_t lo, int64_t hi) {
-    const json* v = Get(name);
-    if (v == nullptr || !ok()) return std::nullopt;
-    return IntegerValue(*v, name, lo, hi);
-  }
-  std::optional<int64_t> IntegerValue(const json& v, const std::string& name, int64_t lo,
-                                      int64_t hi) {
-    auto fail = [&] {
-      Fail(absl::StrFormat("%s must be an integer in [%d, %d]", name, lo, hi), name);
-      return std::nullopt;
-    };
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (hi < 0 || u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo))) {
-        return fail();
-      }
-      return static_cast<int64_t>(u);
-    }
-    if (v.is_number_integer()) {
-      const int64_t i = v.get<int64_t>();
-      if (i < lo || i > hi) return fail();
-      return i;
-    }
-    // A float with an integral value counts (some clients send 16.0).
-    if (!v.is_number_float()) return fail();
-    const double d = v.get<double>();
-    // (The bounds of int64_t itself first, so that the cast below is defined.)
-    if (!std::isfinite(d) || d != std::floor(d) || d >= 0x1p63 || d < -0x1p63 ||
-        static_cast<int64_t>(d) < lo || static_cast<int64_t>(d) > hi) {
-      return fail();
-    }
-    return static_cast<int64_t>(d);
-  }
-  std::optional<std::string> String(const std::string& name) {
-    const json* v = Get(name);
-    if (v == nullptr || !ok()) return std::nullopt;
-    if (!v->is_string()) {
-      Fail(absl::StrCat(name, " must be a string"), name);
-      return std::nullopt;
-    }
-    return v->get<std::string>();
-  }
-  // A field this server does not implement: accepted only when absent or `is_default`.
-  void Unsupported(const std::string& name, bool (*is_default)(const json&),
-                   const std::string& why = "") {
-    const json* v = Get(name);
-    if (v == nullptr || !ok() || is_default(*v)) return;
-    Fail(absl::StrCat(name, " is not supported by this server",
-                      why.empty() ? "" : absl::StrCat(" (", why, ")")),
-         name);
-  }
-  // Fields that change nothing here: accepted as they are.
-  void Ignore(std::initializer_list<const char*> names) {
-    for (const char* name : names) known_.insert(name);
-  }
-  // Refuses the first field no Get/Ignore asked about.
-  void RefuseUnknown() {
-    if (!ok()) return;
-    for (auto it = object_.begin(); it != object_.end(); ++it) {
-      if (!known_.contains(it.key())) {
-        Fail(absl::StrCat("unknown field '", it.key(),
-                          "': this server does not support it (fields that would change the "
-                          "result are never ignored)"),
-             it.key());
-        return;
-      }
-    }
-  }
-
- private:
-  const json& object_;
-  absl::flat_hash_set<std::string> known_;
-  std::optional<ApiError> error_;
-};
-
-bool IsFalse(const json& v) { return v.is_boolean() && !v.get<bool>(); }
-bool IsZero(const json& v) { return v.is_number() && v.get<double>() == 0; }
-bool IsEmpty(const json& v) {
-  return (v.is_array() || v.is_object() || v.is_string()) && v.empty();
-}
 bool IsNoTool(const json& v) { return v == "none" || v == "auto"; }
 
 // prompt: a string, an array of token ids, or an array holding one of those.
