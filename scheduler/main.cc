@@ -8,13 +8,16 @@
 //                    [--tls-cert PEM --tls-key PEM [--tls-ca PEM]] [--max-request-bytes N]
 //                    [--http-listen HOST:PORT [--served-model-name NAME] [--api-key-file FILE]
 //                     [--chat-template FILE] [--http-max-body-bytes N]
-//                     [--tool-call-parser auto|none|llama3_json|hermes|mistral]]
+//                     [--tool-call-parser auto|none|llama3_json|hermes|mistral]
+//                     [--responses-db FILE] [--responses-max-rows N] [--responses-max-bytes N]
+//                     [--responses-max-age-s S]]
 //                    [--tenant-weights FILE] [--fairness vtc|none] [--max-tenant-labels N]
 //                    [--preemption-mode auto|recompute|swap] [--max-predicted-wait-s S]
 //                    [--constraint-compile-budget-ms MS] [--constraint-cache-entries N]
 //
 // --http-listen adds the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions,
-// /v1/models, /health) on its own port, served by the same engine as the gRPC API.
+// /v1/responses, /v1/models, /health) on its own port, served by the same engine as the gRPC
+// API. The Responses API keeps stored responses in --responses-db (SQLite; in memory without it).
 //
 // SIGTERM or SIGINT drains: readiness turns NOT_SERVING, new requests get UNAVAILABLE, the
 // admitted ones finish within --drain-timeout (the rest end with UNAVAILABLE), then the server
@@ -118,6 +121,15 @@ ABSL_FLAG(std::string, chat_template, "",
 ABSL_FLAG(std::string, tool_call_parser, "auto",
           "tool-call format of /v1/chat/completions: auto (detected from the chat template), "
           "none, llama3_json, hermes (also Qwen 2.5 / Qwen3) or mistral");
+ABSL_FLAG(std::string, responses_db, "",
+          "SQLite file of the Responses API's stored responses (kept across restarts); empty = "
+          "an in-memory database");
+ABSL_FLAG(int64_t, responses_max_rows, 10000,
+          "stored responses at most; past it the oldest go first");
+ABSL_FLAG(int64_t, responses_max_bytes, int64_t{1} << 30,
+          "bytes of stored responses and their conversations at most; past it the oldest go first");
+ABSL_FLAG(int64_t, responses_max_age_s, 30 * 24 * 3600,
+          "seconds a stored response is kept; 0 = no age limit");
 
 namespace {
 
@@ -186,6 +198,17 @@ std::string HttpOptions(pagoda::scheduler::ServerOptions* options) {
       pagoda::scheduler::text::ParseToolCallFormatFlag(absl::GetFlag(FLAGS_tool_call_parser));
   if (!format.ok()) return "--tool-call-parser: " + std::string(format.status().message());
   options->tool_call_format = *format;
+  options->responses_db = absl::GetFlag(FLAGS_responses_db);
+  options->responses_max_rows = absl::GetFlag(FLAGS_responses_max_rows);
+  options->responses_max_bytes = absl::GetFlag(FLAGS_responses_max_bytes);
+  options->responses_max_age_s = absl::GetFlag(FLAGS_responses_max_age_s);
+  if (options->responses_max_rows < 1 || options->responses_max_bytes < 1024 ||
+      options->responses_max_age_s < 0) {
+    return absl::StrFormat(
+        "--responses-max-rows must be >= 1 (got %d), --responses-max-bytes >= 1024 (got %d) and "
+        "--responses-max-age-s >= 0 (got %d)",
+        options->responses_max_rows, options->responses_max_bytes, options->responses_max_age_s);
+  }
   return "";
 }
 

@@ -6,7 +6,8 @@
 #
 #   build  compilers, CMake, gRPC, Protobuf, Abseil, GoogleTest, Google Benchmark,
 #          prometheus-cpp, openssl, PCRE2 and ICU (byte-level BPE pre-tokenizers and NFC),
-#          Boost (Asio and Beast: the HTTP API) and curl (its tests): what
+#          Boost (Asio and Beast: the HTTP API), SQLite (the Responses API's stored
+#          responses), OpenSSL's libcrypto and curl (the HTTP API's tests): what
 #          scripts/build.sh and the quick test tier need
 #   test   what the full test tier adds: Prometheus (promtool checks the metrics exposition),
 #          gnuplot (pagoda-bench figures), clang-format (scripts/check-format.sh), Python's
@@ -21,7 +22,7 @@ packages_of() {
       echo cmake ninja-build g++ pkg-config \
         libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
         nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev \
-        openssl libpcre2-dev libicu-dev libboost-dev curl ;;
+        openssl libssl-dev libsqlite3-dev libpcre2-dev libicu-dev libboost-dev curl ;;
     test) echo prometheus gnuplot-nox clang-format python3-jinja2 ;;
     # libclang-rt-14-dev holds the sanitizer runtimes and the libFuzzer that -fsanitize=fuzzer
     # links; clang only recommends it, so a --no-install-recommends clang lacks it.

@@ -12,6 +12,7 @@
 #include "common/log.h"
 #include "scheduler/http/openai_call.h"
 #include "scheduler/http/openai_response.h"
+#include "scheduler/http/responses_format.h"
 
 namespace pagoda::scheduler::http {
 namespace {
@@ -132,10 +133,18 @@ std::optional<std::string> OpenAiFrontend::Route(const HttpRequest& request,
     if (request.method != "GET") return MethodNotAllowed("GET", keep);
     return Models(keep);
   }
-  if (path == "/v1/completions" || path == "/v1/chat/completions") {
+  if (path == "/v1/completions" || path == "/v1/chat/completions" || path == "/v1/responses") {
     if (request.method != "POST") return MethodNotAllowed("POST", keep);
-    *endpoint = path == "/v1/completions" ? Endpoint::kCompletions : Endpoint::kChat;
+    *endpoint = path == "/v1/completions" ? Endpoint::kCompletions
+                : path == "/v1/responses" ? Endpoint::kResponses
+                                          : Endpoint::kChat;
     return std::nullopt;
+  }
+  if (const std::string kStored = "/v1/responses/"; absl::StartsWith(path, kStored)) {
+    if (request.method != "GET" && request.method != "DELETE") {
+      return MethodNotAllowed("GET, DELETE", keep);
+    }
+    return AnswerStored(request, *key, std::string_view(path).substr(kStored.size()));
   }
   if (absl::StartsWith(path, "/v1/models/")) {
     if (request.method != "GET") return MethodNotAllowed("GET", keep);
@@ -162,18 +171,12 @@ void OpenAiFrontend::Handle(HttpRequest request, std::shared_ptr<Responder> resp
                      [responder, keep](bool ok) { responder->Complete(ok && keep); });
   };
   if (answer) return reply(*std::move(answer));
+  if (*endpoint == Endpoint::kResponses) return HandleResponses(request, key, std::move(responder));
   OpenAiRequest parsed;
   if (std::optional<ApiError> e = ParseOpenAiRequest(*endpoint, request.body, &parsed)) {
     return reply(ErrorResponse(*e, keep));
   }
-  if (!parsed.model.empty() && parsed.model != options_.served_model_name) {
-    return reply(ErrorResponse(MakeError(404,
-                                         absl::StrCat("the model '", parsed.model,
-                                                      "' does not exist; this server serves '",
-                                                      options_.served_model_name, "'"),
-                                         "invalid_request_error", "model", "model_not_found"),
-                               keep));
-  }
+  if (std::optional<ApiError> e = CheckModel(parsed.model)) return reply(ErrorResponse(*e, keep));
   parsed.generate.set_request_id("");
   if (std::optional<ApiError> e = SetTenant(request, key, &parsed.generate)) {
     return reply(ErrorResponse(*e, keep));
@@ -184,6 +187,14 @@ void OpenAiFrontend::Handle(HttpRequest request, std::shared_ptr<Responder> resp
     }
   }
   OpenAiCall::Start(this, std::move(responder), std::move(parsed), keep);
+}
+
+std::optional<ApiError> OpenAiFrontend::CheckModel(const std::string& model) const {
+  if (model.empty() || model == options_.served_model_name) return std::nullopt;
+  return MakeError(404,
+                   absl::StrCat("the model '", model, "' does not exist; this server serves '",
+                                options_.served_model_name, "'"),
+                   "invalid_request_error", "model", "model_not_found");
 }
 
 json OpenAiFrontend::ModelJson() const {
@@ -301,6 +312,117 @@ absl::Status OpenAiFrontend::PrepareOutput(std::string_view prompt, OpenAiReques
   }
   request->generate.mutable_constraint()->set_grammar(*std::move(gbnf));
   return absl::OkStatus();
+}
+
+namespace {
+
+// The 404 of an id that is not among the caller's stored responses.
+ApiError NotStored(std::string_view what, std::string_view id, std::string param) {
+  return MakeError(404,
+                   absl::StrCat("no stored ", std::string(what), " with id '", std::string(id),
+                                "' (it was never stored, was deleted, has expired, or belongs "
+                                "to another API key)"),
+                   "invalid_request_error", std::move(param), "response_not_found");
+}
+
+std::string Owner(const ApiKey* key) {
+  return key == nullptr ? "" : StoreOwner(key->key, key->tenant);
+}
+
+}  // namespace
+
+std::string OpenAiFrontend::AnswerStored(const HttpRequest& request, const ApiKey* key,
+                                         std::string_view id) {
+  const bool keep = request.keep_alive;
+  ResponseStore* store = options_.response_store;
+  if (store == nullptr) {
+    return ErrorResponse(MakeError(503, "this server stores no responses"), keep);
+  }
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  if (request.method == "DELETE") {
+    if (!store->Delete(id, Owner(key), now))
+      return ErrorResponse(NotStored("response", id, ""), keep);
+    json out = {{"id", id}, {"object", "response"}, {"deleted", true}};
+    return HttpResponse(200, "application/json", Dump(out), keep);
+  }
+  std::optional<http::StoredResponse> stored = store->Get(id, Owner(key), now);
+  if (!stored) return ErrorResponse(NotStored("response", id, ""), keep);
+  return HttpResponse(200, "application/json",
+                      stored->response.dump(-1, ' ', false, json::error_handler_t::replace), keep);
+}
+
+std::optional<ApiError> OpenAiFrontend::ResolveConversation(
+    const std::string& owner, int64_t now, ResponsesRequest* request,
+    nlohmann::ordered_json* conversation) const {
+  using ordered = nlohmann::ordered_json;
+  ResponseStore* store = options_.response_store;
+  *conversation = ordered::array();
+  if (!request->previous_response_id.empty()) {
+    std::optional<http::StoredResponse> previous =
+        store == nullptr ? std::nullopt : store->Get(request->previous_response_id, owner, now);
+    if (!previous) {
+      return NotStored("response", request->previous_response_id, "previous_response_id");
+    }
+    *conversation = std::move(previous->conversation);
+    const ordered& output = previous->response["output"];
+    if (output.is_array()) {
+      for (const ordered& item : output) conversation->push_back(item);
+    }
+  }
+  for (size_t i = 0; i < request->input.size(); ++i) {
+    ordered& item = request->input[i];
+    if (item.value("type", ordered()) == "item_reference") {
+      const std::string id = item["id"].get<std::string>();
+      std::optional<ordered> found = store == nullptr ? std::nullopt : store->Item(id, owner, now);
+      if (!found) return NotStored("item", id, absl::StrCat("input[", i, "]"));
+      item = *std::move(found);
+    }
+    conversation->push_back(item);
+  }
+  return ConversationTurns(*conversation, request->instructions, "input", &request->chat.messages);
+}
+
+void OpenAiFrontend::HandleResponses(const HttpRequest& request, const ApiKey* key,
+                                     std::shared_ptr<Responder> responder) {
+  const bool keep = request.keep_alive;
+  auto refuse = [&](const ApiError& e) {
+    responder->Write(ErrorResponse(e, keep),
+                     [responder, keep](bool ok) { responder->Complete(ok && keep); });
+  };
+  auto parsed = std::make_unique<ResponsesRequest>();
+  if (std::optional<ApiError> e = ParseResponsesRequest(request.body, parsed.get()))
+    return refuse(*e);
+  if (std::optional<ApiError> e = CheckModel(parsed->chat.model)) return refuse(*e);
+  parsed->chat.generate.set_request_id("");
+  if (std::optional<ApiError> e = SetTenant(request, key, &parsed->chat.generate)) {
+    return refuse(*e);
+  }
+  const std::string owner = Owner(key);
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  auto conversation = std::make_shared<nlohmann::ordered_json>();
+  if (std::optional<ApiError> e =
+          ResolveConversation(owner, now, parsed.get(), conversation.get())) {
+    return refuse(*e);
+  }
+  if (absl::Status s = RenderChat(&parsed->chat); !s.ok()) return refuse(FromStatus(s));
+  ResponsesFormat::Options format{.echo = std::move(parsed->echo),
+                                  .model = options_.served_model_name,
+                                  .id_tag = id_tag_,
+                                  .stream = parsed->chat.stream,
+                                  .keep_alive = keep,
+                                  .on_final = nullptr};
+  if (parsed->store && options_.response_store != nullptr) {
+    format.on_final = [store = options_.response_store, owner,
+                       conversation](const nlohmann::ordered_json& response) {
+      const std::string id = response["id"].get<std::string>();
+      absl::Status s = store->Put(
+          id, owner, absl::ToUnixSeconds(absl::Now()),
+          http::StoredResponse{.conversation = std::move(*conversation), .response = response});
+      if (!s.ok()) PAGODA_LOG(kWarning, "http", "response %s not stored: %s", id, s.message());
+    };
+  }
+  OpenAiCall::Start(this, std::move(responder), std::move(parsed->chat), keep,
+                    std::make_unique<ResponsesFormat>(std::move(format)));
 }
 
 void OpenAiFrontend::SetDraining() {

@@ -10,6 +10,13 @@
 //                              eos_token from the vocabulary), tokenized with the special tokens
 //                              it holds, then OpenAiCall; the output parsed for reasoning and
 //                              tool calls (below)
+//   POST /v1/responses         OpenAI's Responses API (docs/responses-api.md): the conversation
+//                              (the stored one of previous_response_id, then the input items
+//                              with item_reference items resolved) rendered as chat, then
+//                              OpenAiCall with a ResponsesFormat; with "store" (the default) the
+//                              response and its conversation go to the ResponseStore
+//   GET, DELETE /v1/responses/{id}  a stored response of the caller's owner (StoreOwner: the API
+//                              key's tenant, else the key); 404 for any other id
 //
 // Reasoning and tool calls (docs/structured-outputs.md, "Tool calls"). The tool-call format is
 // FrontendOptions::tool_call_format, or when unset text::DetectToolCallFormat of the chat
@@ -56,6 +63,8 @@
 #include "scheduler/http/http_message.h"
 #include "scheduler/http/openai_request.h"
 #include "scheduler/http/responder.h"
+#include "scheduler/http/response_store.h"
+#include "scheduler/http/responses_request.h"
 #include "scheduler/service/generation_service.h"
 #include "scheduler/service/served_model.h"
 #include "scheduler/service/tenants.h"
@@ -73,6 +82,9 @@ struct FrontendOptions {
   std::string chat_template;  // Jinja source; empty = the model has none
   // The tool-call format (--tool-call-parser); nullopt: detected from the chat template.
   std::optional<text::ToolCallFormat> tool_call_format;
+  // The Responses API's stored responses; must outlive the front end. Null: /v1/responses
+  // answers 503 (never in the server, which always opens one).
+  ResponseStore* response_store = nullptr;
 };
 
 // Parses a chat template given with --chat-template: an error names the flag and the problem.
@@ -110,6 +122,18 @@ class OpenAiFrontend {
   std::optional<ApiError> SetTenant(const HttpRequest& request, const ApiKey* key,
                                     pagoda::v1::GenerateRequest* generate) const;
   std::string Models(bool keep_alive) const;
+  // A 404 when the request names a model this server does not serve.
+  std::optional<ApiError> CheckModel(const std::string& model) const;
+  // POST /v1/responses: parses, resolves the conversation and starts the call.
+  void HandleResponses(const HttpRequest& request, const ApiKey* key,
+                       std::shared_ptr<Responder> responder);
+  // The conversation `request` continues and adds (previous_response_id's, then its input with
+  // item_reference items resolved), rendered into its chat request; an error to answer.
+  std::optional<ApiError> ResolveConversation(const std::string& owner, int64_t now,
+                                              ResponsesRequest* request,
+                                              nlohmann::ordered_json* conversation) const;
+  // GET or DELETE /v1/responses/{id}.
+  std::string AnswerStored(const HttpRequest& request, const ApiKey* key, std::string_view id);
   nlohmann::json ModelJson() const;  // the served model's entry in /v1/models
   std::string Health(bool keep_alive);
   // Sets the prompt of a chat request: the messages rendered and tokenized; then

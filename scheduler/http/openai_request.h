@@ -32,7 +32,9 @@
 
 namespace pagoda::scheduler::http {
 
-enum class Endpoint { kCompletions, kChat };
+// The generation endpoints. /v1/responses is parsed by ParseResponsesRequest (responses_request.h)
+// into a kChat request.
+enum class Endpoint { kCompletions, kChat, kResponses };
 
 // One chat message as sent; the front end hands it to the chat template (text::ChatMessage).
 struct ChatTurn {

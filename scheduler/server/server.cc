@@ -15,6 +15,7 @@
 #include "scheduler/engine/engine.h"
 #include "scheduler/http/http_server.h"
 #include "scheduler/http/openai_frontend.h"
+#include "scheduler/http/response_store.h"
 #include "scheduler/link/link_service.h"
 #include "scheduler/metrics/metrics.h"
 #include "scheduler/service/generation_service.h"
@@ -123,6 +124,7 @@ struct SchedulerServer::Impl {
   // The HTTP API, when served. Declared before the engine so that it is destroyed after it: the
   // engine's last sinks may hold HTTP connections, whose sockets need the server's io_context.
   std::unique_ptr<http::HttpServer> http_server;
+  std::unique_ptr<http::ResponseStore> response_store;  // outlives the front end
   std::unique_ptr<http::OpenAiFrontend> http_frontend;
   Engine engine;
   GenerationService generation;
@@ -178,6 +180,16 @@ absl::Status SchedulerServer::StartHttp() {
   frontend.chat_template =
       o.chat_template.empty() ? impl_->model.tokenizer.chat_template() : o.chat_template;
   frontend.tool_call_format = o.tool_call_format;
+  absl::StatusOr<std::unique_ptr<http::ResponseStore>> store = http::ResponseStore::Open(
+      o.responses_db, http::StoreLimits{.max_rows = o.responses_max_rows,
+                                        .max_bytes = o.responses_max_bytes,
+                                        .max_age_s = o.responses_max_age_s});
+  if (!store.ok()) return store.status();
+  impl_->response_store = *std::move(store);
+  frontend.response_store = impl_->response_store.get();
+  PAGODA_LOG(kInfo, "scheduler", "Responses API: %d stored responses in %s",
+             impl_->response_store->rows(),
+             o.responses_db.empty() ? "memory (--responses-db not set)" : o.responses_db);
   impl_->http_frontend = std::make_unique<http::OpenAiFrontend>(&impl_->engine, &impl_->generation,
                                                                 &impl_->model, std::move(frontend));
   http::HttpServerOptions server;

@@ -61,6 +61,13 @@ struct ServerOptions {
   std::string chat_template;  // overrides the GGUF's tokenizer.chat_template when set
   // The chat API's tool-call format (--tool-call-parser); nullopt: detected from the template.
   std::optional<text::ToolCallFormat> tool_call_format;
+  // The Responses API's stored responses (--responses-db: an SQLite file; empty: in memory)
+  // and their limits (--responses-max-rows, --responses-max-bytes, --responses-max-age-s; age 0
+  // = none).
+  std::string responses_db;
+  int64_t responses_max_rows = 10000;
+  int64_t responses_max_bytes = int64_t{1} << 30;
+  int64_t responses_max_age_s = 30 * 24 * 3600;
 };
 
 // What a drain did, for the log and the caller.

@@ -1,7 +1,8 @@
 // libFuzzer target: arbitrary bytes as an HTTP request to the OpenAI-compatible API, through
 // ParseHttpRequest (the HTTP/1.1 framing with the server's limits, Beast's parser) and, for the
-// two generation paths, ParseOpenAiRequest (OpenAI JSON -> pagoda.v1.GenerateRequest), then the
-// error and answer encoders. (The GenerateRequest's own checks are fuzzed by validation_fuzz.)
+// generation paths, ParseOpenAiRequest and ParseResponsesRequest (OpenAI JSON ->
+// pagoda.v1.GenerateRequest), the Responses API's input items -> chat turns, then the error and
+// answer encoders. (The GenerateRequest's own checks are fuzzed by validation_fuzz.)
 // Invariants:
 //  * every input is accepted or refused with an ApiError of status 400, 413 or 431 and a
 //    non-empty message whose JSON body parses; never a crash, a hang or an exception;
@@ -9,6 +10,8 @@
 //  * an accepted OpenAI request is self-consistent: stream_options only with stream, logprobs
 //    within 0..20, n and max_tokens never 0 when given, a prompt set for completions and
 //    messages for chat; its proto round-trips through its serialization;
+//  * an accepted Responses request has input items that ConversationTurns takes (or refuses only
+//    for an unresolved item_reference), stream_options only with stream, an echo object;
 //  * the answers built from it (chunks, error events) are valid JSON.
 #include <cstddef>
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "scheduler/http/http_message.h"
 #include "scheduler/http/openai_request.h"
 #include "scheduler/http/openai_response.h"
+#include "scheduler/http/responses_request.h"
 #include "tests/fuzz/fuzz_support.h"
 
 namespace pagoda::fuzz {
@@ -64,6 +68,24 @@ void CheckOpenAi(Endpoint endpoint, const std::string& body) {
   }
 }
 
+void CheckResponses(const std::string& body) {
+  scheduler::http::ResponsesRequest r;
+  if (std::optional<ApiError> e = ParseResponsesRequest(body, &r)) {
+    if (e->status != 400) FuzzFail("a Responses refusal that is not a 400");
+    return CheckErrorBody(*e);
+  }
+  if (!r.input.is_array() || r.input.empty()) FuzzFail("Responses input without items");
+  if (!r.echo.is_object()) FuzzFail("Responses echo is not an object");
+  bool references = false;
+  for (const auto& item : r.input) references |= item.value("type", "") == "item_reference";
+  std::vector<scheduler::http::ChatTurn> turns;
+  std::optional<ApiError> e = ConversationTurns(r.input, r.instructions, "input", &turns);
+  if (e && !references) FuzzFail("checked input items that ConversationTurns refuses");
+  if (e) CheckErrorBody(*e);
+  pagoda::v1::GenerateRequest copy;
+  if (!copy.ParseFromString(r.chat.generate.SerializeAsString())) FuzzFail("proto round trip");
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -79,6 +101,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (request.body.size() > limits.max_body_bytes) FuzzFail("a body over the limit");
   if (request.target == "/v1/completions") CheckOpenAi(Endpoint::kCompletions, request.body);
   if (request.target == "/v1/chat/completions") CheckOpenAi(Endpoint::kChat, request.body);
+  if (request.target == "/v1/responses") CheckResponses(request.body);
   return 0;
 }
 
