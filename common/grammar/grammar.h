@@ -58,7 +58,7 @@ class Grammar {
   // Bytes of memory the compiled automaton holds (for the scheduler's memory budget).
   size_t memory_bytes() const;
 
-  // The compiled form (grammar.cc); opaque outside the matcher.
+  // The compiled form (gbnf_compile.cc); opaque outside the matcher.
   struct Automaton;
   const Automaton& automaton() const { return *automaton_; }
 
