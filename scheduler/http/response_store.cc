@@ -111,8 +111,9 @@ absl::StatusOr<std::unique_ptr<ResponseStore>> ResponseStore::Open(const std::st
   }
   std::unique_ptr<ResponseStore> store(new ResponseStore(db, limits));
   absl::MutexLock lock(&store->mu_);
-  // A file that is not a database fails at its first read, here.
+  // Waits out another connection's write lock (a second process on the file) up to 5 s.
   sqlite3_busy_timeout(db, 5000);
+  // A file that is not a database fails at its first read: these statements.
   const char* setup = path.empty() ? "PRAGMA foreign_keys=ON;"
                                    : "PRAGMA foreign_keys=ON; PRAGMA journal_mode=WAL; "
                                      "PRAGMA synchronous=NORMAL;";

@@ -71,7 +71,6 @@ std::string& ResponsesFormat::OpenText() {
   json& item = items_.back();
   switch (open_) {
     case ItemKind::kMessage:
-      return item["content"][0]["text"].get_ref<std::string&>();
     case ItemKind::kReasoning:
       return item["content"][0]["text"].get_ref<std::string&>();
     default:
