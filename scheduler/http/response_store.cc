@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 
 namespace pagoda::scheduler::http {
 namespace {
@@ -168,7 +169,8 @@ absl::Status ResponseStore::MakeRoom(int64_t incoming, int64_t now) {
   if (expire.Bind(1, Oldest(now)).Step() != SQLITE_DONE) {
     return absl::InternalError(absl::StrCat("responses database: expiring: ", expire.Error()));
   }
-  if (absl::Status s = Recount(); !s.ok()) return s;
+  // rows_ and bytes_ stay exact otherwise: a Put without expiries scans nothing.
+  if (sqlite3_changes(db_) > 0) RETURN_IF_ERROR(Recount());
   while (rows_ > 0 && (rows_ + 1 > limits_.max_rows || bytes_ + incoming > limits_.max_bytes)) {
     Statement oldest(db_, "SELECT seq, bytes FROM responses ORDER BY seq LIMIT 1");
     if (oldest.Step() != SQLITE_ROW) break;
@@ -201,7 +203,8 @@ absl::Status ResponseStore::Put(std::string_view id, std::string_view owner, int
     if (replace.Bind(1, id).Step() != SQLITE_DONE) {
       return absl::InternalError(absl::StrCat("responses database: replacing: ", replace.Error()));
     }
-    if (absl::Status s = MakeRoom(bytes, now); !s.ok()) return s;
+    if (sqlite3_changes(db_) > 0) RETURN_IF_ERROR(Recount());
+    RETURN_IF_ERROR(MakeRoom(bytes, now));
     Statement insert(db_,
                      "INSERT INTO responses (id, owner, created, bytes, conversation, response) "
                      "VALUES (?, ?, ?, ?, ?, ?)");
@@ -257,7 +260,7 @@ bool ResponseStore::Delete(std::string_view id, std::string_view owner, int64_t 
   Statement drop(db_, "DELETE FROM responses WHERE id = ? AND owner = ? AND created >= ?");
   if (drop.Bind(1, id).Bind(2, owner).Bind(3, Oldest(now)).Step() != SQLITE_DONE) return false;
   const bool deleted = sqlite3_changes(db_) > 0;
-  (void)Recount();
+  if (deleted) (void)Recount();
   return deleted;
 }
 

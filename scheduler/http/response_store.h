@@ -82,7 +82,7 @@ class ResponseStore {
   // Runs `sql` (no results); INTERNAL naming `what` on failure.
   absl::Status Exec(const char* sql, const char* what) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Drops rows older than max_age and the oldest ones until `incoming` more bytes and one more
-  // row fit; recounts rows_ and bytes_.
+  // row fit, keeping rows_ and bytes_ exact.
   absl::Status MakeRoom(int64_t incoming, int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Recount() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t Oldest(int64_t now) const;  // rows created before this are expired

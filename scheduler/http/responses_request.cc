@@ -20,7 +20,8 @@ constexpr size_t kMaxMetadataPairs = 16;
 constexpr size_t kMaxMetadataKey = 64;
 constexpr size_t kMaxMetadataValue = 512;
 
-// A content part's text; nullopt when the part is not text. `kinds`: the part types accepted.
+// A content part's text; nullopt when the part is not a text part (input_text, output_text,
+// text, reasoning_text or summary_text).
 std::optional<std::string> PartText(const json& part) {
   if (!part.is_object()) return std::nullopt;
   auto type = part.find("type");
@@ -233,12 +234,12 @@ void ReadText(RequestReader& r, ResponsesRequest* out) {
     return r.Fail("text.format must be an object with a string field 'type'", field);
   }
   const std::string type = (*format)["type"].get<std::string>();
-  const absl::flat_hash_map<std::string, std::vector<std::string>> kKeys = {
+  static const auto* kKeys = new absl::flat_hash_map<std::string, std::vector<std::string>>{
       {"text", {}},
       {"json_object", {}},
       {"json_schema", {"name", "schema", "strict", "description"}}};
-  auto keys = kKeys.find(type);
-  if (keys == kKeys.end()) {
+  auto keys = kKeys->find(type);
+  if (keys == kKeys->end()) {
     return r.Fail(
         absl::StrCat("text.format.type '", type, "' is not one of text, json_object, json_schema"),
         field);
