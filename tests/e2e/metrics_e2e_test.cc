@@ -267,6 +267,11 @@ TEST_F(MetricsTest, PrometheusScrapesSchedulerAndTwoWorkers) {
   EXPECT_EQ(prom->AwaitEq("sum(pagoda_worker_step_failures_total)", 0), 0);
   EXPECT_EQ(prom->Query("pagoda_worker_device_memory_used_bytes").size(), 0u)
       << "CPU workers export no device memory";
+  // CPU workers time their forward passes by part: eight parts each, every one of them seen,
+  // and the products' and attention's FLOPs counted.
+  EXPECT_EQ(prom->AwaitEq("count(pagoda_worker_forward_part_seconds_total > 0)", 16), 16);
+  EXPECT_EQ(prom->AwaitEq("count(pagoda_worker_forward_part_flops_total > 0)", 12), 12);
+  EXPECT_EQ(prom->AwaitEq(R"(sum(pagoda_worker_forward_part_flops_total{part="sampling"}))", 0), 0);
 }
 
 }  // namespace

@@ -5,6 +5,38 @@
 
 namespace pagoda::worker {
 
+const char* ForwardPartName(ForwardPart part) {
+  switch (part) {
+    case ForwardPart::kQkvProducts:
+      return "qkv_products";
+    case ForwardPart::kOutputProduct:
+      return "output_product";
+    case ForwardPart::kGateUpProducts:
+      return "gate_up_products";
+    case ForwardPart::kDownProduct:
+      return "down_product";
+    case ForwardPart::kLogitsProduct:
+      return "logits_product";
+    case ForwardPart::kAttention:
+      return "attention";
+    case ForwardPart::kElementwise:
+      return "elementwise";
+    case ForwardPart::kSampling:
+      return "sampling";
+  }
+  return "unknown";
+}
+
+bool Backend::TakeForwardParts(ForwardPartTotals* totals) {
+  if (part_totals_ == nullptr) return false;
+  for (int i = 0; i < kNumForwardParts; ++i) {
+    totals->seconds[i] += part_totals_->seconds[i];
+    totals->flops[i] += part_totals_->flops[i];
+  }
+  *part_totals_ = ForwardPartTotals{};
+  return true;
+}
+
 absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
                                     std::span<const SampleInput> samples,
                                     std::vector<int32_t>* tokens,
@@ -19,6 +51,7 @@ absl::Status Backend::ForwardSample(std::span<const SeqInput> batch,
   }
   tokens->resize(rows);
   if (logprobs != nullptr) logprobs->resize(rows);
+  const ForwardPartTimer timer(part_totals_, ForwardPart::kSampling);
   for (size_t r = 0; r < rows; ++r) {
     const std::span<float> row(logits_.data() + r * vocab, vocab);
     const SampleInput& s = samples[r];

@@ -33,6 +33,8 @@
 //    their bytes until the next SwapOut into them. Ids are checked by the caller (the runner).
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -82,6 +84,53 @@ class PendingMasks {
 
  protected:
   ~PendingMasks() = default;
+};
+
+// The parts of a forward pass and of host sampling that a backend may time (worker metrics:
+// pagoda_worker_forward_part_*): each weight product with its FLOPs, attention (KV writes and
+// the paged attention, with its FLOPs), the element-wise rest (batch set-up, embedding, norms,
+// RoPE, SwiGLU, residual adds) and sampling on the host.
+enum class ForwardPart {
+  kQkvProducts,
+  kOutputProduct,
+  kGateUpProducts,
+  kDownProduct,
+  kLogitsProduct,
+  kAttention,
+  kElementwise,
+  kSampling,
+};
+inline constexpr int kNumForwardParts = 8;
+const char* ForwardPartName(ForwardPart part);  // "qkv_products", ..., "sampling"
+
+// Seconds and FLOPs per part, summed over forward passes.
+struct ForwardPartTotals {
+  std::array<double, kNumForwardParts> seconds{};
+  std::array<double, kNumForwardParts> flops{};
+  void Add(ForwardPart part, double s, double f) {
+    seconds[static_cast<int>(part)] += s;
+    flops[static_cast<int>(part)] += f;
+  }
+};
+
+// Times one part from its construction to its destruction into `totals` (nothing when null).
+class ForwardPartTimer {
+ public:
+  ForwardPartTimer(ForwardPartTotals* totals, ForwardPart part, double flops = 0)
+      : totals_(totals), part_(part), flops_(flops), start_(std::chrono::steady_clock::now()) {}
+  ~ForwardPartTimer() {
+    if (totals_ == nullptr) return;
+    const std::chrono::duration<double> d = std::chrono::steady_clock::now() - start_;
+    totals_->Add(part_, d.count(), flops_);
+  }
+  ForwardPartTimer(const ForwardPartTimer&) = delete;
+  ForwardPartTimer& operator=(const ForwardPartTimer&) = delete;
+
+ private:
+  ForwardPartTotals* totals_;
+  ForwardPart part_;
+  double flops_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 class Backend {
@@ -136,11 +185,19 @@ class Backend {
   // Device (GPU) memory this backend holds: weights, workspace and KV arena; 0 on the CPU.
   virtual size_t device_bytes() const { return 0; }
 
+  // Moves the part times gathered since the last call into `totals` (adds them) and reports
+  // whether this backend times its parts at all (the CPU backend does; the others do not).
+  bool TakeForwardParts(ForwardPartTotals* totals);
+
  protected:
   // Waits for the masks of the ForwardSampleMasksPending call in progress, if any.
   void AwaitMasks() {
     if (pending_masks_ != nullptr) pending_masks_->Wait();
   }
+
+  // Where a backend that times its parts adds them (TakeForwardParts); null for the others,
+  // so that their timers cost nothing. Set once, in the backend's constructor.
+  ForwardPartTotals* part_totals_ = nullptr;
 
  private:
   std::vector<float> logits_;              // ForwardSample's scratch on the host path

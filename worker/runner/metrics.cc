@@ -45,9 +45,12 @@ WorkerMetrics::WorkerMetrics() : registry_(std::make_shared<prometheus::Registry
                         "One plan's execution on this worker: bookkeeping, forward pass, sampling.",
                         kStepBuckets);
   forward_ = &AddHistogram(r, "pagoda_worker_forward_seconds",
-                           "The model forward pass of one plan.", kStepBuckets);
+                           "The model forward pass of one plan and the sampling of its tokens.",
+                           kStepBuckets);
   sampling_ = &AddHistogram(r, "pagoda_worker_sampling_seconds",
-                            "Sampling the next tokens of one plan.", kSamplingBuckets);
+                            "Writing one plan's sampled tokens (and log-probabilities) into its "
+                            "result.",
+                            kSamplingBuckets);
   tokens_ =
       &AddHistogram(r, "pagoda_worker_step_tokens", "Input tokens of one plan.", kTokenBuckets);
   failures_ = &prometheus::BuildCounter()
@@ -81,6 +84,28 @@ void WorkerMetrics::ObserveStep(const StepTiming& timing) {
   forward_->Observe(timing.forward_seconds);
   sampling_->Observe(timing.sampling_seconds);
   tokens_->Observe(timing.tokens);
+  if (!timing.has_parts) return;
+  if (part_seconds_[0] == nullptr) {
+    auto& seconds = prometheus::BuildCounter()
+                        .Name("pagoda_worker_forward_part_seconds_total")
+                        .Help(
+                            "Forward pass and host sampling time by part: the weight products, "
+                            "attention, element-wise work, sampling.")
+                        .Register(*registry_);
+    auto& flops = prometheus::BuildCounter()
+                      .Name("pagoda_worker_forward_part_flops_total")
+                      .Help("Floating-point operations of the weight products and attention.")
+                      .Register(*registry_);
+    for (int i = 0; i < kNumForwardParts; ++i) {
+      const std::string part = ForwardPartName(static_cast<ForwardPart>(i));
+      part_seconds_[i] = &seconds.Add({{"part", part}});
+      part_flops_[i] = &flops.Add({{"part", part}});
+    }
+  }
+  for (int i = 0; i < kNumForwardParts; ++i) {
+    part_seconds_[i]->Increment(timing.parts.seconds[i]);
+    part_flops_[i]->Increment(timing.parts.flops[i]);
+  }
 }
 
 void WorkerMetrics::SetKvArenaBytes(int64_t bytes) {

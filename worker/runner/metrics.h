@@ -4,8 +4,8 @@
 // one scrape target, so no metric carries a worker label: Prometheus adds `instance`.
 //
 //   pagoda_worker_step_seconds        histogram  one plan's execution, end to end
-//   pagoda_worker_forward_seconds     histogram  its model forward pass
-//   pagoda_worker_sampling_seconds    histogram  its sampling
+//   pagoda_worker_forward_seconds     histogram  its forward pass and sampling (ForwardSample)
+//   pagoda_worker_sampling_seconds    histogram  writing the sampled tokens into its result
 //   pagoda_worker_step_tokens         histogram  input tokens per plan
 //   pagoda_worker_step_failures_total counter    plans that could not be executed
 //   pagoda_worker_swapped_pages_total counter    KV pages copied to the host swap space
@@ -13,10 +13,16 @@
 //   pagoda_worker_kv_arena_bytes      gauge      size of the KV page arena
 //   pagoda_worker_attached            gauge      1 while attached to the scheduler
 //   pagoda_worker_device_memory_used_bytes  gauge (GPU backends only; absent on CPU)
+//   pagoda_worker_forward_part_seconds_total  counter  forward pass and sampling time by part
+//                                                      (label part: qkv_products, ..., sampling;
+//                                                      backends that time their parts: the CPU)
+//   pagoda_worker_forward_part_flops_total    counter  FLOPs of those parts (the products and
+//                                                      attention; 0 for the others)
 //
 // Thread-safe (prometheus-cpp metrics are atomic).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -70,6 +76,9 @@ class WorkerMetrics {
   prometheus::Gauge* attached_;
   absl::Mutex device_mu_;
   prometheus::Gauge* device_memory_ ABSL_GUARDED_BY(device_mu_) = nullptr;
+  // Created at the first step whose backend times its parts (ObserveStep's thread only).
+  std::array<prometheus::Counter*, kNumForwardParts> part_seconds_{};
+  std::array<prometheus::Counter*, kNumForwardParts> part_flops_{};
   std::unique_ptr<prometheus::Exposer> exposer_;
 };
 

@@ -29,7 +29,8 @@ SamplingParams FromProto(const wv1::SamplingParams& p) {
   return out;
 }
 
-// `start`: Execute began; `t0`..`t1`: the forward pass; `t1`..`t2`: sampling.
+// `start`: Execute began; `t0`..`t1`: ForwardSample (forward pass and sampling); `t1`..`t2`: the
+// sampled tokens written into the result.
 StepTiming Timing(const std::vector<SeqInput>& batch, absl::Time start, absl::Time t0,
                   absl::Time t1, absl::Time t2, bool ok) {
   StepTiming timing;
@@ -388,7 +389,9 @@ wv1::IterationResult Runner::Execute(const wv1::IterationPlan& plan) {
   const absl::Time t2 = absl::Now();
   result.set_forward_seconds(absl::ToDoubleSeconds(t1 - t0));
   result.set_sample_seconds(absl::ToDoubleSeconds(t2 - t1));
-  Observe(Timing(batch, start, t0, t1, t2, /*ok=*/true));
+  StepTiming timing = Timing(batch, start, t0, t1, t2, /*ok=*/true);
+  timing.has_parts = backend_->TakeForwardParts(&timing.parts);
+  Observe(timing);
   return result;
 }
 

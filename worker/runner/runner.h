@@ -39,14 +39,17 @@ namespace pagoda::worker {
 
 // What one Execute() took (for metrics; the runner itself keeps no statistics).
 struct StepTiming {
-  double step_seconds = 0;  // all of Execute: plan bookkeeping, forward pass, sampling
-  double forward_seconds = 0;
-  double sampling_seconds = 0;
+  double step_seconds = 0;        // all of Execute: plan bookkeeping, forward pass, sampling
+  double forward_seconds = 0;     // the backend's ForwardSample: forward pass and sampling
+  double sampling_seconds = 0;    // writing the sampled tokens into the result
   int32_t tokens = 0;             // input tokens in the batch
   double swap_seconds = 0;        // swap_out and swap_in copies (inside step_seconds)
   int32_t pages_swapped_out = 0;  // copies done, also when the plan then failed
   int32_t pages_swapped_in = 0;
   bool ok = true;  // false when the plan could not be executed (the result has `error`)
+  // The forward pass and sampling by part, from backends that time them (has_parts).
+  bool has_parts = false;
+  ForwardPartTotals parts;
 };
 
 class Runner {

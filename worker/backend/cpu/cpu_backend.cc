@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <initializer_list>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_format.h"
@@ -60,7 +62,19 @@ CpuBackend::CpuBackend(std::shared_ptr<const LlamaModel> model, const CpuBackend
   scratch_.assign(per_thread * static_cast<size_t>(num_threads), 0.0f);
   ctx_ = {&cpu::Kernels(isa), pool_.get(),   scratch_.data(),
           per_thread,         &activations_, *options.quantize_activations};
+  part_totals_ = &parts_;
 }
+
+namespace {
+
+// FLOPs of products of `tokens` rows by each weight matrix (a multiply and an add per weight).
+double ProductFlops(int tokens, std::initializer_list<const WeightMatrix*> weights) {
+  double flops = 0;
+  for (const WeightMatrix* w : weights) flops += 2.0 * tokens * w->rows * w->cols;
+  return flops;
+}
+
+}  // namespace
 
 void CpuBackend::Flatten(std::span<const SeqInput> batch) {
   token_ids_.clear();
@@ -95,27 +109,35 @@ void CpuBackend::Flatten(std::span<const SeqInput> batch) {
 }
 
 void CpuBackend::Embed() {
+  const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
   cpu::GatherRows(ctx_, model_->token_embedding(), token_ids_.data(), num_tokens_, x_.data());
 }
 
 void CpuBackend::NormInput(const std::vector<float>& weight) {
   const common::ModelConfig& c = config();
+  const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
   cpu::RmsNorm(ctx_, {x_.data(), weight.data(), xn_.data(), num_tokens_, c.dim, c.rms_eps});
 }
 
 void CpuBackend::ProjectQkv(const LlamaLayerWeights& w) {
   const int n = num_tokens_;
-  const cpu::MatMulParams products[] = {{xn_.data(), &w.wq, q_.data(), n},
-                                        {xn_.data(), &w.wk, k_.data(), n},
-                                        {xn_.data(), &w.wv, v_.data(), n}};
-  cpu::MatMul(ctx_, products);
+  {
+    const ForwardPartTimer timer(&parts_, ForwardPart::kQkvProducts,
+                                 ProductFlops(n, {&w.wq, &w.wk, &w.wv}));
+    const cpu::MatMulParams products[] = {{xn_.data(), &w.wq, q_.data(), n},
+                                          {xn_.data(), &w.wk, k_.data(), n},
+                                          {xn_.data(), &w.wv, v_.data(), n}};
+    cpu::MatMul(ctx_, products);
+  }
   // qwen2 biases, qwen3 per-head Q/K RMSNorm: after the projections, before RoPE.
+  const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
   ApplyQkvHooks(config(), w.arch, n, q_.data(), k_.data(), v_.data());
 }
 
 void CpuBackend::PositionEncode() {
   const common::ModelConfig& c = config();
   const int n = num_tokens_;
+  const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
   cpu::ApplyRope({q_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_heads, c.head_dim});
   cpu::ApplyRope({k_.data(), rope_cos_.data(), rope_sin_.data(), n, c.n_kv_heads, c.head_dim});
 }
@@ -123,6 +145,10 @@ void CpuBackend::PositionEncode() {
 void CpuBackend::AttendOverPages(int layer) {
   const common::ModelConfig& c = config();
   const int n = num_tokens_;
+  // Scores and weighted values: 2 FLOPs per position seen per head dimension, each.
+  double flops = 0;
+  for (int t = 0; t < n; ++t) flops += 4.0 * (positions_[t] + 1) * c.head_dim * c.n_heads;
+  const ForwardPartTimer timer(&parts_, ForwardPart::kAttention, flops);
   // All new K/V are written before any token attends, so chunk tokens see each other.
   cpu::WriteKv(ctx_, {k_.data(), v_.data(), positions_.data(), page_tables_.data(), arena_.k(layer),
                       arena_.v(layer), n, c.kv_dim(), options_.page_size});
@@ -133,8 +159,13 @@ void CpuBackend::AttendOverPages(int layer) {
 }
 
 void CpuBackend::ProjectOutput(const LlamaLayerWeights& w) {
-  const cpu::MatMulParams product[] = {{attn_.data(), &w.wo, proj_.data(), num_tokens_}};
-  cpu::MatMul(ctx_, product);
+  {
+    const ForwardPartTimer timer(&parts_, ForwardPart::kOutputProduct,
+                                 ProductFlops(num_tokens_, {&w.wo}));
+    const cpu::MatMulParams product[] = {{attn_.data(), &w.wo, proj_.data(), num_tokens_}};
+    cpu::MatMul(ctx_, product);
+  }
+  const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
   cpu::AddInPlace(ctx_, x_.data(), proj_.data(), num_tokens_, config().dim);
 }
 
@@ -152,12 +183,23 @@ void CpuBackend::FeedForwardBlock(int layer) {
   const LlamaLayerWeights& w = model_->layer(layer);
   const int n = num_tokens_;
   NormInput(w.ffn_norm);
-  const cpu::MatMulParams gate_up[] = {{xn_.data(), &w.w_gate, gate_.data(), n},
-                                       {xn_.data(), &w.w_up, up_.data(), n}};
-  cpu::MatMul(ctx_, gate_up);
-  cpu::SwiGlu(ctx_, gate_.data(), up_.data(), n, c.ffn_dim);
-  const cpu::MatMulParams down[] = {{gate_.data(), &w.w_down, proj_.data(), n}};
-  cpu::MatMul(ctx_, down);
+  {
+    const ForwardPartTimer timer(&parts_, ForwardPart::kGateUpProducts,
+                                 ProductFlops(n, {&w.w_gate, &w.w_up}));
+    const cpu::MatMulParams gate_up[] = {{xn_.data(), &w.w_gate, gate_.data(), n},
+                                         {xn_.data(), &w.w_up, up_.data(), n}};
+    cpu::MatMul(ctx_, gate_up);
+  }
+  {
+    const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
+    cpu::SwiGlu(ctx_, gate_.data(), up_.data(), n, c.ffn_dim);
+  }
+  {
+    const ForwardPartTimer timer(&parts_, ForwardPart::kDownProduct, ProductFlops(n, {&w.w_down}));
+    const cpu::MatMulParams down[] = {{gate_.data(), &w.w_down, proj_.data(), n}};
+    cpu::MatMul(ctx_, down);
+  }
+  const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
   cpu::AddInPlace(ctx_, x_.data(), proj_.data(), n, c.dim);
 }
 
@@ -165,6 +207,7 @@ void CpuBackend::ComputeLogits(std::vector<float>* logits) {
   const common::ModelConfig& c = config();
   const int rows = static_cast<int>(logit_rows_.size());
   const size_t dim = static_cast<size_t>(c.dim);
+  std::optional<ForwardPartTimer> timer(std::in_place, &parts_, ForwardPart::kElementwise);
   // Gather the last hidden state of each sequence that wants logits (rows <= T).
   for (int r = 0; r < rows; ++r) {
     std::copy_n(x_.data() + logit_rows_[r] * dim, dim, proj_.data() + r * dim);
@@ -172,6 +215,7 @@ void CpuBackend::ComputeLogits(std::vector<float>* logits) {
   cpu::RmsNorm(ctx_,
                {proj_.data(), model_->output_norm().data(), xn_.data(), rows, c.dim, c.rms_eps});
   logits->resize(static_cast<size_t>(rows) * c.vocab_size);
+  timer.emplace(&parts_, ForwardPart::kLogitsProduct, ProductFlops(rows, {&model_->output()}));
   const cpu::MatMulParams product[] = {{xn_.data(), &model_->output(), logits->data(), rows}};
   cpu::MatMul(ctx_, product);
 }
@@ -204,9 +248,12 @@ absl::Status CpuBackend::SwapIn(std::span<const SwapCopy> copies) {
 
 absl::Status CpuBackend::Forward(std::span<const SeqInput> batch, std::vector<float>* logits) {
   if (logits == nullptr) return absl::InvalidArgumentError("Forward needs a logits vector");
-  RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, options_.num_pages));
-  Flatten(batch);
-  logits->clear();
+  {
+    const ForwardPartTimer timer(&parts_, ForwardPart::kElementwise);
+    RETURN_IF_ERROR(ValidateBatch(batch, config(), options_.page_size, options_.num_pages));
+    Flatten(batch);
+    logits->clear();
+  }
   if (num_tokens_ == 0) return absl::OkStatus();
   Embed();
   for (int l = 0; l < config().n_layers; ++l) {

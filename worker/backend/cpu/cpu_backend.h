@@ -96,6 +96,7 @@ class CpuBackend : public Backend {
   cpu::ExecContext ctx_;
   cpu::KvArena arena_;
   std::optional<cpu::KvArena> swap_;  // the swap space, once InitSwapSpace made it
+  ForwardPartTotals parts_;           // what the forward passes took, by part (TakeForwardParts)
 
   // Per-Forward scratch, reused across calls. T = tokens in the batch.
   int num_tokens_ = 0;

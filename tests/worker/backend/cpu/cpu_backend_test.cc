@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <initializer_list>
 #include <numeric>
 #include <optional>
 #include <random>
@@ -269,6 +270,51 @@ TEST(CpuBackend, BatchInvariant) {
   ASSERT_OK(shared->Forward(batch, &lb));
   ASSERT_EQ(lb.size(), 2 * la.size());
   EXPECT_TRUE(std::equal(la.begin(), la.end(), lb.begin() + la.size()));
+}
+
+// Every part of a forward pass and of its sampling is timed, and the products and attention
+// carry the FLOPs the model's shapes give them; a take leaves the totals empty.
+TEST(CpuBackend, TimesItsPartsWithTheirFlops) {
+  auto model = testing::RandomModel(testing::SmallRandomOptions(64, 4, 2, 2, 3));
+  ASSERT_NE(model, nullptr);
+  auto backend = MakeBackend(model, 4, 16, 2);
+  std::vector<int32_t> prompt = {5, 6, 7}, pages = {0};
+  const SeqInput in{prompt, 0, pages, true};
+  const SampleInput greedy{};
+  std::vector<int32_t> tokens;
+  ASSERT_OK(backend->ForwardSample({&in, 1}, {&greedy, 1}, &tokens));
+  ForwardPartTotals parts;
+  ASSERT_TRUE(backend->TakeForwardParts(&parts));
+
+  const common::ModelConfig& c = model->config();
+  const auto flops = [&](std::initializer_list<const WeightMatrix*> ws, int tokens) {
+    double f = 0;
+    for (const WeightMatrix* w : ws) f += 2.0 * tokens * w->rows * w->cols;
+    return f * c.n_layers;
+  };
+  const LlamaLayerWeights& w = model->layer(0);
+  const auto at = [&](ForwardPart p) { return static_cast<int>(p); };
+  EXPECT_EQ(parts.flops[at(ForwardPart::kQkvProducts)], flops({&w.wq, &w.wk, &w.wv}, 3));
+  EXPECT_EQ(parts.flops[at(ForwardPart::kOutputProduct)], flops({&w.wo}, 3));
+  EXPECT_EQ(parts.flops[at(ForwardPart::kGateUpProducts)], flops({&w.w_gate, &w.w_up}, 3));
+  EXPECT_EQ(parts.flops[at(ForwardPart::kDownProduct)], flops({&w.w_down}, 3));
+  // One row of logits: the prompt's last token.
+  EXPECT_EQ(parts.flops[at(ForwardPart::kLogitsProduct)], 2.0 * c.dim * c.vocab_size);
+  // Positions 0, 1 and 2 see 1 + 2 + 3 positions: scores and weighted values, every head.
+  EXPECT_EQ(parts.flops[at(ForwardPart::kAttention)],
+            4.0 * 6 * c.head_dim * c.n_heads * c.n_layers);
+  EXPECT_EQ(parts.flops[at(ForwardPart::kElementwise)], 0);
+  EXPECT_EQ(parts.flops[at(ForwardPart::kSampling)], 0);
+  for (int i = 0; i < kNumForwardParts; ++i) {
+    EXPECT_GT(parts.seconds[i], 0) << ForwardPartName(static_cast<ForwardPart>(i));
+  }
+
+  ForwardPartTotals again;
+  ASSERT_TRUE(backend->TakeForwardParts(&again));
+  for (int i = 0; i < kNumForwardParts; ++i) {
+    EXPECT_EQ(again.seconds[i], 0);
+    EXPECT_EQ(again.flops[i], 0);
+  }
 }
 
 constexpr cpu::CpuIsa kIsas[] = {cpu::CpuIsa::kPortable, cpu::CpuIsa::kAvx2, cpu::CpuIsa::kAvx512,
