@@ -4,8 +4,9 @@
 // While the scheduler is unreachable, or after the stream breaks, it retries with backoff and
 // starts over with no sequence state (the scheduler re-sends everything on first sight). A
 // refusal (fingerprint mismatch, bad registration, wrong link token) is final: Run() returns
-// the error. When the scheduler asks for heartbeats (Accepted.heartbeat_interval_ms), a
-// thread of their own sends them, so a long step never looks like a dead worker.
+// the error. When the scheduler asks for heartbeats (Accepted.heartbeat_interval_ms), the
+// thread that writes the results sends them too, apart from the one that executes the plans, so
+// a long step never looks like a dead worker.
 //
 // Security: the channel uses LinkClientOptions::credentials (TLS, with a client certificate
 // for a scheduler that requires one); a failed handshake looks like an unreachable scheduler
@@ -22,7 +23,14 @@
 namespace grpc {
 class ChannelCredentials;
 class ClientContext;
+template <class W, class R>
+class ClientReaderWriterInterface;
 }  // namespace grpc
+
+namespace pagoda::worker::v1 {
+class SchedulerMessage;
+class WorkerMessage;
+}  // namespace pagoda::worker::v1
 
 namespace pagoda::worker {
 
@@ -49,6 +57,11 @@ class LinkClient {
  private:
   // One attach: returns OK when the stream ended (retry), or the refusal.
   absl::Status AttachOnce(bool* attached);
+  // Serves an accepted stream until it ends: reads plans, executes them, writes the results
+  // and, every `heartbeat_ms` (0: never), a heartbeat.
+  void ServeAttached(
+      grpc::ClientReaderWriterInterface<v1::WorkerMessage, v1::SchedulerMessage>& stream,
+      grpc::ClientContext& context, uint32_t heartbeat_ms);
 
   const LinkClientOptions options_;
   Runner* runner_;
