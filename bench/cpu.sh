@@ -4,7 +4,8 @@
 # ratios (other work on the machine moves absolute numbers, less so ratios taken together).
 #
 #   bench/cpu.sh
-#   LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server bench/cpu.sh   # llama.cpp beside Pagoda
+#   LLAMA_SERVER=.../llama-server LLAMA_QUANTIZE=.../llama-quantize bench/cpu.sh
+#                                   # llama.cpp beside Pagoda, on llama.cpp's own quantizations
 #   PARTS=kernels bench/cpu.sh      # only the Google Benchmarks (kernels, decode steps)
 #   PARTS=serving bench/cpu.sh      # only end to end
 #   PARTS=serving MODELS=F16 LEVELS="1 16" bench/cpu.sh   # some models and stream counts
@@ -20,14 +21,18 @@
 #    of the machine. Each kernel group runs in its own call beside the standalone limits, and
 #    the best of KERNEL_REPS repetitions (3) of each is taken, with its own limit.
 # 2. End to end per model (F16, Q8_0, Q4_K_M; dim 768, 12 layers, 12 heads, 4 KV heads, ffn
-#    2048, written by pagoda-make-model): a scheduler and one CPU worker on loopback, closed loop
-#    at 1, 16 and 64 streams (2 x streams requests, at least 16), 32-token prompts, 64 output
-#    tokens, greedy, ignore EOS; then TTFT of a 512-token prompt. With LLAMA_SERVER, the same
-#    GGUF and load against llama-server (CPU, -cb -fa, same thread count), driven by a small
-#    python3 client over /completion (two warm-up requests, as pagoda-bench sends): both servers
-#    are up together and each level runs on Pagoda, then at once on llama.cpp, with their ratio
-#    printed, so a ratio is taken within a minute (this VM's speed drifts by tens of percent
-#    over several minutes).
+#    2048; F16 written by pagoda-make-model, the others by LLAMA_QUANTIZE from it when set): a
+#    scheduler and one CPU worker on loopback, closed loop at 1, 16 and 64 streams (2 x streams
+#    requests, at least 16), 32-token prompts, 64 output tokens, greedy, ignore EOS; then TTFT
+#    of a 512-token prompt. At 64 streams, where the worker's time went, by part of its forward
+#    pass, with each weight product's rate against the machine's peaks (breakdown). With
+#    LLAMA_SERVER, the same GGUF and load against llama-server (CPU, same thread count) in each
+#    configuration its documentation offers for the load (llama_configs: one slot per stream or
+#    one unified cache, flash attention on or auto), driven by a small python3 client over
+#    /completion (two warm-up requests, as pagoda-bench sends); each level runs on Pagoda, then
+#    on each configuration, whose command line is printed beside its row, and the ratio is
+#    taken to the best of them, within a few minutes (this VM's speed drifts by tens of percent
+#    over longer). The 512-token TTFT row runs on an instance of its own sized for it.
 # 3. bench/serving.sh at 64 streams: continuous vs static batching (padded and shrinking
 #    waves; long-tailed output lengths, see that script).
 #
@@ -195,46 +200,161 @@ print(f"{name:28} {tokens[0]/dur:10.1f} tok/s   TTFT p50 {statistics.median(ttft
 PY
 }
 
-# Pagoda's and llama.cpp's rows of one level, and their ratio (output tokens/s).
-both_levels() {
-  local label="$1" level="$2" input="$3" output="$4" requests="$5" port="$6" ours theirs
-  ours="$(pagoda_level "pagoda-$label-$level" "${level#c}" "$input" "$output" "$requests")"
-  echo "$ours"
-  [ -n "$port" ] || return 0
-  theirs="$(llama_level "llama.cpp-$label-$level" "${level#c}" "$input" "$output" "$requests" "$port")"
-  echo "$theirs"
-  awk -v a="$(awk '{print $2}' <<<"$ours")" -v b="$(awk '{print $2}' <<<"$theirs")" \
-    -v n="$label $level" 'BEGIN { printf "%-28s %10.2f  Pagoda / llama.cpp output tokens/s\n", n, a / b }'
+# llama-server's configurations for N streams of 32 + 64 tokens, each tried (its documentation
+# leaves the choice to the load): one slot per stream with a context of its own (prompt + output
+# + 64 cells), or the same cells as one buffer all slots share (--kv-unified); flash attention
+# on, or left to llama.cpp (auto). Continuous batching is llama-server's default (-cb).
+llama_configs() {
+  local ctx=$(( $1 * 160 ))
+  for kv in --no-kv-unified --kv-unified; do
+    for fa in on auto; do echo "-np $1 -c $ctx $kv -cb -fa $fa"; done
+  done
 }
 
 llama_pid=""
-stop_servers() {
-  stop_cluster
+llama_port=""
+stop_llama() {
   if [ -n "$llama_pid" ]; then
     kill "$llama_pid" 2>/dev/null || true
     wait "$llama_pid" 2>/dev/null || true
   fi
   llama_pid=""
 }
+# start_llama MODEL FLAGS...: llama-server on a free port with $threads threads, up when it
+# answers /health; sets $llama_pid, $llama_port and $llama_cmd (its command line, as run).
+start_llama() {
+  local model="$1"
+  shift
+  llama_port=$(( 20000 + RANDOM % 20000 ))
+  llama_cmd="llama-server -m $(basename "$model") -t $threads $*"
+  "$LLAMA_SERVER" -m "$model" -t "$threads" "$@" --port "$llama_port" --log-disable \
+    >>"$out_dir/llama.log" 2>&1 &
+  llama_pid=$!
+  for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$llama_port/health" >/dev/null 2>&1 && return 0
+    sleep 0.2
+  done
+  echo "llama-server did not start: $llama_cmd (log: $out_dir/llama.log)" >&2
+  return 1
+}
+
+# One level: Pagoda's row, then each llama-server configuration's row with its command line,
+# and Pagoda's ratio to the best of them. With BREAKDOWN set, Pagoda's run is followed by where
+# its worker's time went (breakdown below).
+level_rows() {
+  local label="$1" model="$2" conc="$3" ours theirs best_rate=0 best_cmd="" before after
+  local requests=$(( conc * 2 > 16 ? conc * 2 : 16 ))
+  before="$(curl -sf "http://$worker_metrics/metrics" || true)"
+  local t0 t1
+  t0=$(date +%s.%N)
+  ours="$(pagoda_level "pagoda-$label-c$conc" "$conc" 32 64 "$requests")"
+  t1=$(date +%s.%N)
+  after="$(curl -sf "http://$worker_metrics/metrics" || true)"
+  echo "$ours"
+  [ -z "${BREAKDOWN:-}" ] || breakdown "$label c$conc" "$t0" "$t1" "$before" "$after" "$label"
+  [ -n "${LLAMA_SERVER:-}" ] || return 0
+  while read -r flags; do
+    # shellcheck disable=SC2086
+    start_llama "$model" $flags || continue
+    theirs="$(llama_level "llama.cpp-$label-c$conc" "$conc" 32 64 "$requests" "$llama_port")"
+    stop_llama
+    printf '%s   [%s]\n' "$theirs" "$llama_cmd"
+    local rate
+    rate="$(awk '{print $2}' <<<"$theirs")"
+    if awk -v a="$rate" -v b="$best_rate" 'BEGIN { exit !(a > b) }'; then
+      best_rate="$rate"
+      best_cmd="$llama_cmd"
+    fi
+  done < <(llama_configs "$conc")
+  awk -v a="$(awk '{print $2}' <<<"$ours")" -v b="$best_rate" -v n="$label c$conc" \
+    -v c="$best_cmd" 'BEGIN {
+      printf "%-28s %10.2f  Pagoda / llama.cpp output tokens/s (best llama.cpp: %s)\n", n, a / b, c }'
+}
+
+# Where Pagoda's worker spent the seconds of one level (its Prometheus counters before and after):
+# each part of the forward pass and sampling (pagoda_worker_forward_part_*), the rest of its
+# steps (plan decoding, result encoding), and the time it waited for the next plan (the
+# scheduler, the link, and the load generator on the same cores). Each weight product and
+# attention get their achieved rate against the FMA peak (and, for quantized weights, the byte
+# dot product peak) that cpu_bench measures right after, on the same threads.
+breakdown() {
+  local name="$1" t0="$2" t1="$3"
+  PAGODA_BENCH_THREADS="$threads" "$bin/cpu_bench" --benchmark_filter='BM_FmaPeak|BM_Int8DotPeak' \
+    --benchmark_out="$out_dir/peaks.json" --benchmark_out_format=json >/dev/null 2>&1 || true
+  python3 - "$name" "$t0" "$t1" "$out_dir/peaks.json" "$4" "$5" "$6" <<'PY'
+import json, re, sys
+name, t0, t1, peaks_file, before, after, label = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), *sys.argv[4:]
+def parse(text):
+    out = {}
+    for line in text.splitlines():
+        m = re.match(r'^(pagoda_worker_[a-z_]+)(\{[^}]*\})? ([0-9.eE+-]+)$', line)
+        if m:
+            out[m.group(1) + (m.group(2) or "")] = float(m.group(3))
+    return out
+a, b = parse(before), parse(after)
+if not b:
+    print(f"{name}: no worker metrics scraped, no breakdown"); sys.exit(0)
+d = lambda k: b.get(k, 0) - a.get(k, 0)
+wall = t1 - t0
+step = d("pagoda_worker_step_seconds_sum")
+parts = ["qkv_products", "output_product", "gate_up_products", "down_product", "logits_product",
+         "attention", "elementwise", "sampling"]
+sec = {p: d(f'pagoda_worker_forward_part_seconds_total{{part="{p}"}}') for p in parts}
+flops = {p: d(f'pagoda_worker_forward_part_flops_total{{part="{p}"}}') for p in parts}
+try:
+    runs = json.load(open(peaks_file))["benchmarks"]
+    fma = max(r["flops"] for r in runs if r["name"].startswith("BM_FmaPeak"))
+    int8 = max((r["ops"] for r in runs if r["name"].startswith("BM_Int8DotPeak")), default=0)
+except Exception:
+    fma, int8 = float("nan"), 0
+if not label.startswith("Q"):
+    int8 = 0  # float weights multiply on the FMA units only
+print(f"{name}: where the worker's {wall:.1f} s went ({d('pagoda_worker_step_seconds_count'):.0f} steps, "
+      f"{d('pagoda_worker_step_tokens_sum'):.0f} tokens; FMA peak {fma/1e9:.0f} GFLOP/s"
+      + (f", byte dot product peak {int8/1e9:.0f} GOP/s" if int8 else "") + ", measured right after)")
+print(f"  {'part':22} {'share':>6} {'seconds':>8} {'GFLOP/s':>8} {'/ FMA peak':>11}" + (f" {'/ int8 peak':>12}" if int8 else ""))
+def row(label, s, f=0):
+    rate = f / s if s > 0 else 0
+    extra = ""
+    if f and int8:
+        extra = f" {rate / int8:12.2f}"
+    print(f"  {label:22} {s / wall:6.1%} {s:8.2f} " + (f"{rate/1e9:8.1f} {rate/fma:11.2f}{extra}" if f else ""))
+products = 0.0
+for p in parts:
+    row(p, sec[p], flops[p])
+    if p.endswith("product") or p.endswith("products"):
+        products += sec[p]
+row("in-step bookkeeping", max(0.0, step - sum(sec.values())))
+row("waiting for plans", max(0.0, wall - step))
+pf = sum(flops[p] for p in parts if "product" in p)
+print(f"  weight products together: {products / wall:.1%} of the time at {pf / products / 1e9 if products else 0:.1f} GFLOP/s "
+      f"({pf / products / fma if products else 0:.2f} of FMA peak)")
+PY
+}
 
 serve_model() {
-  local label="$1" dtype="$2" model="$build_dir/models/issue16-$2.gguf" port=""
-  [ -f "$model" ] || "$bin/pagoda-make-model" --output "$model" --layers 12 --dim 768 --heads 12 \
-    --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 --dtype "$dtype" >/dev/null
-  trap stop_servers EXIT
+  local label="$1" model="$build_dir/models/issue16-$2.gguf"
+  make_model "$label" "$model"
+  model="$served_model"
+  trap 'stop_cluster; stop_llama' EXIT
   start_cluster "$model" "$threads"
-  if [ -n "${LLAMA_SERVER:-}" ]; then
-    port=$(( 20000 + RANDOM % 20000 ))
-    "$LLAMA_SERVER" -m "$model" -t "$threads" -c 16384 -np 64 --kv-unified -cb -fa on \
-      --port "$port" --log-disable >"$out_dir/llama-$label.log" 2>&1 &
-    llama_pid=$!
-    for _ in $(seq 300); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 0.2; done
-  fi
   for conc in $levels; do
-    both_levels "$label" "c$conc" 32 64 $(( conc * 2 > 16 ? conc * 2 : 16 )) "$port"
+    if [[ " ${BREAKDOWN_LEVELS:-64} " == *" $conc "* ]]; then
+      BREAKDOWN=1 level_rows "$label" "$model" "$conc"
+    else
+      level_rows "$label" "$model" "$conc"
+    fi
   done
   pagoda_level "pagoda-$label-ttft512" 1 512 1 4
-  [ -z "$port" ] || llama_level "llama.cpp-$label-ttft512" 1 512 1 4 "$port"
+  if [ -n "${LLAMA_SERVER:-}" ]; then
+    # Its own instance, sized for one 512-token prompt; flash attention on and auto.
+    for fa in on auto; do
+      start_llama "$model" -np 1 -c 1024 -cb -fa "$fa" || continue
+      printf '%s   [%s]\n' "$(llama_level "llama.cpp-$label-ttft512" 1 512 1 4 "$llama_port")" \
+        "$llama_cmd"
+      stop_llama
+    done
+  fi
   # Resident memory: the file's tensors, the KV arena (--kv-cache-mib, 256 by default, zeroed
   # at start so it is resident) and the rest (workspace, gRPC, code).
   local rss_kib file_bytes
@@ -243,7 +363,29 @@ serve_model() {
   awk -v r="$rss_kib" -v f="$file_bytes" -v l="$label" 'BEGIN {
     printf "%-28s worker RSS %.0f MiB = file %.0f MiB + KV arena 256 MiB + %.0f MiB\n",
       l " memory", r / 1024, f / 1048576, r / 1024 - f / 1048576 - 256 }'
-  stop_servers
+  stop_cluster
+}
+
+# The issue-16 shape, F16 from pagoda-make-model; Q8_0 and Q4_K_M quantized from that F16 file
+# by llama.cpp's own llama-quantize when LLAMA_QUANTIZE names it (so the comparison is on
+# llama.cpp's quantization), else written by pagoda-make-model. Prints where each came from.
+make_model() {
+  local label="$1" model="$2" f16="$build_dir/models/issue16-f16.gguf"
+  [ -f "$f16" ] || "$bin/pagoda-make-model" --output "$f16" --layers 12 --dim 768 --heads 12 \
+    --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 --dtype f16 >/dev/null
+  if [ "$label" = F16 ]; then
+    echo "model F16: pagoda-make-model --layers 12 --dim 768 --heads 12 --kv-heads 4 --ffn-dim 2048 --vocab 2048 --seed 1 --dtype f16"
+  elif [ -n "${LLAMA_QUANTIZE:-}" ]; then
+    model="${model%.gguf}-llama-quantize.gguf"
+    [ -f "$model" ] || "$LLAMA_QUANTIZE" "$f16" "$model" "$label" >"$out_dir/quantize-$label.log" 2>&1
+    echo "model $label: llama-quantize issue16-f16.gguf $(basename "$model") $label"
+  else
+    [ -f "$model" ] || "$bin/pagoda-make-model" --output "$model" --layers 12 --dim 768 \
+      --heads 12 --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 \
+      --dtype "${label,,}" >/dev/null
+    echo "model $label: pagoda-make-model ... --dtype ${label,,}"
+  fi
+  served_model="$model"
 }
 
 if [[ "$parts" == *serving* ]]; then

@@ -1,5 +1,7 @@
 # Sourced by the bench scripts: start and stop one scheduler + one CPU worker on loopback.
-#   start_cluster MODEL THREADS [scheduler flags...]   # sets $addr, $sched_pid, $worker_pid
+#   start_cluster MODEL THREADS [scheduler flags...]   # sets $addr, $sched_pid, $worker_pid,
+#                                                        # $worker_metrics (HOST:PORT of its
+#                                                        # Prometheus endpoint)
 #   stop_cluster
 #   model="$(bench_model)"   # $MODEL, or the bench's random-weight model (made once)
 # Needs $bin (the binaries) set by the caller; logs go to a temporary directory that is
@@ -35,8 +37,11 @@ start_cluster() {
   fi
   addr="127.0.0.1:$(cat "$cluster_dir/port")"
   "$bin/pagoda-worker" --scheduler "$addr" --model "$model" --backend cpu \
-    --threads "$threads" --log-level warning 2>"$cluster_dir/worker.log" &
+    --threads "$threads" --log-level warning --metrics-listen 127.0.0.1:0 \
+    --metrics-port-file "$cluster_dir/worker-metrics-port" 2>"${WORKER_LOG:-$cluster_dir/worker.log}" &
   worker_pid=$!
+  for _ in $(seq 100); do [ -s "$cluster_dir/worker-metrics-port" ] && break; sleep 0.1; done
+  worker_metrics="127.0.0.1:$(cat "$cluster_dir/worker-metrics-port" 2>/dev/null)"
 }
 
 stop_cluster() {
