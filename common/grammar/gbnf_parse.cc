@@ -278,6 +278,11 @@ class Parser {
         rep.depth = item.depth + 1;
         rep.kids.push_back(std::move(item));
         item = std::move(rep);
+        // Checked per operator, not once after them: `"a"` and 100,000 `*` would otherwise
+        // build (and recursively destroy) a tree 100,000 levels deep.
+        if (item.depth + nesting > kMaxNesting) {
+          return Error(item_pos, absl::StrFormat("expression nested deeper than %d", kMaxNesting));
+        }
         SkipSpace(nested);
       }
       if (item.depth + nesting > kMaxNesting) {
