@@ -29,10 +29,10 @@
 #    LLAMA_SERVER, the same GGUF and load against llama-server (CPU, same thread count) in each
 #    configuration its documentation offers for the load (llama_configs: one slot per stream or
 #    one unified cache, flash attention on or auto), driven by a small python3 client over
-#    /completion (two warm-up requests, as pagoda-bench sends); each level runs on Pagoda, then
-#    on each configuration, whose command line is printed beside its row, and the ratio is
-#    taken to the best of them, within a few minutes (this VM's speed drifts by tens of percent
-#    over longer). The 512-token TTFT row runs on an instance of its own sized for it.
+#    /completion (two warm-up requests, as pagoda-bench sends); each configuration runs right
+#    after a Pagoda run, its command line printed beside its row, and the ratio is that of the
+#    pair with the fastest llama.cpp run (level_rows). The 512-token TTFT row runs on an
+#    instance of its own sized for it.
 # 3. bench/serving.sh at 64 streams: continuous vs static batching (padded and shrinking
 #    waves; long-tailed output lengths, see that script).
 #
@@ -238,24 +238,39 @@ start_llama() {
   return 1
 }
 
-# One level: Pagoda's row, then each llama-server configuration's row with its command line,
-# and Pagoda's ratio to the best of them. With BREAKDOWN set, Pagoda's run is followed by where
-# its worker's time went (breakdown below).
+# One level. Without LLAMA_SERVER, Pagoda's row. With it, pairs: a Pagoda run, then at once one
+# llama-server configuration's run (its command line beside its row), for each configuration;
+# the ratio is that of the pair whose llama.cpp run was fastest, so its two runs are a minute
+# apart at most (this VM's speed drifts by tens of percent over several minutes), and Pagoda
+# runs as often as llama.cpp does, so neither side gets more draws of the machine's noise. With
+# BREAKDOWN set, Pagoda's first run is followed by where its worker's time went (breakdown).
 level_rows() {
-  local label="$1" model="$2" conc="$3" ours theirs best_rate=0 best_cmd="" before after
-  local requests=$(( conc * 2 > 16 ? conc * 2 : 16 ))
-  before="$(curl -sf "http://$worker_metrics/metrics" || true)"
-  local t0 t1
-  t0=$(date +%s.%N)
-  ours="$(pagoda_level "pagoda-$label-c$conc" "$conc" 32 64 "$requests")"
-  t1=$(date +%s.%N)
-  after="$(curl -sf "http://$worker_metrics/metrics" || true)"
-  echo "$ours"
-  [ -z "${BREAKDOWN:-}" ] || breakdown "$label c$conc" "$t0" "$t1" "$before" "$after" "$label"
-  [ -n "${LLAMA_SERVER:-}" ] || return 0
+  local label="$1" model="$2" conc="$3" ours theirs best_rate=0 best_cmd="" best_ours=""
+  local requests=$(( conc * 2 > 16 ? conc * 2 : 16 )) breakdown="${BREAKDOWN:-}" flags
+  # pagoda_run N: one Pagoda run, with the breakdown after the first one asked for.
+  pagoda_run() {
+    local before after t0 t1
+    before="$(curl -sf "http://$worker_metrics/metrics" || true)"
+    t0=$(date +%s.%N)
+    ours="$(pagoda_level "pagoda-$label-c$conc-$1" "$conc" 32 64 "$requests")"
+    t1=$(date +%s.%N)
+    after="$(curl -sf "http://$worker_metrics/metrics" || true)"
+    echo "$ours"
+    if [ -n "$breakdown" ]; then
+      breakdown "$label c$conc" "$t0" "$t1" "$before" "$after" "$label"
+      breakdown=""
+    fi
+  }
+  if [ -z "${LLAMA_SERVER:-}" ]; then
+    pagoda_run 1
+    return 0
+  fi
+  local i=0
   while read -r flags; do
+    i=$((i + 1))
     # shellcheck disable=SC2086
     start_llama "$model" $flags || continue
+    pagoda_run "$i"
     theirs="$(llama_level "llama.cpp-$label-c$conc" "$conc" 32 64 "$requests" "$llama_port")"
     stop_llama
     printf '%s   [%s]\n' "$theirs" "$llama_cmd"
@@ -264,11 +279,11 @@ level_rows() {
     if awk -v a="$rate" -v b="$best_rate" 'BEGIN { exit !(a > b) }'; then
       best_rate="$rate"
       best_cmd="$llama_cmd"
+      best_ours="$(awk '{print $2}' <<<"$ours")"
     fi
   done < <(llama_configs "$conc")
-  awk -v a="$(awk '{print $2}' <<<"$ours")" -v b="$best_rate" -v n="$label c$conc" \
-    -v c="$best_cmd" 'BEGIN {
-      printf "%-28s %10.2f  Pagoda / llama.cpp output tokens/s (best llama.cpp: %s)\n", n, a / b, c }'
+  awk -v a="$best_ours" -v b="$best_rate" -v n="$label c$conc" -v c="$best_cmd" 'BEGIN {
+    printf "%-28s %10.2f  Pagoda / llama.cpp output tokens/s (best llama.cpp: %s)\n", n, a / b, c }'
 }
 
 # Where Pagoda's worker spent the seconds of one level (its Prometheus counters before and after):
