@@ -136,9 +136,12 @@ PY
 fi
 
 # Closed-loop serving of one model at one level through pagoda-bench; prints one table row.
+# Each run draws prompts of its own (--seed from the run's name): the same prompts again would
+# hit Pagoda's prefix cache, while the llama.cpp client turns its prompt cache off.
 pagoda_level() {
   local name="$1" conc="$2" input="$3" output="$4" requests="$5"
   "$bin/pagoda-bench" --server "$addr" --wait-for-server-s 120 --concurrency "$conc" \
+    --seed "$(cksum <<<"$name" | cut -d' ' -f1)" \
     --num-requests "$requests" --input-len "$input" --output-len "$output" \
     --warmup-requests 2 --timeout-s 600 --progress=false \
     --json "$out_dir/$name.json" >"$out_dir/$name.txt"
