@@ -5,7 +5,7 @@
 #   stop_cluster
 #   model="$(bench_model)"   # $MODEL, or the bench's random-weight model (made once)
 # Needs $bin (the binaries) set by the caller; logs go to a temporary directory that is
-# printed when a process fails to start.
+# printed when a process fails to start (WORKER_LOG=FILE keeps the worker's log there instead).
 
 cluster_dir=""
 
