@@ -337,13 +337,11 @@ def row(label, s, f=0):
     if f and int8:
         extra = f" {rate / int8:12.2f}"
     print(f"  {label:22} {s / wall:6.1%} {s:8.2f} " + (f"{rate/1e9:8.1f} {rate/fma:11.2f}{extra}" if f else ""))
-products = 0.0
 for p in parts:
     row(p, sec[p], flops[p])
-    if p.endswith("product") or p.endswith("products"):
-        products += sec[p]
 row("in-step bookkeeping", max(0.0, step - sum(sec.values())))
 row("waiting for plans", max(0.0, wall - step))
+products = sum(sec[p] for p in parts if "product" in p)
 pf = sum(flops[p] for p in parts if "product" in p)
 print(f"  weight products together: {products / wall:.1%} of the time at {pf / products / 1e9 if products else 0:.1f} GFLOP/s "
       f"({pf / products / fma if products else 0:.2f} of FMA peak)")
@@ -389,19 +387,19 @@ serve_model() {
 # llama.cpp's quantization), else written by pagoda-make-model. Prints where each came from.
 make_model() {
   local label="$1" model="$2" f16="$build_dir/models/issue16-f16.gguf"
-  [ -f "$f16" ] || "$bin/pagoda-make-model" --output "$f16" --layers 12 --dim 768 --heads 12 \
-    --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 --dtype f16 >/dev/null
-  if [ "$label" = F16 ]; then
-    echo "model F16: pagoda-make-model --layers 12 --dim 768 --heads 12 --kv-heads 4 --ffn-dim 2048 --vocab 2048 --seed 1 --dtype f16"
-  elif [ -n "${LLAMA_QUANTIZE:-}" ]; then
+  local shape=(--layers 12 --dim 768 --heads 12 --kv-heads 4 --ffn-dim 2048 --vocab 2048
+               --context 2048 --seed 1)
+  if [ "$label" = F16 ] || [ -n "${LLAMA_QUANTIZE:-}" ]; then
+    [ -f "$f16" ] || "$bin/pagoda-make-model" --output "$f16" "${shape[@]}" --dtype f16 >/dev/null
+  fi
+  if [ "$label" != F16 ] && [ -n "${LLAMA_QUANTIZE:-}" ]; then
     model="${model%.gguf}-llama-quantize.gguf"
     [ -f "$model" ] || "$LLAMA_QUANTIZE" "$f16" "$model" "$label" >"$out_dir/quantize-$label.log" 2>&1
     echo "model $label: llama-quantize issue16-f16.gguf $(basename "$model") $label"
   else
-    [ -f "$model" ] || "$bin/pagoda-make-model" --output "$model" --layers 12 --dim 768 \
-      --heads 12 --kv-heads 4 --ffn-dim 2048 --vocab 2048 --context 2048 --seed 1 \
+    [ -f "$model" ] || "$bin/pagoda-make-model" --output "$model" "${shape[@]}" \
       --dtype "${label,,}" >/dev/null
-    echo "model $label: pagoda-make-model ... --dtype ${label,,}"
+    echo "model $label: pagoda-make-model ${shape[*]} --dtype ${label,,}"
   fi
   served_model="$model"
 }
