@@ -129,9 +129,22 @@ class Stacks {
   size_t bytes_;
 };
 
+// The fiber stacks of the launch that runs, kept from launch to launch (under launch_mutex):
+// mapping, guarding and faulting in fresh stacks for every launch cost more system time than
+// most kernels take.
+Stacks& StacksFor(size_t count) {
+  static std::unique_ptr<Stacks> stacks;
+  static size_t capacity = 0;
+  if (count > capacity) {
+    stacks.reset();
+    stacks = std::make_unique<Stacks>(count);
+    capacity = count;
+  }
+  return *stacks;
+}
+
 struct LaunchState {
   std::vector<Fiber> fibers;
-  std::unique_ptr<Stacks> stacks;
   std::string fault;  // the first ReportFault of the launch
   Context scheduler;
   const std::function<void()>* body = nullptr;
@@ -416,8 +429,8 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   s.body = &body;
   const unsigned threads = block.x * block.y * block.z;
   s.fibers.resize(threads);
-  s.stacks = std::make_unique<Stacks>(threads);
-  for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = s.stacks->Stack(t);
+  Stacks& stacks = StacksFor(threads);
+  for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = stacks.Stack(t);
   s.dynamic_shared.reset(new char[std::max<size_t>(dynamic_shared_bytes, 16)]);
   active = &s;
   std::string error;
