@@ -12,6 +12,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
+#include "tests/worker/llama_cpp_top5.h"
 #include "tests/worker/param_printers.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/model/llama_model.h"
@@ -20,14 +21,8 @@
 namespace pagoda::worker {
 namespace {
 
-// llama.cpp multiplies quantized weights with activations it rounds to 8 bits. Pagoda does too
-// on the tables with integer products (the default there), with its own rounding, and keeps
-// them float32 elsewhere or when asked (quantize_activations off); either way log-probabilities
-// differ by a few hundredths (quant/README.md): every compared value within kMaxLogProbGap, and
-// their mean gap within kMeanLogProbGap. Measured (with the F16 KV cache, as llama.cpp's): F32
-// 0.0014 max; quantized files 0.065-0.098 max, 0.013-0.024 mean, with either activations.
-constexpr double kMaxLogProbGap = 0.12;
-constexpr double kMeanLogProbGap = 0.03;
+using testing::kMaxLogProbGap;
+using testing::kMeanLogProbGap;
 
 nlohmann::json ReadJson(const std::string& path) {
   std::ifstream f(path);
@@ -92,50 +87,10 @@ TEST(QuantizedModel, KeepsStoredBytes) {
   EXPECT_EQ((*model)->output().type, common::GgmlType::Q6_K);
 }
 
-// log-softmax of one row of logits.
-std::vector<double> LogSoftmax(std::span<const float> logits) {
-  const double mx = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits) sum += std::exp(l - mx);
-  std::vector<double> out(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) out[i] = logits[i] - mx - std::log(sum);
-  return out;
-}
-
-// The llama.cpp runs generated exactly 12 tokens: its server ignored EOS when choosing (yet
-// reports it among the top 5 of the full softmax), so greedy choices here skip it too.
-constexpr int kEos = 2;
-int32_t Greedy(const std::vector<double>& lp) {
-  int32_t best = kEos == 0 ? 1 : 0;
-  for (int32_t i = 0; i < static_cast<int32_t>(lp.size()); ++i) {
-    if (i != kEos && lp[i] > lp[best]) best = i;
-  }
-  return best;
-}
-
-struct Gaps {
-  double max = 0;
-  double sum = 0;
-  int count = 0;
-};
-
-// Feeds one token at `*pos` and replaces `lp` with the next log-probabilities.
-void Feed(CpuBackend& backend, int32_t token, int32_t* pos, const std::vector<int32_t>& pages,
-          std::vector<double>* lp) {
-  std::vector<float> logits;
-  SeqInput in{{&token, 1}, (*pos)++, pages, true};
-  ASSERT_OK(backend.Forward({&in, 1}, &logits));
-  *lp = LogSoftmax(logits);
-}
-
-// Teacher-forced run over llama.cpp's tokens, comparing its top-5 log-probabilities at each step.
-// llama.cpp's server reports no step for a token whose text is an incomplete UTF-8 sequence (a
-// byte token 0x80-0xFF, ids 131-258 in this vocabulary) yet feeds it back: where our greedy token
-// is such a byte and not the reported one, it is fed too. Where llama.cpp may have picked a
-// hidden byte that we did not (one within the tolerance of our choice) and the next step
-// disagrees, the contexts have parted, and the run is compared no further.
+// The CPU backend on one kernel table, with 8-bit or float activations, over one llama.cpp run.
 void CompareWithLlamaCpp(const std::shared_ptr<const LlamaModel>& model, cpu::CpuIsa isa,
-                         bool quantize_activations, const nlohmann::json& run, Gaps* gaps) {
+                         bool quantize_activations, const nlohmann::json& run,
+                         testing::Gaps* gaps) {
   CpuBackendOptions options;
   options.num_pages = 8;
   options.num_threads = 2;
@@ -143,51 +98,7 @@ void CompareWithLlamaCpp(const std::shared_ptr<const LlamaModel>& model, cpu::Cp
   options.quantize_activations = quantize_activations;
   auto backend = CpuBackend::Create(model, options);
   ASSERT_OK(backend);
-  const auto prompt = run["prompt_ids"].get<std::vector<int32_t>>();
-  std::vector<int32_t> pages(8);
-  std::iota(pages.begin(), pages.end(), 0);
-  std::vector<float> logits;
-  SeqInput in{prompt, 0, pages, true};
-  ASSERT_OK((*backend)->Forward({&in, 1}, &logits));
-  std::vector<double> lp = LogSoftmax(logits);
-  int32_t pos = static_cast<int32_t>(prompt.size());
-  for (const nlohmann::json& step : run["steps"]) {
-    const int chosen = step["chosen"].get<int>();
-    // Could llama.cpp have picked a hidden byte token here (one within the tolerance of ours)?
-    const double best = lp[Greedy(lp)];
-    const bool may_hide = std::any_of(lp.begin() + 131, lp.begin() + 259,
-                                      [&](double v) { return v > best - 2 * kMaxLogProbGap; });
-    bool hidden = false;
-    for (int i = 0; i < 3; ++i) {
-      const int32_t ours = Greedy(lp);
-      if (ours == chosen || ours < 131 || ours > 258) break;
-      Feed(**backend, ours, &pos, pages, &lp);
-      hidden = true;
-    }
-    const auto& top = step["top"];
-    double theirs = 0;  // llama.cpp's log-probability of its choice
-    for (const auto& pair : top) {
-      if (pair[0].get<int>() == chosen) theirs = pair[1].get<double>();
-    }
-    if ((hidden || may_hide) && std::fabs(lp[chosen] - theirs) > kMaxLogProbGap) {
-      return;
-    }
-    for (const auto& pair : top) {
-      const double gap = std::fabs(lp[pair[0].get<int>()] - pair[1].get<double>());
-      gaps->max = std::max(gaps->max, gap);
-      gaps->sum += gap;
-      ++gaps->count;
-    }
-    // Where llama.cpp's choice is clear, ours is the same token.
-    std::vector<double> best_two;  // llama.cpp's two best log-probabilities other than EOS
-    for (const auto& pair : top) {
-      if (pair[0].get<int>() != kEos) best_two.push_back(pair[1].get<double>());
-    }
-    if (best_two[0] - best_two[1] > kMaxLogProbGap) {
-      EXPECT_EQ(Greedy(lp), chosen) << "llama.cpp's top 5: " << top.dump();
-    }
-    Feed(**backend, chosen, &pos, pages, &lp);
-  }
+  testing::CompareWithLlamaCpp(**backend, run, gaps);
 }
 
 // One instance per kernel table and activation type; a table the CPU lacks is skipped.
@@ -205,7 +116,7 @@ TEST_P(KernelPathLogProbs, MatchLlamaCpp) {
     SCOPED_TRACE(file_name);
     auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
     ASSERT_OK(model);
-    Gaps gaps;
+    testing::Gaps gaps;
     for (const nlohmann::json& run : runs) {
       CompareWithLlamaCpp(*model, isa, quantize_activations, run, &gaps);
     }
