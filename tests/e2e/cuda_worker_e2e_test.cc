@@ -23,10 +23,11 @@ class CudaWorkerTest : public TrainedModelTest {
 };
 
 // The trained model's greedy tokens through every process equal llama.cpp's with the default
-// dtype (bf16). Both dtypes, and where a 16-bit pass may part from the float32 reference at a
-// near tie, are checked kernel-side in cuda_backend_gpu_test.
+// dtype (auto: BF16 for this F32 file) and with bf16 named. Both dtypes, and where a 16-bit pass
+// may part from the float32 reference at a near tie, are checked kernel-side in
+// cuda_backend_gpu_test.
 TEST_F(CudaWorkerTest, GoldenGreedyGenerations) {
-  for (const char* dtype : {"bf16"}) {
+  for (const char* dtype : {"auto", "bf16"}) {
     SCOPED_TRACE(dtype);
     ASSERT_NO_FATAL_FAILURE(
         StartCluster({}, {"--backend", "cuda", "--dtype", dtype, "--kv-pages", "512"}));

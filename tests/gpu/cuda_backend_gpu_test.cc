@@ -21,6 +21,7 @@
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
+#include "tests/worker/llama_cpp_top5.h"
 #include "tests/worker/model_fixtures.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #include "worker/backend/cuda/cuda_backend.h"
@@ -171,32 +172,149 @@ INSTANTIATE_TEST_SUITE_P(
                           DTypeTestName(std::get<1>(info.param)));
     });
 
-// llama.cpp's quantized files load too: the matrices are dequantized and converted to the dtype
-// at upload, and the logits follow the CPU backend's (which computes with the stored blocks).
-class QuantizedFiles : public ::testing::TestWithParam<DType> {};
+// llama.cpp's quantized files, every type it writes, give the CPU backend's logits (which
+// computes with the stored blocks): with every matrix converted to the dtype at upload
+// (--dtype bf16|fp16), and with the quantized ones kept in their blocks (--dtype auto), multiplied
+// by the fused kernel up to 8 (or 2) tokens and on tensor cores beyond, or, decoded ahead of
+// cuBLAS in slices of 100-200 rows (a 100 KB scratch) for every product.
+struct QuantMode {
+  const char* name;
+  DType dtype;
+  bool keep_quantized;
+  int gemv_max_tokens;
+  bool decode_then_cublas = false;
+  size_t decode_scratch_bytes = kMaxDecodeScratchBytes;
+};
+void PrintTo(const QuantMode& m, std::ostream* os) { *os << m.name; }
+
+class QuantizedFiles : public ::testing::TestWithParam<QuantMode> {};
 
 TEST_P(QuantizedFiles, MatchCpu) {
   SKIP_WITHOUT_GPU();
-  const DType dtype = GetParam();
+  const QuantMode mode = GetParam();
   std::mt19937_64 rng(5);
-  for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf"}) {
+  for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf", "quant/tiny-Q4_0.gguf",
+                           "quant/tiny-Q5_K_M.gguf", "quant/tiny-Q6_K.gguf"}) {
     PAGODA_SKIP_WITHOUT_TEST_MODELS(path, file);
     auto model = LlamaModel::Load(*path);
     ASSERT_OK(model);
     SCOPED_TRACE(file);
     auto cpu = MakeCpu(*model, 16, 16);
-    auto gpu = MakeCuda(*model, 16, 16, dtype);
-    ASSERT_NE(gpu, nullptr);
-    CompareRagged(*cpu, *gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 2 : 6,
-                  dtype == DType::kBf16 ? 3e-2 : 6e-3);
+    CudaBackendOptions o;
+    o.page_size = 16;
+    o.num_pages = 16;
+    o.dtype = mode.dtype;
+    o.keep_quantized = mode.keep_quantized;
+    o.quant_gemv_max_tokens = mode.gemv_max_tokens;
+    o.quant_decode_then_cublas = mode.decode_then_cublas;
+    o.max_decode_scratch_bytes = mode.decode_scratch_bytes;
+    auto gpu = CudaBackend::Create(*model, o);
+    ASSERT_OK(gpu);
+    // A step reads each kept matrix's file bytes, and two bytes per element of the others.
+    size_t step_bytes = 0;
+    auto add = [&](const WeightMatrix& m) {
+      const bool kept = mode.keep_quantized && QuantizedFormatOf(m.type).has_value();
+      step_bytes += kept ? m.num_bytes() : size_t{2} * m.rows * m.cols;
+    };
+    add((*model)->tied_output() ? (*model)->token_embedding() : (*model)->output());
+    for (int l = 0; l < (*model)->config().n_layers; ++l) {
+      const LlamaLayerWeights& w = (*model)->layer(l);
+      for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
+        add(*m);
+      }
+    }
+    EXPECT_EQ((*gpu)->weight_bytes_per_step(), step_bytes);
+    CompareRagged(*cpu, **gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 3 : 6,
+                  mode.dtype == DType::kBf16 ? 3e-2 : 6e-3);
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(CudaBackendGpuTest, QuantizedFiles,
-                         ::testing::Values(DType::kFp16, DType::kBf16),
-                         [](const ::testing::TestParamInfo<DType>& info) {
-                           return DTypeTestName(info.param);
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    CudaBackendGpuTest, QuantizedFiles,
+    ::testing::Values(QuantMode{"Fp16", DType::kFp16, false, 8},
+                      QuantMode{"Bf16", DType::kBf16, false, 8},
+                      QuantMode{"KeptFused8", DType::kBf16, true, 8},
+                      QuantMode{"KeptFused2Fp16", DType::kFp16, true, 2},
+                      QuantMode{"KeptTensorCores", DType::kBf16, true, 0},
+                      QuantMode{"KeptDecodedInSlices", DType::kBf16, true, 0, true, 100 * 512 * 2}),
+    [](const ::testing::TestParamInfo<QuantMode>& info) { return std::string(info.param.name); });
+
+// With the quantized matrices kept in their blocks (--dtype auto), log-probabilities of every
+// quantized file follow llama.cpp's server within the tolerance the CPU backend meets
+// (tests/worker/llama_cpp_top5.h), through the fused product (decode steps and 4-token prompts)
+// and, on a GPU, through the tensor-core product too (gemv 0).
+TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
+  SKIP_WITHOUT_GPU();
+  PAGODA_SKIP_WITHOUT_TEST_MODELS(top5_path, "quant/llama_cpp_top5.json");
+  std::ifstream in(*top5_path);
+  const nlohmann::json top5 = nlohmann::json::parse(in);
+  for (int gemv_max_tokens : kEmulated ? std::vector<int>{8} : std::vector<int>{8, 0}) {
+    for (const auto& [file_name, runs] : top5["files"].items()) {
+      SCOPED_TRACE(file_name + (gemv_max_tokens > 0 ? " fused" : " tensor cores"));
+      auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
+      ASSERT_OK(model);
+      testing::Gaps gaps;
+      for (const nlohmann::json& run : runs) {
+        CudaBackendOptions o;
+        o.page_size = 16;
+        o.num_pages = 8;
+        o.keep_quantized = true;
+        o.quant_gemv_max_tokens = gemv_max_tokens;
+        o.max_batch_tokens = 64;
+        auto gpu = CudaBackend::Create(*model, o);
+        ASSERT_OK(gpu);
+        testing::CompareWithLlamaCpp(**gpu, run, &gaps);
+      }
+      ASSERT_GT(gaps.count, 5 * 4 * 5);
+      const double mean = gaps.sum / gaps.count;
+      EXPECT_LT(gaps.max, testing::kMaxLogProbGap);
+      EXPECT_LT(mean, testing::kMeanLogProbGap);
+      std::printf("%-18s %-12s |log p - llama.cpp|: max %.4f, mean %.4f over %d values\n",
+                  file_name.c_str(), gemv_max_tokens > 0 ? "fused" : "tensor cores", gaps.max, mean,
+                  gaps.count);
+    }
+  }
+}
+
+// Benchmark models: random weights made on the device in quantized formats (a llama.cpp-style
+// mix: Q4_K, Q6_K for V, down and the classifier) give finite logits, and a step reads the
+// formats' bytes.
+TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
+  SKIP_WITHOUT_GPU();
+  common::ModelConfig c;
+  c.architecture = "llama";
+  c.n_layers = 2;
+  c.dim = 256;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.head_dim = 64;
+  c.ffn_dim = 512;
+  c.vocab_size = 512;
+  c.context_length = 256;
+  using F = WeightFormat;
+  WeightFormats formats;
+  formats.embedding = F::kQ4_K;
+  formats.output = F::kQ6_K;
+  formats.layers.assign(2, {F::kQ4_K, F::kQ4_K, F::kQ6_K, F::kQ4_K, F::kQ4_K, F::kQ4_K, F::kQ6_K});
+  CudaBackendOptions o;
+  o.page_size = 16;
+  o.num_pages = 16;
+  o.max_batch_tokens = 64;
+  auto gpu = CudaBackend::CreateRandom(c, 3, o, formats);
+  ASSERT_OK(gpu);
+  auto bytes = [](F f, int rows, int cols) { return FormatRowBytes(f, cols) * rows; };
+  const size_t layer = bytes(F::kQ4_K, 256 + 128, 256) + bytes(F::kQ6_K, 128, 256) +
+                       bytes(F::kQ4_K, 256, 256) + bytes(F::kQ4_K, 1024, 256) +
+                       bytes(F::kQ6_K, 256, 512);
+  EXPECT_EQ((*gpu)->weight_bytes_per_step(), bytes(F::kQ6_K, 512, 256) + 2 * layer);
+  std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 401, 2, 88, 100, 31};
+  std::vector<int32_t> pages = {3, 7};
+  SeqInput in{tokens, 0, pages, true};
+  std::vector<float> logits;
+  ASSERT_OK((*gpu)->Forward({&in, 1}, &logits));
+  ASSERT_EQ(logits.size(), 512u);
+  for (float l : logits) ASSERT_TRUE(std::isfinite(l));
+}
 
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();

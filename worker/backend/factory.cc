@@ -33,12 +33,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
                                                     const BackendOptions& o) {
 #ifdef PAGODA_HAVE_CUDA
   cuda::CudaBackendOptions cuda;
-  const std::optional<cuda::DType> dtype = cuda::ParseDType(o.dtype);
+  // auto: BF16 for float tensors, activations and KV; quantized tensors keep their blocks.
+  const bool automatic = o.dtype == "auto";
+  const std::optional<cuda::DType> dtype =
+      automatic ? cuda::DType::kBf16 : cuda::ParseDType(o.dtype);
   if (!dtype) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--dtype \"%s\" is not supported; use bf16 or fp16", o.dtype));
+        absl::StrFormat("--dtype \"%s\" is not supported; use auto, bf16 or fp16", o.dtype));
   }
   cuda.dtype = *dtype;
+  cuda.keep_quantized = automatic;
   cuda.page_size = o.page_size;
   cuda.num_pages = o.num_pages;
   cuda.max_batch_tokens = o.max_batch_tokens;

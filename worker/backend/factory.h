@@ -26,7 +26,9 @@ struct BackendOptions {
   std::string cpu_kernels = "auto";  // auto, portable, avx2, avx512, avx512vnni, avx512amx
   std::optional<bool> cpu_quantize_activations;  // unset: per kernel set (CpuBackendOptions)
   // cuda
-  std::string dtype = "bf16";  // "bf16" or "fp16"
+  // "auto" (BF16, quantized matrices kept in their blocks), "bf16" or "fp16" (every matrix
+  // converted)
+  std::string dtype = "auto";
   double gpu_memory_fraction = 0.9;
   int device = 0;
   bool cuda_graphs = true;

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
 #include "worker/backend/cuda/sampling/logprobs.h"
 #include "worker/backend/cuda/sampling/sampling.h"
 
@@ -68,7 +69,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceWeights weight
 CudaBackend::~CudaBackend() {
   cudaSetDevice(options_.device);  // the caller's thread may have another device current
   for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-  gemm_.reset();
+  products_.reset();
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
   if (swap_stream_ != nullptr) cudaStreamDestroy(swap_stream_);
 }
@@ -81,7 +82,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   cudaStream_t stream;
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-  auto weights = DeviceWeights::Upload(*model, options.dtype, stream);
+  auto weights = DeviceWeights::Upload(*model, options.dtype, options.keep_quantized, stream);
   if (!weights.ok()) {
     cudaStreamDestroy(stream);
     return weights.status();
@@ -92,14 +93,15 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
 }
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::CreateRandom(
-    const common::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options) {
+    const common::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options,
+    const WeightFormats& formats) {
   RETURN_IF_ERROR(common::ValidateModelConfig(config));
   RETURN_IF_ERROR(CheckOptions(options, config));
   RETURN_IF_ERROR(SelectDevice(options.device));
   cudaStream_t stream;
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-  auto weights = DeviceWeights::Random(config, options.dtype, seed, stream);
+  auto weights = DeviceWeights::Random(config, options.dtype, formats, seed, stream);
   if (!weights.ok()) {
     cudaStreamDestroy(stream);
     return weights.status();
@@ -119,7 +121,12 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   max_pitch_ = prop.memPitch;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&swap_stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
-  ASSIGN_OR_RETURN(gemm_, Gemm::Create(stream_, dtype_));
+  WeightProducts::Options products;
+  products.gemv_max_tokens = options_.quant_gemv_max_tokens;
+  products.decode_then_cublas = options_.quant_decode_then_cublas;
+  products.scratch_bytes =
+      std::min(options_.max_decode_scratch_bytes, weights_.largest_quantized_part_dense_bytes());
+  ASSIGN_OR_RETURN(products_, WeightProducts::Create(stream_, dtype_, products));
   const int T = options_.max_batch_tokens;
   limits_.max_tokens = T;
   limits_.max_seqs = std::min(T, 1024);
@@ -160,7 +167,13 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
       {&logprobs_, LogprobsBytes(R), "logprobs"},
       {&inputs_, input_bytes, "step inputs"},
   };
-  device_bytes_ = weights_.bytes() + gemm_->workspace_bytes();
+  device_bytes_ = weights_.bytes() + products_->workspace_bytes();
+  PAGODA_LOG(kInfo, "cuda", "weights: %.1f MiB on the device (%s), %.1f MiB read per step",
+             weights_.bytes() / 1048576.0,
+             weights_.largest_quantized_part_dense_bytes() > 0
+                 ? "quantized matrices in their GGUF blocks"
+                 : DTypeName(dtype_),
+             weights_.bytes_read_per_step() / 1048576.0);
   for (const Piece& p : pieces) {
     ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(p.bytes, p.what));
     device_bytes_ += p.bytes;
@@ -216,8 +229,7 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
 
   RETURN_IF_ERROR(LaunchRmsNormCast(
       {x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
-  RETURN_IF_ERROR(gemm_->Run(
-      {xn_.get(), w.wqkv, qkv_.get<float>(), T, c.dim, c.q_dim() + 2 * c.kv_dim(), false}));
+  RETURN_IF_ERROR(products_->Run(xn_.get(), w.wqkv, qkv_.get<float>(), T, false));
   RETURN_IF_ERROR(LaunchQkvHooks({qkv_.get<float>(), w.bqkv, w.q_norm, w.k_norm, T, c.n_heads,
                                   c.n_kv_heads, c.head_dim, c.rms_eps},
                                  stream_));
@@ -280,22 +292,31 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     p.max_chunk_tokens = s.max_prefill_tokens;
     RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));
   }
-  RETURN_IF_ERROR(gemm_->Run({attn_.get(), w.wo, x_.get<float>(), T, c.q_dim(), c.dim, true}));
+  RETURN_IF_ERROR(products_->Run(attn_.get(), w.wo, x_.get<float>(), T, true));
   RETURN_IF_ERROR(LaunchRmsNormCast(
       {x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
-  RETURN_IF_ERROR(
-      gemm_->Run({xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, c.dim, 2 * c.ffn_dim, false}));
+  RETURN_IF_ERROR(products_->Run(xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, false));
   RETURN_IF_ERROR(LaunchSiluMul({gate_up_.get<float>(), h_.get(), T, c.ffn_dim, dtype_}, stream_));
-  return gemm_->Run({h_.get(), w.w_down, x_.get<float>(), T, c.ffn_dim, c.dim, true});
+  return products_->Run(h_.get(), w.w_down, x_.get<float>(), T, true);
 }
 
 absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool sample) {
   const common::ModelConfig& c = config();
   const int32_t* in = inputs_.get<int32_t>();
   const StepOffsets& o = s.offsets;
-  RETURN_IF_ERROR(LaunchEmbed(
-      {in + o.tokens, weights_.token_embedding(), x_.get<float>(), s.num_tokens, c.dim, dtype_},
-      stream_));
+  const DeviceMatrix& embedding = weights_.token_embedding();
+  if (embedding.format == WeightFormat::kDense) {
+    RETURN_IF_ERROR(LaunchEmbed(
+        {in + o.tokens, embedding.data, x_.get<float>(), s.num_tokens, c.dim, dtype_}, stream_));
+  } else {
+    DequantizeRowsParams d;
+    d.w = embedding;
+    d.rows = in + o.tokens;
+    d.num_rows = s.num_tokens;
+    d.out = x_.get();
+    d.out_f32 = true;
+    RETURN_IF_ERROR(LaunchDequantizeRows(d, stream_));
+  }
   RETURN_IF_ERROR(LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim,
                                    c.rope_base, weights_.rope_inv_freq()},
                                   stream_));
@@ -310,8 +331,7 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   RETURN_IF_ERROR(LaunchRmsNormCast({x_.get<float>(), in + o.logit_rows, weights_.output_norm(),
                                      xn_.get(), R, c.dim, c.rms_eps, dtype_},
                                     stream_));
-  RETURN_IF_ERROR(gemm_->Run(
-      {xn_.get(), weights_.output(), logits_.get<float>(), R, c.dim, c.vocab_size, false}));
+  RETURN_IF_ERROR(products_->Run(xn_.get(), weights_.output(), logits_.get<float>(), R, false));
   if (!sample || R == 0) return absl::OkStatus();
   const auto* row_params =
       reinterpret_cast<const SampleRowParams*>(inputs_.get<char>() + samples_offset_);

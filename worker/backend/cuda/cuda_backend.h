@@ -40,9 +40,9 @@
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/device_weights.h"
 #include "worker/backend/cuda/dtype.h"
-#include "worker/backend/cuda/gemm.h"
 #include "worker/backend/cuda/sampling/logprobs.h"
 #include "worker/backend/cuda/step_plan.h"
+#include "worker/backend/cuda/weight_products.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::worker::cuda {
@@ -52,7 +52,15 @@ struct CudaBackendOptions {
   int num_pages = 0;  // 0 = what gpu_memory_fraction leaves after weights and workspace
   double gpu_memory_fraction = 0.9;
   int max_batch_tokens = 2048;  // tokens in one micro-batch (the workspace's size)
-  DType dtype = DType::kBf16;
+  DType dtype = DType::kBf16;   // activations, KV, and the weights not kept quantized
+  // Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices stay in their GGUF blocks (weight_products.h).
+  bool keep_quantized = false;
+  // Kept parts, up to this many tokens: the fused product; beyond: tensor cores, or (when
+  // quant_decode_then_cublas) rows decoded into a scratch of at most max_decode_scratch_bytes,
+  // in slices, multiplied by cuBLAS.
+  int quant_gemv_max_tokens = 8;
+  bool quant_decode_then_cublas = false;
+  size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
   int device = 0;
   bool cuda_graphs = true;
   int max_graph_seqs = 256;       // decode batches up to this size replay graphs
@@ -63,9 +71,11 @@ class CudaBackend : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<CudaBackend>> Create(
       std::shared_ptr<const LlamaModel> model, const CudaBackendOptions& options);
-  // Seeded random weights made on the device for `config` (benchmarks of full-size shapes).
+  // Seeded random weights made on the device for `config` (benchmarks of full-size shapes), in
+  // `formats` (default: every matrix in the dtype).
   static absl::StatusOr<std::unique_ptr<CudaBackend>> CreateRandom(
-      const common::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options);
+      const common::ModelConfig& config, uint64_t seed, const CudaBackendOptions& options,
+      const WeightFormats& formats = {});
   ~CudaBackend() override;
 
   absl::Status Forward(std::span<const SeqInput> batch, std::vector<float>* logits) override;
@@ -126,7 +136,7 @@ class CudaBackend : public Backend {
   cudaStream_t stream_ = nullptr;
   cudaStream_t swap_stream_ = nullptr;  // swap copies only
   size_t max_pitch_ = 0;                // the widest stride a 2D copy may take (memPitch)
-  std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<WeightProducts> products_;
   StepLimits limits_;
   int multiprocessors_ = 0;  // of the device: sizes the decode attention grid
   KvArenaLayout layout_;

@@ -1,11 +1,14 @@
 #include "worker/backend/cuda/device_weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/str_format.h"
 #include "common/fp16.h"
 #include "common/status_macros.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
 #include "worker/model/architecture.h"
 
 namespace pagoda::worker::cuda {
@@ -63,31 +66,62 @@ std::vector<float> Concat(std::initializer_list<std::span<const float>> parts) {
 }  // namespace
 
 absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig& c, DType dtype,
-                                                      bool tied, bool scaled_rope) {
+                                                      const WeightFormats& formats, bool tied,
+                                                      bool scaled_rope) {
   const ArchitectureTraits traits = TraitsOf(c);
-  const size_t e = DTypeSize(dtype);
-  const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
+  const int dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
   DeviceWeights w;
   w.config_ = c;
   w.dtype_ = dtype;
   // Two passes over the same carving: sizes first, then pointers into the allocation.
   Carver carver;
+  auto matrix = [&](WeightFormat f, int rows, int cols) {
+    DeviceMatrix m{nullptr, f, rows, cols, FormatRowBytes(f, cols)};
+    m.data = carver.Take(m.bytes());
+    return m;
+  };
+  // A projection of (format, rows) pieces over `cols` inputs, neighbours of one format merged.
+  auto projection = [&](std::initializer_list<std::pair<WeightFormat, int>> pieces, int cols) {
+    Projection p;
+    p.n_in = cols;
+    for (const auto& [format, rows] : pieces) {
+      if (p.num_parts > 0 && p.parts[static_cast<size_t>(p.num_parts - 1)].format == format) {
+        p.parts[static_cast<size_t>(p.num_parts - 1)].rows += rows;
+      } else {
+        p.parts[static_cast<size_t>(p.num_parts++)] = {nullptr, format, rows, cols,
+                                                       FormatRowBytes(format, cols)};
+      }
+      p.n_out += rows;
+    }
+    for (int i = 0; i < p.num_parts; ++i) {
+      DeviceMatrix& m = p.parts[static_cast<size_t>(i)];
+      m.data = carver.Take(m.bytes());
+    }
+    return p;
+  };
   for (int pass = 0; pass < 2; ++pass) {
     if (pass == 1) {
       ASSIGN_OR_RETURN(w.buffer_, DeviceBuffer::Allocate(carver.used(), "the model weights"));
       carver.Reset(w.buffer_.get<char>());
     }
     w.layers_.assign(static_cast<size_t>(c.n_layers), DeviceLayer{});
-    w.token_embd_ = carver.Take(vocab * dim * e);
+    w.token_embd_ = matrix(formats.embedding, vocab, dim);
     w.output_norm_ = static_cast<const float*>(carver.Take(dim * 4));
-    w.output_ = tied ? w.token_embd_ : carver.Take(vocab * dim * e);
-    for (DeviceLayer& l : w.layers_) {
+    if (tied) {
+      w.output_ = Projection{{w.token_embd_}, 1, vocab, dim};
+    } else {
+      w.output_ = projection({{formats.output, vocab}}, dim);
+    }
+    for (size_t i = 0; i < w.layers_.size(); ++i) {
+      DeviceLayer& l = w.layers_[i];
+      const std::array<WeightFormat, 7> f =
+          formats.layers.empty() ? std::array<WeightFormat, 7>{} : formats.layers[i];
       l.attn_norm = static_cast<const float*>(carver.Take(dim * 4));
-      l.wqkv = carver.Take((q + 2 * kv) * dim * e);
-      l.wo = carver.Take(dim * q * e);
+      l.wqkv = projection({{f[0], q}, {f[1], kv}, {f[2], kv}}, dim);
+      l.wo = projection({{f[3], dim}}, q);
       l.ffn_norm = static_cast<const float*>(carver.Take(dim * 4));
-      l.w_gate_up = carver.Take(2 * ffn * dim * e);
-      l.w_down = carver.Take(dim * ffn * e);
+      l.w_gate_up = projection({{f[4], ffn}, {f[5], ffn}}, dim);
+      l.w_down = projection({{f[6], dim}}, ffn);
       if (traits.qkv_bias) l.bqkv = static_cast<const float*>(carver.Take((q + 2 * kv) * 4));
       if (traits.qk_norm) {
         l.q_norm = static_cast<const float*>(carver.Take(c.head_dim * 4));
@@ -97,37 +131,93 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
     w.rope_inv_freq_ =
         scaled_rope ? static_cast<const float*>(carver.Take(c.head_dim / 2 * 4)) : nullptr;
   }
-  w.step_bytes_ =
-      (vocab * dim + size_t(c.n_layers) * ((q + 2 * kv) * dim + dim * q + 3 * ffn * dim)) * e;
+  std::vector<const Projection*> all = {&w.output_};
+  for (const DeviceLayer& l : w.layers_) {
+    for (const Projection* p : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) all.push_back(p);
+  }
+  for (const Projection* p : all) {
+    w.step_bytes_ += p->bytes();
+    for (int i = 0; i < p->num_parts; ++i) {
+      const DeviceMatrix& m = p->parts[static_cast<size_t>(i)];
+      if (m.format == WeightFormat::kDense) continue;
+      w.largest_quantized_dense_ =
+          std::max(w.largest_quantized_dense_, size_t(m.rows) * size_t(m.cols) * DTypeSize(dtype));
+    }
+  }
   return w;
 }
 
+namespace {
+
+// Copies `sources` (stacked along the output) into the projection's parts: kept blocks byte for
+// byte, anything else as float32 converted to the dtype.
+absl::Status UploadProjection(const Projection& p,
+                              std::initializer_list<const WeightMatrix*> sources, DType dtype,
+                              cudaStream_t stream) {
+  int part = 0, row = 0;
+  for (const WeightMatrix* m : sources) {
+    const DeviceMatrix& d = p.parts[static_cast<size_t>(part)];
+    char* dst = static_cast<char*>(const_cast<void*>(d.data)) + size_t(row) * d.row_bytes;
+    if (d.format == WeightFormat::kDense) {
+      RETURN_IF_ERROR(Copy(dst, m->ToFloat(), dtype, stream));
+    } else {
+      if (m->row_bytes != d.row_bytes) {
+        return absl::InternalError(
+            absl::StrFormat("a %s row of %d columns is %d bytes in the file, %d on the device",
+                            WeightFormatName(d.format), m->cols, static_cast<int64_t>(m->row_bytes),
+                            static_cast<int64_t>(d.row_bytes)));
+      }
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(dst, m->bytes.data(), m->num_bytes(), cudaMemcpyHostToDevice, stream),
+          "upload"));
+      RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "upload"));
+    }
+    row += m->rows;
+    if (row == d.rows) {
+      ++part;
+      row = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DType dtype,
-                                                    cudaStream_t stream) {
+                                                    bool keep_quantized, cudaStream_t stream) {
   const common::ModelConfig& c = model.config();
-  ASSIGN_OR_RETURN(DeviceWeights w,
-                   Allocate(c, dtype, model.tied_output(), !model.rope_inv_freq().empty()));
+  auto format = [&](const WeightMatrix& m) {
+    const std::optional<WeightFormat> f = QuantizedFormatOf(m.type);
+    return keep_quantized && f ? *f : WeightFormat::kDense;
+  };
+  WeightFormats formats;
+  formats.embedding = format(model.token_embedding());
+  formats.output = model.tied_output() ? formats.embedding : format(model.output());
+  for (int i = 0; i < c.n_layers; ++i) {
+    const LlamaLayerWeights& l = model.layer(i);
+    formats.layers.push_back({format(l.wq), format(l.wk), format(l.wv), format(l.wo),
+                              format(l.w_gate), format(l.w_up), format(l.w_down)});
+  }
+  ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, formats, model.tied_output(),
+                                             !model.rope_inv_freq().empty()));
   if (w.rope_inv_freq_ != nullptr) {
     RETURN_IF_ERROR(CopyF32(w.rope_inv_freq_, model.rope_inv_freq(), stream));
   }
-  RETURN_IF_ERROR(
-      Copy(const_cast<void*>(w.token_embd_), model.token_embedding().ToFloat(), dtype, stream));
+  const Projection embedding{{w.token_embd_}, 1, c.vocab_size, c.dim};
+  RETURN_IF_ERROR(UploadProjection(embedding, {&model.token_embedding()}, dtype, stream));
   RETURN_IF_ERROR(CopyF32(w.output_norm_, model.output_norm(), stream));
   if (!model.tied_output()) {
-    RETURN_IF_ERROR(Copy(const_cast<void*>(w.output_), model.output().ToFloat(), dtype, stream));
+    RETURN_IF_ERROR(UploadProjection(w.output_, {&model.output()}, dtype, stream));
   }
   for (int i = 0; i < c.n_layers; ++i) {
     const LlamaLayerWeights& src = model.layer(i);
     const DeviceLayer& dst = w.layers_[static_cast<size_t>(i)];
     RETURN_IF_ERROR(CopyF32(dst.attn_norm, src.attn_norm, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wqkv),
-                         Concat({src.wq.ToFloat(), src.wk.ToFloat(), src.wv.ToFloat()}), dtype,
-                         stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.wo), src.wo.ToFloat(), dtype, stream));
+    RETURN_IF_ERROR(UploadProjection(dst.wqkv, {&src.wq, &src.wk, &src.wv}, dtype, stream));
+    RETURN_IF_ERROR(UploadProjection(dst.wo, {&src.wo}, dtype, stream));
     RETURN_IF_ERROR(CopyF32(dst.ffn_norm, src.ffn_norm, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_gate_up),
-                         Concat({src.w_gate.ToFloat(), src.w_up.ToFloat()}), dtype, stream));
-    RETURN_IF_ERROR(Copy(const_cast<void*>(dst.w_down), src.w_down.ToFloat(), dtype, stream));
+    RETURN_IF_ERROR(UploadProjection(dst.w_gate_up, {&src.w_gate, &src.w_up}, dtype, stream));
+    RETURN_IF_ERROR(UploadProjection(dst.w_down, {&src.w_down}, dtype, stream));
     if (dst.bqkv != nullptr) {
       RETURN_IF_ERROR(CopyF32(dst.bqkv, Concat({src.arch.bq, src.arch.bk, src.arch.bv}), stream));
     }
@@ -140,38 +230,52 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DTy
 }
 
 absl::StatusOr<DeviceWeights> DeviceWeights::Random(const common::ModelConfig& c, DType dtype,
-                                                    uint64_t seed, cudaStream_t stream) {
+                                                    const WeightFormats& formats, uint64_t seed,
+                                                    cudaStream_t stream) {
+  if (!formats.layers.empty() && formats.layers.size() != static_cast<size_t>(c.n_layers)) {
+    return absl::InvalidArgumentError("random weights: one format list per layer");
+  }
   const std::vector<float> inv_freq = ScaledRopeInvFrequencies(c);
-  ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, /*tied=*/false, !inv_freq.empty()));
+  ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, formats, /*tied=*/false, !inv_freq.empty()));
   if (w.rope_inv_freq_ != nullptr) RETURN_IF_ERROR(CopyF32(w.rope_inv_freq_, inv_freq, stream));
-  const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim(), ffn = c.ffn_dim, vocab = c.vocab_size;
+  const size_t dim = c.dim, q = c.q_dim(), kv = c.kv_dim();
   uint64_t s = seed;
-  // Uniform in [-a, a] with variance 1/n_in: unit-scale activations through every projection.
-  auto matrix = [&](const void* p, size_t rows, size_t n_in) {
-    return LaunchFillRandom(const_cast<void*>(p), rows * n_in, dtype,
-                            std::sqrt(3.0f / static_cast<float>(n_in)), ++s, stream);
+  // Uniform in [-a, a] (dense) or about as large (blocks), a^2 / 3 = 1 / n_in: unit-scale
+  // activations through every projection.
+  auto fill = [&](const DeviceMatrix& m, float amplitude) -> absl::Status {
+    if (m.format == WeightFormat::kDense) {
+      return LaunchFillRandom(const_cast<void*>(m.data), size_t(m.rows) * m.cols, dtype, amplitude,
+                              ++s, stream);
+    }
+    return LaunchFillRandomBlocks(m, amplitude, ++s, stream);
+  };
+  auto matrix = [&](const Projection& p) -> absl::Status {
+    for (int i = 0; i < p.num_parts; ++i) {
+      RETURN_IF_ERROR(
+          fill(p.parts[static_cast<size_t>(i)], std::sqrt(3.0f / static_cast<float>(p.n_in))));
+    }
+    return absl::OkStatus();
   };
   auto norm = [&](const float* p) {
     return LaunchFillRandomF32(const_cast<float*>(p), dim, 0.1f, 1.0f, ++s, stream);
   };
-  RETURN_IF_ERROR(
-      LaunchFillRandom(const_cast<void*>(w.token_embd_), vocab * dim, dtype, 1.0f, ++s, stream));
+  RETURN_IF_ERROR(fill(w.token_embd_, 1.0f));
   RETURN_IF_ERROR(norm(w.output_norm_));
-  RETURN_IF_ERROR(matrix(w.output_, vocab, dim));
+  RETURN_IF_ERROR(matrix(w.output_));
   for (const DeviceLayer& l : w.layers_) {
     RETURN_IF_ERROR(norm(l.attn_norm));
-    RETURN_IF_ERROR(matrix(l.wqkv, q + 2 * kv, dim));
-    RETURN_IF_ERROR(matrix(l.wo, dim, q));
+    RETURN_IF_ERROR(matrix(l.wqkv));
+    RETURN_IF_ERROR(matrix(l.wo));
     RETURN_IF_ERROR(norm(l.ffn_norm));
-    RETURN_IF_ERROR(matrix(l.w_gate_up, 2 * ffn, dim));
-    RETURN_IF_ERROR(matrix(l.w_down, dim, ffn));
-    auto fill = [&](const float* p, size_t n, float scale, float offset) {
+    RETURN_IF_ERROR(matrix(l.w_gate_up));
+    RETURN_IF_ERROR(matrix(l.w_down));
+    auto fill_f32 = [&](const float* p, size_t n, float scale, float offset) {
       return LaunchFillRandomF32(const_cast<float*>(p), n, scale, offset, ++s, stream);
     };
-    if (l.bqkv != nullptr) RETURN_IF_ERROR(fill(l.bqkv, q + 2 * kv, 0.1f, 0.0f));
+    if (l.bqkv != nullptr) RETURN_IF_ERROR(fill_f32(l.bqkv, q + 2 * kv, 0.1f, 0.0f));
     if (l.q_norm != nullptr) {
-      RETURN_IF_ERROR(fill(l.q_norm, c.head_dim, 0.1f, 1.0f));
-      RETURN_IF_ERROR(fill(l.k_norm, c.head_dim, 0.1f, 1.0f));
+      RETURN_IF_ERROR(fill_f32(l.q_norm, c.head_dim, 0.1f, 1.0f));
+      RETURN_IF_ERROR(fill_f32(l.k_norm, c.head_dim, 0.1f, 1.0f));
     }
   }
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "random weights"));

@@ -1,13 +1,16 @@
-// Model weights in GPU memory: one allocation, matrices in the dtype, norms in float32.
+// Model weights in GPU memory: one allocation; matrices in the dtype or, when the options keep
+// them, in the GGUF blocks their file stores (weight_format.h); norms in float32.
 //
-// Contract: immutable after creation. Q, K and V are one fused matrix [q_dim + 2 kv_dim][dim]
-// (rows of Wq, then Wk, then Wv) and gate/up one [2 ffn_dim][dim] (Wgate rows, then Wup), so each
-// is one GEMM. A tied classifier points at the embedding. Created from a LlamaModel (each matrix,
-// whatever its stored type, F32/F16/BF16 or GGUF-quantized, dequantized to float32 on the host
-// one at a time and converted to the dtype) or with seeded random values made on the device
-// (benchmarks of full-size shapes without a file or a host copy).
+// Contract: immutable after creation. Each projection is a Projection whose parts stack along the
+// output: Q, K and V rows (Wq, then Wk, then Wv) and gate/up rows (Wgate, then Wup), neighbours
+// of one format sharing a part, so a uniform projection is one product. A tied classifier is the
+// embedding. Created from a LlamaModel (float matrices, and quantized ones unless kept, are
+// dequantized to float32 on the host one at a time and converted to the dtype; kept ones are
+// copied byte for byte) or with seeded random values or blocks made on the device (benchmarks of
+// full-size shapes without a file or a host copy).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <vector>
 
@@ -15,55 +18,72 @@
 #include "common/model_config.h"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.h"
+#include "worker/backend/cuda/weight_format.h"
 #include "worker/model/llama_model.h"
 
 namespace pagoda::worker::cuda {
 
 struct DeviceLayer {
   const float* attn_norm = nullptr;  // [dim]
-  const void* wqkv = nullptr;        // [q_dim + 2 kv_dim][dim]
-  const void* wo = nullptr;          // [dim][q_dim]
+  Projection wqkv;                   // [q_dim + 2 kv_dim][dim]
+  Projection wo;                     // [dim][q_dim]
   const float* ffn_norm = nullptr;   // [dim]
-  const void* w_gate_up = nullptr;   // [2 ffn_dim][dim]
-  const void* w_down = nullptr;      // [dim][ffn_dim]
+  Projection w_gate_up;              // [2 ffn_dim][dim]
+  Projection w_down;                 // [dim][ffn_dim]
   // Architecture pieces (worker/model/architecture.h), null when the model has none:
   const float* bqkv = nullptr;    // [q_dim + 2 kv_dim] qwen2's Q, K, V biases
   const float* q_norm = nullptr;  // [head_dim] qwen3
   const float* k_norm = nullptr;  // [head_dim] qwen3
 };
 
+// The storage format of each matrix.
+struct WeightFormats {
+  WeightFormat embedding = WeightFormat::kDense;
+  WeightFormat output = WeightFormat::kDense;
+  // Per layer: q, k, v, o, gate, up, down; empty: every matrix kDense.
+  std::vector<std::array<WeightFormat, 7>> layers;
+};
+
 class DeviceWeights {
  public:
+  // keep_quantized: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices stay in their blocks.
   static absl::StatusOr<DeviceWeights> Upload(const LlamaModel& model, DType dtype,
-                                              cudaStream_t stream);
+                                              bool keep_quantized, cudaStream_t stream);
+  // Quantized formats get random blocks (LaunchFillRandomBlocks) of the same scale.
   static absl::StatusOr<DeviceWeights> Random(const common::ModelConfig& config, DType dtype,
-                                              uint64_t seed, cudaStream_t stream);
+                                              const WeightFormats& formats, uint64_t seed,
+                                              cudaStream_t stream);
 
   const common::ModelConfig& config() const { return config_; }
   const DeviceLayer& layer(int i) const { return layers_[static_cast<size_t>(i)]; }
-  const void* token_embedding() const { return token_embd_; }  // [vocab][dim]
-  const float* output_norm() const { return output_norm_; }    // [dim]
-  const void* output() const { return output_; }               // [vocab][dim]
+  const DeviceMatrix& token_embedding() const { return token_embd_; }  // [vocab][dim]
+  const float* output_norm() const { return output_norm_; }            // [dim]
+  const Projection& output() const { return output_; }                 // [vocab][dim]
   // [head_dim / 2] scaled RoPE frequencies, or null for rope_base's.
   const float* rope_inv_freq() const { return rope_inv_freq_; }
   size_t bytes() const { return buffer_.bytes(); }
   // Bytes one decode step reads: every matrix once (the embedding rows it gathers aside).
   size_t bytes_read_per_step() const { return step_bytes_; }
+  // Bytes of the largest quantized projection part's rows in the dtype (0 when none is kept):
+  // what decoding one whole part ahead of cuBLAS would take.
+  size_t largest_quantized_part_dense_bytes() const { return largest_quantized_dense_; }
 
  private:
-  // Lays out every tensor in one buffer; `elements[i]` and `is_f32[i]` in the order of Assign().
+  // Lays out every tensor in one buffer.
   static absl::StatusOr<DeviceWeights> Allocate(const common::ModelConfig& config, DType dtype,
-                                                bool tied, bool scaled_rope);
+                                                const WeightFormats& formats, bool tied,
+                                                bool scaled_rope);
 
   common::ModelConfig config_;
   DType dtype_ = DType::kBf16;
   DeviceBuffer buffer_;
   std::vector<DeviceLayer> layers_;
-  const void* token_embd_ = nullptr;
+  DeviceMatrix token_embd_;
   const float* output_norm_ = nullptr;
-  const void* output_ = nullptr;
+  Projection output_;
   const float* rope_inv_freq_ = nullptr;
   size_t step_bytes_ = 0;
+  size_t largest_quantized_dense_ = 0;
 };
 
 }  // namespace pagoda::worker::cuda

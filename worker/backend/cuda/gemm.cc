@@ -43,8 +43,8 @@ absl::Status Gemm::Run(const GemmParams& p) {
   return CublasStatus(
       *lib_,
       lib_->gemm_ex(handle_, CUBLAS_OP_T, CUBLAS_OP_N, p.n_out, p.num_tokens, p.n_in, &alpha, p.w,
-                    type, p.n_in, p.x, type, p.n_in, &beta, p.out, CUDA_R_32F, p.n_out,
-                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                    type, p.n_in, p.x, type, p.n_in, &beta, p.out, CUDA_R_32F,
+                    p.ld_out > 0 ? p.ld_out : p.n_out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
       "cublasGemmEx");
 }
 

@@ -2,7 +2,8 @@
 // float32 accumulation and output.
 //
 // Contract: out[t][o] = sum_i w[o][i] * x[t][i] (+ out[t][o] when accumulating: the residual add
-// fused into the projection). Weights are row-major [n_out][n_in] as in the model. Enqueued on
+// fused into the projection). Weights are row-major [n_out][n_in] as in the model; out's rows are
+// ld_out apart (n_out when 0), so a product may fill a column range of a wider output. Enqueued on
 // the stream given at Create(); never synchronizes; uses a fixed workspace so that it can be
 // captured in a CUDA graph.
 #pragma once
@@ -22,11 +23,12 @@ namespace pagoda::worker::cuda {
 struct GemmParams {
   const void* x;  // [num_tokens][n_in] dtype
   const void* w;  // [n_out][n_in] dtype
-  float* out;     // [num_tokens][n_out]
+  float* out;     // [num_tokens][ld_out]
   int num_tokens = 0;
   int n_in = 0;
   int n_out = 0;
   bool accumulate = false;
+  int ld_out = 0;  // 0: n_out
 };
 
 class Gemm {

@@ -1,0 +1,303 @@
+// The kernels over GGUF blocks kept on the device (quant/quant_kernels.h) against the CPU's
+// dequantization (DequantizeRowPortable, itself checked against llama.cpp's values in
+// quantized_model_test): the fused product for 1-8 tokens, plain and accumulating into a column
+// range of a wider output, and the row decoder to float32 (with a gather) and to the dtype.
+// Blocks are random bytes with finite random scales, so every bit of every field is exercised,
+// and outputs are poisoned (NaN) first: a slot a kernel must not write stays NaN.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <ostream>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/fp16.h"
+#include "common/gguf_reader.h"
+#include "tests/gpu/gpu_test_support.h"
+#include "tests/support/status_assertions.h"
+#include "worker/backend/cuda/device.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
+#include "worker/model/weight_matrix.h"
+
+namespace pagoda::common {
+void PrintTo(GgmlType type, std::ostream* os) { *os << GgmlTypeName(type); }
+}  // namespace pagoda::common
+
+namespace pagoda::worker::cuda {
+namespace {
+
+using common::GgmlType;
+
+constexpr GgmlType kTypes[] = {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K,
+                               GgmlType::Q6_K};
+
+// Offsets of the half-precision scales inside one block of `type`.
+std::vector<int> HalfOffsets(GgmlType type) {
+  switch (type) {
+    case GgmlType::Q4_K:
+    case GgmlType::Q5_K:
+      return {0, 2};
+    case GgmlType::Q6_K:
+      return {208};
+    default:
+      return {0};
+  }
+}
+
+// A quantized [rows][cols] matrix of random bytes whose half scales are finite, in [-s, s].
+struct HostMatrix {
+  GgmlType type;
+  WeightFormat format;
+  int rows, cols;
+  size_t row_bytes;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // the CPU's dequantization, [rows][cols]
+};
+
+HostMatrix RandomMatrix(GgmlType type, int rows, int cols, std::mt19937& rng) {
+  HostMatrix m{type, *QuantizedFormatOf(type), rows, cols, RowBytes(type, cols), {}, {}};
+  const int block_bytes = BlockBytes(m.format);
+  m.bytes.resize(size_t(rows) * m.row_bytes);
+  for (uint8_t& b : m.bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
+  for (size_t at = 0; at < m.bytes.size(); at += static_cast<size_t>(block_bytes)) {
+    for (int off : HalfOffsets(type)) {
+      const uint16_t h = common::FloatToF16(scale(rng));
+      std::memcpy(&m.bytes[at + static_cast<size_t>(off)], &h, 2);
+    }
+  }
+  m.values.resize(size_t(rows) * cols);
+  for (int r = 0; r < rows; ++r) {
+    DequantizeRowPortable(type, m.bytes.data() + size_t(r) * m.row_bytes, cols,
+                          m.values.data() + size_t(r) * cols);
+  }
+  return m;
+}
+
+// Relative precision of one rounding to the dtype (half an ulp at 1.0).
+double Eps(DType d) { return d == DType::kBf16 ? 1.0 / 256 : 1.0 / 2048; }
+
+DeviceMatrix OnDevice(const HostMatrix& m, const DeviceArray& d) {
+  return {d.get(), m.format, m.rows, m.cols, m.row_bytes};
+}
+
+class QuantKernelsTest : public ::testing::TestWithParam<std::tuple<GgmlType, DType>> {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
+  }
+};
+
+using Launcher = absl::Status (*)(const QuantGemvParams&, cudaStream_t);
+
+// `launch` against the product of the CPU's dequantized rows, for each token count of `tokens`,
+// plain and accumulating, into a column range of a wider output.
+void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_list<int> tokens,
+                  std::mt19937& rng) {
+  const int block = BlockElements(*QuantizedFormatOf(type));
+  // Column counts below, at and across the kernels' chunks (1024 and 64 elements); rows that
+  // leave partial tiles (16 and 64 rows).
+  for (int cols : {block == 32 ? 224 : 256, 1024, 1280, 2304}) {
+    const int rows = 37, first = 5, ld = rows + 11;
+    const HostMatrix m = RandomMatrix(type, rows, cols, rng);
+    DeviceArray d_w(m.bytes.size());
+    ASSERT_EQ(d_w.Upload(m.bytes), cudaSuccess);
+    for (int n : tokens) {
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << cols << " columns, " << n << " tokens"
+                                          << (accumulate ? ", accumulating" : ""));
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<uint16_t> x(size_t(n) * cols);
+        for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
+        std::vector<float> out(size_t(n) * ld, NAN);
+        for (int t = 0; t < n && accumulate; ++t) {
+          for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
+        }
+        const std::vector<float> before = out;
+        DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
+        ASSERT_EQ(d_x.Upload(x), cudaSuccess);
+        ASSERT_EQ(d_out.Upload(out), cudaSuccess);
+        ASSERT_OK(launch(
+            {d_x.get(), OnDevice(m, d_w), d_out.as<float>() + first, ld, n, accumulate, dtype},
+            nullptr));
+        ASSERT_EQ(d_out.Download(out), cudaSuccess);
+        int bad = 0;
+        for (int t = 0; t < n; ++t) {
+          for (int c = 0; c < ld; ++c) {
+            const float got = out[size_t(t) * ld + c];
+            const int o = c - first;
+            if (o < 0 || o >= rows) {
+              if (!std::isnan(got) && bad++ < 5) {
+                ADD_FAILURE() << "token " << t << " column " << c << " was written";
+              }
+              continue;
+            }
+            double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
+            for (int i = 0; i < cols; ++i) {
+              const double p =
+                  double(m.values[size_t(o) * cols + i]) * FromBits(x[size_t(t) * cols + i], dtype);
+              ref += p;
+              magnitude += std::fabs(p);
+            }
+            // The tensor-core product rounds each weight to the dtype first.
+            const double tol = (launch == LaunchQuantGemv ? 1e-5 : 2 * Eps(dtype)) * magnitude;
+            if (!(std::fabs(got - ref) <= tol + 1e-5) && bad++ < 5) {
+              ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_P(QuantKernelsTest, GemvMatchesTheDequantizedProduct) {
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 31 + (dtype == DType::kBf16 ? 1 : 2));
+  CheckProduct(type, dtype, LaunchQuantGemv, {1, 3, 8}, rng);
+}
+
+TEST_P(QuantKernelsTest, TensorCoreGemmMatchesTheDequantizedProduct) {
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 37 + (dtype == DType::kBf16 ? 5 : 6));
+  // A partial tile of tokens, and three tiles with a partial last.
+  CheckProduct(type, dtype, LaunchQuantGemm, {9, 150}, rng);
+}
+
+TEST_P(QuantKernelsTest, DequantizeRowsMatchesTheCpu) {
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 17 + (dtype == DType::kBf16 ? 3 : 4));
+  const int block = BlockElements(*QuantizedFormatOf(type));
+  const int rows = 23, cols = 3 * std::max(block, 256);
+  const HostMatrix m = RandomMatrix(type, rows, cols, rng);
+  DeviceArray d_w(m.bytes.size());
+  ASSERT_EQ(d_w.Upload(m.bytes), cudaSuccess);
+  // The embedding gather: float32, rows out of order and repeated.
+  const std::vector<int32_t> ids = {22, 0, 7, 7, 13, 1};
+  DeviceArray d_ids(ids.size() * 4), d_f32((ids.size() + 1) * cols * 4);
+  ASSERT_EQ(d_ids.Upload(ids), cudaSuccess);
+  ASSERT_EQ(d_f32.Poison(), cudaSuccess);
+  DequantizeRowsParams gather;
+  gather.w = OnDevice(m, d_w);
+  gather.rows = d_ids.as<int32_t>();
+  gather.num_rows = static_cast<int>(ids.size());
+  gather.out = d_f32.get();
+  gather.out_f32 = true;
+  ASSERT_OK(LaunchDequantizeRows(gather, nullptr));
+  std::vector<float> f32((ids.size() + 1) * cols);
+  ASSERT_EQ(d_f32.Download(f32), cudaSuccess);
+  for (size_t r = 0; r < ids.size(); ++r) {
+    for (int i = 0; i < cols; ++i) {
+      const float ref = m.values[size_t(ids[r]) * cols + i];
+      ASSERT_NEAR(f32[r * cols + i], ref, 1e-6f * std::fabs(ref) + 1e-9f)
+          << "gathered row " << r << " element " << i;
+    }
+  }
+  for (int i = 0; i < cols; ++i) ASSERT_TRUE(std::isnan(f32[ids.size() * cols + i]));
+  // A slice of rows in the dtype, as ahead of a cuBLAS product.
+  const int first = 4, count = 9;
+  DeviceArray d_16((count + 1) * size_t(cols) * 2);
+  ASSERT_EQ(d_16.Poison(), cudaSuccess);
+  DequantizeRowsParams slice;
+  slice.w = OnDevice(m, d_w);
+  slice.first_row = first;
+  slice.num_rows = count;
+  slice.out = d_16.get();
+  slice.dtype = dtype;
+  ASSERT_OK(LaunchDequantizeRows(slice, nullptr));
+  std::vector<uint16_t> h16((count + 1) * size_t(cols));
+  ASSERT_EQ(d_16.Download(h16), cudaSuccess);
+  for (int r = 0; r < count; ++r) {
+    for (int i = 0; i < cols; ++i) {
+      const float ref = m.values[size_t(first + r) * cols + i];
+      const float got = FromBits(h16[size_t(r) * cols + i], dtype);
+      // One rounding to the dtype (the device may fuse the block's multiply-subtract).
+      const float ulp = dtype == DType::kBf16 ? 1.0f / 128 : 1.0f / 1024;
+      ASSERT_NEAR(got, ref, ulp * std::fabs(ref) + 1e-7f) << "row " << r << " element " << i;
+    }
+  }
+  for (int i = 0; i < cols; ++i) ASSERT_EQ(h16[size_t(count) * cols + i], kPoison);
+}
+
+// Benchmark weights: random blocks decode to finite values of about the asked amplitude.
+class RandomBlocksTest : public ::testing::TestWithParam<GgmlType> {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
+  }
+};
+
+TEST_P(RandomBlocksTest, DecodeWithinTheirAmplitude) {
+  const GgmlType type = GetParam();
+  const WeightFormat f = *QuantizedFormatOf(type);
+  const int rows = 19, cols = 512;
+  const size_t row_bytes = FormatRowBytes(f, cols);
+  DeviceArray d(rows * row_bytes);
+  const float amplitude = 0.25f;
+  ASSERT_OK(LaunchFillRandomBlocks({d.get(), f, rows, cols, row_bytes}, amplitude, 9, nullptr));
+  std::vector<uint8_t> bytes(rows * row_bytes);
+  ASSERT_EQ(d.Download(bytes), cudaSuccess);
+  std::vector<float> v(cols);
+  double sum_abs = 0, max_abs = 0;
+  for (int r = 0; r < rows; ++r) {
+    DequantizeRowPortable(type, bytes.data() + r * row_bytes, cols, v.data());
+    for (float x : v) {
+      ASSERT_TRUE(std::isfinite(x));
+      sum_abs += std::fabs(x);
+      max_abs = std::max(max_abs, double(std::fabs(x)));
+    }
+  }
+  EXPECT_LE(max_abs, 1.6 * amplitude);
+  EXPECT_GT(sum_abs / (rows * cols), 0.05 * amplitude);
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, RandomBlocksTest, ::testing::ValuesIn(kTypes),
+                         [](const ::testing::TestParamInfo<GgmlType>& info) {
+                           return common::GgmlTypeName(info.param);
+                         });
+
+INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, QuantKernelsTest,
+                         ::testing::Combine(::testing::ValuesIn(kTypes),
+                                            ::testing::Values(DType::kBf16, DType::kFp16)),
+                         [](const ::testing::TestParamInfo<QuantKernelsTest::ParamType>& info) {
+                           return absl::StrCat(common::GgmlTypeName(std::get<0>(info.param)), "_",
+                                               DTypeTestName(std::get<1>(info.param)));
+                         });
+
+TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
+  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
+  DeviceArray w(4096), x(4096), out(4096);
+  const DeviceMatrix q4{w.get(), WeightFormat::kQ4_0, 4, 64, 36};
+  const QuantGemvParams good{x.get(), q4, out.as<float>(), 4, 1, false, DType::kBf16};
+  auto code = [](const absl::Status& s) { return s.code(); };
+  QuantGemvParams p = good;
+  p.num_tokens = kQuantGemvMaxTokens + 1;
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.w.format = WeightFormat::kDense;
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.ld_out = 3;
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.w.cols = 48;  // not whole blocks of 32
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.w.row_bytes = 34;  // not 64 Q4_0 columns
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  DequantizeRowsParams d;
+  d.w = q4;
+  d.first_row = 2;
+  d.num_rows = 3;  // rows [2, 5) of 4
+  d.out = out.get();
+  EXPECT_EQ(code(LaunchDequantizeRows(d, nullptr)), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,117 @@
+// Device decoders of the GGUF block formats (weight_format.h): DecodeUnit<F> turns unit `u` of a
+// row (elements [32u, 32u + 32)) into float32.
+//
+// The formulas and their float operation order are llama.cpp's dequantize_row_* (the CPU twin:
+// worker/model/dequantize_blocks.inc), so values agree to float32 rounding (nvcc may contract a
+// multiply and a subtract into one FMA, a last-bit difference). Layouts, bytes per block:
+//   Q8_0 (34):  half d; int8 q[32]                          y = q * d
+//   Q4_0 (18):  half d; uint8 qs[16]                        y[j] = (lo4 - 8) d, y[j+16] = (hi4 - 8)
+//   d Q4_K (144): half d, dmin; scales[12]; qs[128]           sub-block j of 32: (d sc_j) q - dmin
+//   m_j Q5_K (176): half d, dmin; scales[12]; qh[32]; qs[128]   as Q4_K, bit j of qh[l] the fifth
+//   bit Q6_K (210): ql[128]; qh[64]; int8 scales[16]; half d    sub-blocks of 16: (d sc) (q - 32)
+// Every half sits at an even offset of a block of even size, so it loads as one 16-bit word.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "worker/backend/cuda/weight_format.h"
+
+namespace pagoda::worker::cuda {
+
+__device__ __forceinline__ float LoadHalf(const uint8_t* p) {
+  __half_raw raw;
+  raw.x = *reinterpret_cast<const uint16_t*>(p);
+  return __half2float(__half(raw));
+}
+
+// The 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of a Q4_K/Q5_K block.
+__device__ __forceinline__ void KScaleMin(int j, const uint8_t* q, int* sc, int* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+template <WeightFormat F>
+__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int u, float (&y)[kQuantUnit]) {
+  if constexpr (F == WeightFormat::kQ8_0) {
+    const uint8_t* b = row + 34 * u;
+    const float d = LoadHalf(b);
+    const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
+#pragma unroll
+    for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(q[i]) * d;
+  } else if constexpr (F == WeightFormat::kQ4_0) {
+    const uint8_t* b = row + 18 * u;
+    const float d = LoadHalf(b);
+    const uint8_t* qs = b + 2;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
+      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
+    }
+  } else if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
+    constexpr bool kFive = F == WeightFormat::kQ5_K;
+    const int j = u & 7;  // sub-block of 32 within the block of 256
+    const uint8_t* b = row + (kFive ? 176 : 144) * (u >> 3);
+    int sc, m;
+    KScaleMin(j, b + 4, &sc, &m);
+    const float d1 = LoadHalf(b) * static_cast<float>(sc);
+    const float m1 = LoadHalf(b + 2) * static_cast<float>(m);
+    // Sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32 bytes.
+    const uint8_t* q = b + (kFive ? 48 : 16) + 32 * (j >> 1);
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      int v = (q[l] >> shift) & 0x0F;
+      if constexpr (kFive) v += ((b[16 + l] >> j) & 1) << 4;
+      y[l] = d1 * static_cast<float>(v) - m1;
+    }
+  } else {
+    static_assert(F == WeightFormat::kQ6_K, "no decoder for this format");
+    // A block is two halves of 128; a half's quarter qd (32 elements) takes the low (qd 0, 1)
+    // or high (qd 2, 3) nibbles of ql bytes [0, 32) (qd even) or [32, 64) (qd odd), and bits
+    // 2 qd, 2 qd + 1 of qh.
+    const int within = u & 7, half = within >> 2, qd = within & 3;
+    const uint8_t* b = row + 210 * (u >> 3);
+    const uint8_t* ql = b + 64 * half + 32 * (qd & 1);
+    const uint8_t* qh = b + 128 + 32 * half;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192 + 8 * half) + 2 * qd;
+    const float d = LoadHalf(b + 208);
+    const int lo_shift = (qd >> 1) * 4, hi_shift = 2 * qd;
+    const float d_lo = d * static_cast<float>(scales[0]), d_hi = d * static_cast<float>(scales[1]);
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      const int q = (((ql[l] >> lo_shift) & 0x0F) | (((qh[l] >> hi_shift) & 3) << 4)) - 32;
+      y[l] = (l < 16 ? d_lo : d_hi) * static_cast<float>(q);
+    }
+  }
+}
+
+// Calls f(std::integral_constant-like tag) with the format as a template argument: the one
+// place a WeightFormat becomes one. kDense has no decoder: callers refuse it first.
+template <WeightFormat F>
+struct FormatTag {
+  static constexpr WeightFormat kFormat = F;
+};
+template <typename Fn>
+auto DispatchFormat(WeightFormat f, Fn&& fn) {
+  switch (f) {
+    case WeightFormat::kQ8_0:
+      return fn(FormatTag<WeightFormat::kQ8_0>{});
+    case WeightFormat::kQ4_0:
+      return fn(FormatTag<WeightFormat::kQ4_0>{});
+    case WeightFormat::kQ4_K:
+      return fn(FormatTag<WeightFormat::kQ4_K>{});
+    case WeightFormat::kQ5_K:
+      return fn(FormatTag<WeightFormat::kQ5_K>{});
+    default:
+      return fn(FormatTag<WeightFormat::kQ6_K>{});
+  }
+}
+
+}  // namespace pagoda::worker::cuda

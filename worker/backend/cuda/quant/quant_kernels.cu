@@ -1,0 +1,331 @@
+#include <algorithm>
+#include <type_traits>
+
+#include "common/status_macros.h"
+#include "worker/backend/cuda/arg_check.h"
+#include "worker/backend/cuda/device_buffer.h"
+#include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/launch.cuh"
+#include "worker/backend/cuda/mma.cuh"
+#include "worker/backend/cuda/quant/quant_blocks.cuh"
+#include "worker/backend/cuda/quant/quant_kernels.h"
+#include "worker/backend/cuda/sampling/counter_uniform.cuh"
+
+namespace pagoda::worker::cuda {
+namespace {
+
+constexpr int kGemvWarps = 8;
+constexpr int kGemvRowsPerWarp = 2;
+constexpr int kGemvRows = kGemvWarps * kGemvRowsPerWarp;  // rows of one block
+// A block walks the row in chunks of one unit per lane; the staged x of a unit is padded to 33
+// floats so that the 32 lanes, each reading its own unit, hit 32 different banks.
+constexpr int kGemvChunk = 32 * kQuantUnit;
+constexpr int kGemvStride = kQuantUnit + 1;
+constexpr int kDequantThreads = 128;
+
+template <WeightFormat F, typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvParams p) {
+  __shared__ float xs[kQuantGemvMaxTokens][32 * kGemvStride];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int tokens = p.num_tokens, n_in = p.w.cols;
+  const T* x = static_cast<const T*>(p.x);
+  const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
+  float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
+  for (int c0 = 0; c0 < n_in; c0 += kGemvChunk) {
+    const int len = min(kGemvChunk, n_in - c0);
+    __syncthreads();  // the previous chunk's reads are done
+    for (int i = static_cast<int>(threadIdx.x); i < tokens * len; i += kGemvWarps * 32) {
+      const int t = i / len, k = i - t * len;
+      xs[t][k / kQuantUnit * kGemvStride + k % kQuantUnit] =
+          ToFloat(x[static_cast<size_t>(t) * n_in + c0 + k]);
+    }
+    __syncthreads();
+    if (lane * kQuantUnit >= len) continue;
+    const int unit = c0 / kQuantUnit + lane;
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      const int row = row0 + r;
+      if (row >= p.w.rows) break;
+      float y[kQuantUnit];
+      DecodeUnit<F>(w + static_cast<size_t>(row) * p.w.row_bytes, unit, y);
+#pragma unroll
+      for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+        if (t >= tokens) break;
+        const float* xt = &xs[t][lane * kGemvStride];
+        float s = 0.0f;
+#pragma unroll
+        for (int k = 0; k < kQuantUnit; ++k) s += y[k] * xt[k];
+        acc[r][t] += s;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+#pragma unroll
+    for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+      if (t >= tokens) break;
+      float v = acc[r][t];
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+      const int row = row0 + r;
+      if (lane == 0 && row < p.w.rows) {
+        float* o = p.out + static_cast<size_t>(t) * p.ld_out + row;
+        *o = p.accumulate ? *o + v : v;
+      }
+    }
+  }
+}
+
+template <WeightFormat F, typename O>
+__global__ void __launch_bounds__(kDequantThreads) DequantizeRowsKernel(DequantizeRowsParams p) {
+  const int r = static_cast<int>(blockIdx.x);
+  const int src = p.rows != nullptr ? p.rows[r] : p.first_row + r;
+  const uint8_t* row =
+      static_cast<const uint8_t*>(p.w.data) + static_cast<size_t>(src) * p.w.row_bytes;
+  O* out = static_cast<O*>(p.out) + static_cast<size_t>(r) * p.w.cols;
+  for (int u = static_cast<int>(threadIdx.x); u < p.w.cols / kQuantUnit; u += kDequantThreads) {
+    float y[kQuantUnit];
+    DecodeUnit<F>(row, u, y);
+#pragma unroll
+    for (int k = 0; k < kQuantUnit; ++k) {
+      if constexpr (std::is_same_v<O, float>) {
+        out[u * kQuantUnit + k] = y[k];
+      } else {
+        out[u * kQuantUnit + k] = FromFloat<O>(y[k]);
+      }
+    }
+  }
+}
+
+// The tensor-core product: 64 rows x 64 tokens per block of 4 warps (2 x 2, each 32 x 32: two
+// m16 tiles by four n8 tiles), 64 columns per step. Shared rows are padded by 8 elements (16
+// bytes) so that ldmatrix's eight row addresses of a matrix fall in different bank groups.
+constexpr int kMmaRows = 64;
+constexpr int kMmaTokens = 64;
+constexpr int kMmaCols = 64;
+constexpr int kMmaStride = kMmaCols + 8;
+constexpr int kMmaThreads = 128;
+
+template <WeightFormat F, typename T>
+__global__ void __launch_bounds__(kMmaThreads) QuantGemmKernel(QuantGemvParams p) {
+  __shared__ __align__(16) T ws[kMmaRows][kMmaStride];
+  __shared__ __align__(16) T xs[kMmaTokens][kMmaStride];
+  const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
+  const int row0 = static_cast<int>(blockIdx.x) * kMmaRows;
+  const int tok0 = static_cast<int>(blockIdx.y) * kMmaTokens;
+  const int n_in = p.w.cols, units = n_in / kQuantUnit;
+  const T* x = static_cast<const T*>(p.x);
+  const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
+  const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;  // the warp's corner in the block tile
+  float acc[2][4][4] = {};
+  for (int c0 = 0; c0 < n_in; c0 += kMmaCols) {
+    __syncthreads();  // the previous step's fragments are loaded
+    {
+      // Weights: thread i decodes unit (i % 2) of row i / 2 of the tile (zeros past the end).
+      const int r = tid / 2, u = c0 / kQuantUnit + tid % 2;
+      T* dst = &ws[r][(tid % 2) * kQuantUnit];
+      if (row0 + r < p.w.rows && u < units) {
+        float y[kQuantUnit];
+        DecodeUnit<F>(w + static_cast<size_t>(row0 + r) * p.w.row_bytes, u, y);
+#pragma unroll
+        for (int k = 0; k < kQuantUnit; ++k) dst[k] = FromFloat<T>(y[k]);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kQuantUnit; ++k) dst[k] = FromFloat<T>(0.0f);
+      }
+    }
+    // Activations: 64 tokens x 64 columns, 16 bytes (8 elements) per copy, zeros past the end.
+    for (int i = tid; i < kMmaTokens * kMmaCols / 8; i += kMmaThreads) {
+      const int t = i / (kMmaCols / 8), k = (i % (kMmaCols / 8)) * 8;
+      const bool inside = tok0 + t < p.num_tokens && c0 + k < n_in;
+      mma::CpAsync16(&xs[t][k], inside ? x + static_cast<size_t>(tok0 + t) * n_in + c0 + k : x,
+                     inside);
+    }
+    mma::CpAsyncCommit();
+    mma::CpAsyncWait<0>();
+    __syncthreads();
+#pragma unroll
+    for (int k16 = 0; k16 < kMmaCols; k16 += 16) {
+      uint32_t a[2][4], b[2][4];
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        mma::LdMatrixX4(a[mi], &ws[wm + mi * 16 + lane % 16][k16 + (lane / 16) * 8]);
+      }
+      // Matrix i of the x4 load: tokens (i / 2) * 8 + row, columns k16 + (i % 2) * 8, so
+      // registers 0-1 are one n8 tile's B fragment and 2-3 the next's.
+#pragma unroll
+      for (int nj = 0; nj < 2; ++nj) {
+        const int tok = wn + nj * 16 + (lane / 16) * 8 + lane % 8;
+        mma::LdMatrixX4(b[nj], &xs[tok][k16 + ((lane / 8) % 2) * 8]);
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+          mma::MmaM16N8K16<T>(acc[mi][ni], a[mi], b[ni / 2][(ni % 2) * 2],
+                              b[ni / 2][(ni % 2) * 2 + 1]);
+        }
+      }
+    }
+  }
+  // D fragment: acc[.][.][0..1] = C[g][2t, 2t+1], [2..3] = C[g+8][2t, 2t+1]; C's rows are
+  // weight rows (outputs), its columns tokens.
+  const int g = lane / 4, t4 = lane % 4;
+#pragma unroll
+  for (int mi = 0; mi < 2; ++mi) {
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = row0 + wm + mi * 16 + g + (e / 2) * 8;
+        const int tok = tok0 + wn + ni * 8 + 2 * t4 + e % 2;
+        if (row >= p.w.rows || tok >= p.num_tokens) continue;
+        float* o = p.out + static_cast<size_t>(tok) * p.ld_out + row;
+        *o = p.accumulate ? *o + acc[mi][ni][e] : acc[mi][ni][e];
+      }
+    }
+  }
+}
+
+// One thread per block of the format: random bytes, then the scales. The largest decoded
+// magnitude per unit of d is 127 (Q8_0), 8 (Q4_0), 63 x 15 and 63 x 31 (Q4_K, Q5_K: 6-bit scale
+// times a 4- or 5-bit value), 127 x 32 (Q6_K).
+__global__ void FillRandomBlocksKernel(uint8_t* data, size_t blocks, int block_bytes,
+                                       WeightFormat format, float amplitude, uint64_t seed) {
+  for (size_t b = blockIdx.x * size_t{blockDim.x} + threadIdx.x; b < blocks;
+       b += size_t{gridDim.x} * blockDim.x) {
+    uint8_t* block = data + b * block_bytes;
+    uint64_t bits = 0;
+    for (int i = 0; i < block_bytes; ++i) {
+      if (i % 8 == 0) bits = CounterMix64(seed ^ ((b * 32 + i / 8) * 0x9e3779b97f4a7c15ull));
+      block[i] = static_cast<uint8_t>(bits >> (8 * (i % 8)));
+    }
+    const float u = static_cast<float>(bits >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+    auto set_half = [&](int offset, float v) {
+      const __half h = __float2half(v);
+      const __half_raw raw = h;
+      *reinterpret_cast<uint16_t*>(block + offset) = raw.x;
+    };
+    const float d = amplitude * (0.5f + u);
+    switch (format) {
+      case WeightFormat::kQ8_0:
+        set_half(0, d / 127.0f);
+        break;
+      case WeightFormat::kQ4_0:
+        set_half(0, d / 8.0f);
+        break;
+      case WeightFormat::kQ4_K:
+        set_half(0, d / (63.0f * 15.0f));
+        set_half(2, d / (63.0f * 15.0f * 2.0f));
+        break;
+      case WeightFormat::kQ5_K:
+        set_half(0, d / (63.0f * 31.0f));
+        set_half(2, d / (63.0f * 31.0f * 2.0f));
+        break;
+      default:
+        set_half(208, d / (127.0f * 32.0f));
+        break;
+    }
+  }
+}
+
+// The rules every quantized matrix argument obeys.
+void CheckMatrix(ArgCheck& check, const DeviceMatrix& w) {
+  check
+      .Require(w.format != WeightFormat::kDense, "w must be quantized (format %s)",
+               WeightFormatName(w.format))
+      .RequirePointer(w.data, "w.data", 2)
+      .RequirePositive(w.rows, "w.rows")
+      .RequirePositive(w.cols, "w.cols")
+      .Require(w.format == WeightFormat::kDense || w.cols % BlockElements(w.format) == 0,
+               "w.cols %d must be a multiple of %s's block of %d", w.cols,
+               WeightFormatName(w.format), BlockElements(w.format))
+      .Require(w.format == WeightFormat::kDense || w.row_bytes == FormatRowBytes(w.format, w.cols),
+               "w.row_bytes %d must be %d for %d %s columns", static_cast<int64_t>(w.row_bytes),
+               static_cast<int64_t>(FormatRowBytes(w.format, w.cols)), w.cols,
+               WeightFormatName(w.format));
+}
+
+}  // namespace
+
+absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchQuantGemv");
+  CheckMatrix(check, p.w);
+  check.RequireRange(p.num_tokens, 1, kQuantGemvMaxTokens, "num_tokens")
+      .RequirePointer(p.x, "x", 2)
+      .RequirePointer(p.out, "out", 4)
+      .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  return CudaStatus(DispatchFormat(p.w.format,
+                                   [&](auto format) {
+                                     return DispatchDType(p.dtype, [&](auto t) {
+                                       return LaunchKernel(
+                                           QuantGemvKernel<decltype(format)::kFormat, decltype(t)>,
+                                           grid, dim3(kGemvWarps * 32), 0, stream, p);
+                                     });
+                                   }),
+                    "LaunchQuantGemv");
+}
+
+absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchQuantGemm");
+  CheckMatrix(check, p.w);
+  check.RequirePositive(p.num_tokens, "num_tokens")
+      .RequirePointer(p.x, "x", 16)
+      .RequirePointer(p.out, "out", 4)
+      .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.w.rows + kMmaRows - 1) / kMmaRows,
+                  (p.num_tokens + kMmaTokens - 1) / kMmaTokens);
+  return CudaStatus(DispatchFormat(p.w.format,
+                                   [&](auto format) {
+                                     return DispatchDType(p.dtype, [&](auto t) {
+                                       return LaunchKernel(
+                                           QuantGemmKernel<decltype(format)::kFormat, decltype(t)>,
+                                           grid, dim3(kMmaThreads), 0, stream, p);
+                                     });
+                                   }),
+                    "LaunchQuantGemm");
+}
+
+absl::Status LaunchDequantizeRows(const DequantizeRowsParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchDequantizeRows");
+  CheckMatrix(check, p.w);
+  check.RequirePositive(p.num_rows, "num_rows")
+      .RequirePointer(p.out, "out", p.out_f32 ? 4 : 2)
+      .Require(p.rows != nullptr || (p.first_row >= 0 && p.first_row + p.num_rows <= p.w.rows),
+               "rows [%d, %d) must lie in the matrix's %d", p.first_row, p.first_row + p.num_rows,
+               p.w.rows);
+  RETURN_IF_ERROR(check.status());
+  return CudaStatus(
+      DispatchFormat(p.w.format,
+                     [&](auto format) {
+                       constexpr WeightFormat kF = decltype(format)::kFormat;
+                       if (p.out_f32) {
+                         return LaunchKernel(DequantizeRowsKernel<kF, float>, dim3(p.num_rows),
+                                             dim3(kDequantThreads), 0, stream, p);
+                       }
+                       return DispatchDType(p.dtype, [&](auto t) {
+                         return LaunchKernel(DequantizeRowsKernel<kF, decltype(t)>,
+                                             dim3(p.num_rows), dim3(kDequantThreads), 0, stream, p);
+                       });
+                     }),
+      "LaunchDequantizeRows");
+}
+
+absl::Status LaunchFillRandomBlocks(const DeviceMatrix& w, float amplitude, uint64_t seed,
+                                    cudaStream_t stream) {
+  ArgCheck check("LaunchFillRandomBlocks");
+  CheckMatrix(check, w);
+  RETURN_IF_ERROR(check.status());
+  const size_t blocks = w.bytes() / static_cast<size_t>(BlockBytes(w.format));
+  const int threads = 256;
+  const size_t grid = std::min<size_t>((blocks + threads - 1) / threads, 65536);
+  return CudaStatus(
+      LaunchKernel(FillRandomBlocksKernel, dim3(static_cast<unsigned>(grid)), dim3(threads), 0,
+                   stream, static_cast<uint8_t*>(const_cast<void*>(w.data)), blocks,
+                   BlockBytes(w.format), w.format, amplitude, seed),
+      "LaunchFillRandomBlocks");
+}
+
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,69 @@
+// Kernels over weights kept in their GGUF blocks on the device (weight_format.h): a fused
+// product for a few tokens that decodes each block in registers, a tensor-core product for many
+// that decodes tiles into shared memory, and a row decoder (the embedding gather, and the
+// scratch slices that cuBLAS multiplies on the other path for many tokens; weight_products.h
+// chooses). CPU twin: the CPU backend's products with
+// float activations (cpu_kernels.h) over DequantizeRowPortable's values.
+//
+// Contract: as layer_kernels.h. Launchers never allocate or synchronize, grids depend only on
+// the arguments (CUDA-graph safe), all pointers are device memory, and a Params that breaks a
+// rule stated here is INVALID_ARGUMENT naming the argument.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "worker/backend/cuda/dtype.h"
+#include "worker/backend/cuda/weight_format.h"
+
+namespace pagoda::worker::cuda {
+
+// The most tokens one QuantGemv launch takes.
+inline constexpr int kQuantGemvMaxTokens = 8;
+
+// out[t * ld_out + o] = sum_i w[o][i] * float(x[t][i]) (+ out[t * ld_out + o] when accumulating)
+// for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
+// a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
+// 32 per row in turn against x staged in shared memory.
+struct QuantGemvParams {
+  const void* x;   // [num_tokens][w.cols] dtype
+  DeviceMatrix w;  // a quantized format
+  float* out;      // [num_tokens][ld_out]
+  int ld_out = 0;
+  int num_tokens = 0;  // LaunchQuantGemv: 1 .. kQuantGemvMaxTokens; LaunchQuantGemm: >= 1
+  bool accumulate = false;
+  DType dtype = DType::kBf16;
+};
+absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream);
+
+// The same product for any number of tokens on tensor cores: a block decodes a 64-row x 64-column
+// tile of w into shared memory in the dtype (one unit per thread), stages 64 tokens' x beside it
+// and multiplies them with mma.sync m16n8k16 (fp32 accumulators), tile after tile along the
+// row. Each weight tile is decoded once per 64 tokens, so the weight bytes read stay the
+// file's, where decoding to a scratch matrix first writes and reads the dtype's.
+absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream);
+
+// out[r][:] = decode(w[rows ? rows[r] : first_row + r]) for r < num_rows, as float32 (out_f32)
+// or rounded to the dtype: the embedding gather (rows = tokens) and the decode of a slice of
+// rows ahead of a cuBLAS product.
+struct DequantizeRowsParams {
+  DeviceMatrix w;                 // a quantized format
+  const int32_t* rows = nullptr;  // [num_rows] or null
+  int first_row = 0;
+  int num_rows = 0;
+  void* out = nullptr;  // [num_rows][w.cols]
+  bool out_f32 = false;
+  DType dtype = DType::kBf16;
+};
+absl::Status LaunchDequantizeRows(const DequantizeRowsParams& p, cudaStream_t stream);
+
+// Seeded random blocks for benchmarks of full-size quantized shapes without a file: every byte
+// random, then each block's half scales set so that decoded weights stay within about
+// [-amplitude, amplitude] (never NaN or infinite).
+absl::Status LaunchFillRandomBlocks(const DeviceMatrix& w, float amplitude, uint64_t seed,
+                                    cudaStream_t stream);
+
+}  // namespace pagoda::worker::cuda

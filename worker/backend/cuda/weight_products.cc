@@ -1,0 +1,71 @@
+#include "worker/backend/cuda/weight_products.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
+
+namespace pagoda::worker::cuda {
+
+absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStream_t stream,
+                                                                       DType dtype,
+                                                                       const Options& options) {
+  if (options.gemv_max_tokens < 0 || options.gemv_max_tokens > kQuantGemvMaxTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("the fused quantized product takes 0 to %d tokens, not %d",
+                        kQuantGemvMaxTokens, options.gemv_max_tokens));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Gemm> gemm, Gemm::Create(stream, dtype));
+  ASSIGN_OR_RETURN(DeviceBuffer scratch,
+                   DeviceBuffer::Allocate(options.decode_then_cublas ? options.scratch_bytes : 0,
+                                          "the weight decode scratch"));
+  return std::unique_ptr<WeightProducts>(
+      new WeightProducts(stream, dtype, options, std::move(gemm), std::move(scratch)));
+}
+
+absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out, int num_tokens,
+                                 bool accumulate) {
+  if (num_tokens == 0) return absl::OkStatus();
+  int first_out = 0;
+  for (int i = 0; i < w.num_parts; ++i) {
+    const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
+    float* part_out = out + first_out;
+    if (part.format == WeightFormat::kDense) {
+      RETURN_IF_ERROR(
+          gemm_->Run({x, part.data, part_out, num_tokens, w.n_in, part.rows, accumulate, w.n_out}));
+    } else if (num_tokens <= options_.gemv_max_tokens) {
+      RETURN_IF_ERROR(
+          LaunchQuantGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
+    } else if (!options_.decode_then_cublas) {
+      RETURN_IF_ERROR(
+          LaunchQuantGemm({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
+    } else {
+      // Slices of rows, decoded into the scratch and multiplied there.
+      const size_t dense_row = static_cast<size_t>(w.n_in) * DTypeSize(dtype_);
+      const int slice = static_cast<int>(
+          std::min<size_t>(scratch_.bytes() / dense_row, static_cast<size_t>(part.rows)));
+      if (slice == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrFormat("the weight decode scratch (%d bytes) holds no row of %d columns",
+                            static_cast<int64_t>(scratch_.bytes()), w.n_in));
+      }
+      for (int r = 0; r < part.rows; r += slice) {
+        const int rows = std::min(slice, part.rows - r);
+        DequantizeRowsParams d;
+        d.w = part;
+        d.first_row = r;
+        d.num_rows = rows;
+        d.out = scratch_.get();
+        d.dtype = dtype_;
+        RETURN_IF_ERROR(LaunchDequantizeRows(d, stream_));
+        RETURN_IF_ERROR(gemm_->Run(
+            {x, scratch_.get(), part_out + r, num_tokens, w.n_in, rows, accumulate, w.n_out}));
+      }
+    }
+    first_out += part.rows;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace pagoda::worker::cuda

@@ -1,0 +1,59 @@
+// WeightProducts: the CUDA backend's products of activations with a Projection (weight_format.h),
+// whatever its parts' formats. Dense parts go through cuBLAS (gemm.h). Quantized parts, for at
+// most gemv_max_tokens tokens, take the fused decode-and-multiply kernel (LaunchQuantGemv); for
+// more, the tensor-core kernel that decodes tiles into shared memory (LaunchQuantGemm), or, when
+// asked (decode_then_cublas), are decoded a slice of rows at a time into a dtype scratch buffer
+// that cuBLAS then multiplies. Which is faster at which batch is bench/gpu.sh's to measure.
+//
+// Contract: out[t][o] = sum_i W[o][i] * x[t][i] (+ out[t][o] when accumulating), W the
+// projection's parts stacked along o. Enqueued on the stream given at Create(); never
+// synchronizes or allocates after Create (CUDA-graph safe). Not thread-safe.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "worker/backend/cuda/device_buffer.h"
+#include "worker/backend/cuda/dtype.h"
+#include "worker/backend/cuda/gemm.h"
+#include "worker/backend/cuda/weight_format.h"
+
+namespace pagoda::worker::cuda {
+
+// The most bytes the decode scratch takes; bigger parts are decoded and multiplied in slices.
+inline constexpr size_t kMaxDecodeScratchBytes = size_t{64} << 20;
+
+class WeightProducts {
+ public:
+  struct Options {
+    int gemv_max_tokens = 8;  // in [0, kQuantGemvMaxTokens]
+    bool decode_then_cublas = false;
+    // decode_then_cublas: room for the decoded slices; a quantized part's row must fit.
+    size_t scratch_bytes = 0;
+  };
+  static absl::StatusOr<std::unique_ptr<WeightProducts>> Create(cudaStream_t stream, DType dtype,
+                                                                const Options& options);
+
+  absl::Status Run(const void* x, const Projection& w, float* out, int num_tokens, bool accumulate);
+  size_t workspace_bytes() const { return gemm_->workspace_bytes() + scratch_.bytes(); }
+
+ private:
+  WeightProducts(cudaStream_t stream, DType dtype, const Options& options,
+                 std::unique_ptr<Gemm> gemm, DeviceBuffer scratch)
+      : stream_(stream),
+        dtype_(dtype),
+        options_(options),
+        gemm_(std::move(gemm)),
+        scratch_(std::move(scratch)) {}
+
+  cudaStream_t stream_;
+  DType dtype_;
+  Options options_;
+  std::unique_ptr<Gemm> gemm_;
+  DeviceBuffer scratch_;
+};
+
+}  // namespace pagoda::worker::cuda
