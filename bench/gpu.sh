@@ -23,7 +23,7 @@ ROOT=$PWD
 RESULTS=${OUT:-$ROOT/gpu-results}
 mkdir -p "$RESULTS"
 TESTS=(cuda_step_plan_test cublas_library_test layer_kernels_gpu_test attention_gpu_test sampling_gpu_test
-       cuda_backend_gpu_test cuda_worker_e2e_test)
+       quant_kernels_gpu_test cuda_backend_gpu_test cuda_worker_e2e_test)
 CPU_TESTS=(cpu_kernels_test cpu_backend_test quantized_model_test)
 TARGETS=("${TESTS[@]}" "${CPU_TESTS[@]}" gpu_bench pagoda-scheduler pagoda-worker pagoda-make-model pagoda-cli)
 
@@ -84,15 +84,20 @@ grep -m1 '^flags' /proc/cpuinfo | grep -oE 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2|
   tee -a "$RESULTS/cpu.txt"; echo
 for t in "${CPU_TESTS[@]}"; do run_test "$t"; done
 
-# The tensor-core prefill kernels once more under compute-sanitizer: memcheck and racecheck.
+# The tensor-core prefill kernels and the quantized-weight kernels once more under
+# compute-sanitizer: memcheck and racecheck.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+SANITIZED=("attention_gpu_test:*TensorCoresGroups*" "quant_kernels_gpu_test:*Bf16*")
 for tool in memcheck racecheck; do
-  if [[ -x $SANITIZER ]]; then
-    if timeout 180 "$SANITIZER" --tool "$tool" --error-exitcode 1 "$BIN/attention_gpu_test" \
-        --gtest_filter='*TensorCoresGroups*' --gtest_brief=1 >"$RESULTS/sanitizer-$tool.log" 2>&1; then
-      verdict[sanitizer-$tool]=passed
-    else verdict[sanitizer-$tool]=FAILED; failed=1; tail -30 "$RESULTS/sanitizer-$tool.log"; fi
-  else verdict[sanitizer-$tool]="not run (no compute-sanitizer)"; fi
+  for target in "${SANITIZED[@]}"; do
+    t=${target%%:*} key=sanitizer-$tool-${target%%_gpu_test*}
+    if [[ -x $SANITIZER ]]; then
+      if timeout 180 "$SANITIZER" --tool "$tool" --error-exitcode 1 "$BIN/$t" \
+          --gtest_filter="${target#*:}" --gtest_brief=1 >"$RESULTS/$key.log" 2>&1; then
+        verdict[$key]=passed
+      else verdict[$key]=FAILED; failed=1; tail -30 "$RESULTS/$key.log"; fi
+    else verdict[$key]="not run (no compute-sanitizer)"; fi
+  done
 done
 
 # PyTorch's SDPA on the prefill shapes, the peer of BM_PrefillAttention (bench/gpu/sdpa_bench.py).
@@ -131,7 +136,7 @@ for b in runs:
         print("%-52s %12.3f %10s" % (n + "  KV read BW / copy BW", c["kv_over_copy"], ">= 0.85"))
     if "paged_over_contiguous" in c:
         print("%-52s %12.3f %10s" % (n + "  paged / contiguous time", c["paged_over_contiguous"], "<= 1.05"))
-    if "roofline_tokens_per_s" in c:
+    if "roofline_tokens_per_s" in c and n.startswith("BM_DecodeStep/"):
         ratio = c["tokens_per_s"] / c["roofline_tokens_per_s"]
         goal = ">= 0.80" if "batch:64" in n else ""
         print("%-52s %12.3f %10s" % (n + "  tok/s / roofline", ratio, goal))
@@ -159,9 +164,10 @@ for b in runs:
             ratio = torch_ms[n] / b["median_ms"]
             print("%-52s %12.3f %10s" % ("  ours / PyTorch SDPA at %d tokens" % n, ratio,
                                          ">= 0.7" if n >= 8192 else ""))
-floor = {(int(b["tokens"]), int(b["chunk"])): b["gemm_ms"] for b in runs if "gemm_ms" in b}
+floor = {(int(b["tokens"]), int(b["chunk"])): b["gemm_ms"]
+         for b in runs if "gemm_ms" in b and "chunk" in b}
 for b in runs:
-    if "ttft_ms" not in b: continue
+    if "ttft_ms" not in b or not b["name"].startswith("BM_PrefillTtft/"): continue
     key = (int(b["tokens"]), int(b["chunk"]))
     print("%-52s %12.1f" % ("TTFT ms, %d tokens, chunk %d" % key, b["ttft_ms"]))
     if key in floor and key[0] in torch_ms:
@@ -169,8 +175,36 @@ for b in runs:
         print("%-52s %12.3f %10s" % ("  TTFT / floor (gemm %.1f + attn 32 x %.2f ms)" %
                                      (floor[key], torch_ms[key[0]]), b["ttft_ms"] / f,
                                      "<= 1.25" if key[0] >= 8192 else ""))
+# Weights kept quantized on the device (issue 37): decode tokens/s at each batch, against BF16's
+# in the same call and against each type's own roofline; device memory; 2k-token prefill.
+decode = {}
+for b in runs:
+    parts = b["name"].split("/")
+    if parts[0] == "BM_WeightsDecode" and "tokens_per_s" in b:
+        decode[(parts[1], parts[2], int(parts[3].split(":")[1]))] = b
+if decode:
+    print("\nweights kept in GGUF blocks (--dtype auto), Llama-3-8B shape, context %d" % 1024)
+    print("%-34s %6s %10s %9s %9s %9s %8s" % ("weights/path", "batch", "tokens/s", "/ bf16",
+                                              "/ roof", "dev GB", "goal"))
+    for (w, path, batch), b in sorted(decode.items(), key=lambda kv: (kv[0][0] != "bf16", kv[0])):
+        base = decode.get(("bf16", "cublas", batch))
+        ratio = b["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
+        roof = b["tokens_per_s"] / b["roofline_tokens_per_s"]
+        goal = ""
+        if w == "q4_k_m" and batch == 1: goal = ">=3.0 >=0.7"
+        if w != "bf16" and batch == 256: goal = ">= 1.0 x"
+        print("%-34s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (w + "/" + path, batch, b["tokens_per_s"],
+                                                       ratio, roof, b["device_GB"], goal))
+prefill = {}
+for b in runs:
+    parts = b["name"].split("/")
+    if parts[0] == "BM_WeightsPrefill" and "ttft_ms" in b:
+        prefill[parts[1] + "/" + parts[2]] = 2048 / (b["ttft_ms"] / 1e3)
+for k, v in sorted(prefill.items()):
+    base = prefill.get("bf16/cublas")
+    print("%-34s %-17s %10.0f tok/s %9.2f x bf16" % (k, "prefill 2048", v, v / base if base else float("nan")))
 PY
-for t in "${TESTS[@]}" "${CPU_TESTS[@]}" sanitizer-memcheck sanitizer-racecheck; do
+for t in "${TESTS[@]}" "${CPU_TESTS[@]}" sanitizer-{memcheck,racecheck}-{attention,quant_kernels}; do
   printf '%-24s %s\n' "$t" "${verdict[$t]}"
 done
 exit $failed

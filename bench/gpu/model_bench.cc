@@ -1,10 +1,17 @@
-// End-to-end steps of the CUDA backend on a Llama-3-8B-shaped model with seeded random BF16
-// weights made on the device (no 16 GB file).
+// End-to-end steps of the CUDA backend on a Llama-3-8B-shaped model with seeded random weights
+// made on the device (no 16 GB file). One backend lives at a time (weights plus a 33 GB KV arena).
 //
 // BM_DecodeStep: one ForwardSample of `batch` decode tokens at context kContext (KV pages
-// pre-filled with random values), CUDA graphs on: host planning, input copy, graph replay,
-// sampling and the token copy back are all inside the timed region; against the roofline
+// pre-filled with random values), CUDA graphs on, BF16 weights: host planning, input copy, graph
+// replay, sampling and the token copy back are all inside the timed region; against the roofline
 // (weight bytes + KV bytes read per step) / measured device-to-device copy bandwidth.
+//
+// BM_WeightsDecode/<weights>/<path>/batch:B: the same step with the weights in BF16, Q8_0 or
+// Q4_K_M (llama.cpp's mix: Q4_K, with Q6_K for the classifier and for V and down in its
+// "more bits" layers) kept in their blocks (--dtype auto), each beside its own roofline and with
+// the device memory the backend holds; quantized products past 8 tokens on tensor cores
+// (tensor_cores) or decoded ahead of cuBLAS (decode_cublas). BM_WeightsPrefill: the same
+// backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
 // chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (512 is its
@@ -20,8 +27,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <numeric>
 #include <random>
+#include <string>
+#include <utility>
 
 #include "bench/gpu/copy_bandwidth.h"
 #include "common/status_macros.h"
@@ -29,6 +39,7 @@
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/gemm.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
 
 namespace pagoda::bench {
 namespace {
@@ -57,31 +68,63 @@ common::ModelConfig Llama3_8B() {
   return c;
 }
 
-pc::CudaBackend& Backend() {
-  static pc::CudaBackend* backend = [] {
-    pc::CudaBackendOptions o;
-    o.page_size = kPageSize;
-    o.num_pages = kMaxBatch * ((kContext + kPageSize) / kPageSize + 1);
-    o.max_batch_tokens = kMaxChunk;
-    o.dtype = pc::DType::kBf16;
-    auto b = pc::CudaBackend::CreateRandom(Llama3_8B(), 42, o);
-    if (!b.ok()) {
-      std::fprintf(stderr, "CreateRandom: %s\n", std::string(b.status().message()).c_str());
-      std::abort();
-    }
-    if (auto s = (*b)->FillKvRandom(7); !s.ok()) {
-      std::fprintf(stderr, "FillKvRandom: %s\n", std::string(s.message()).c_str());
-      std::abort();
-    }
-    return b->release();
-  }();
+// The weights a benchmark runs: kBf16 converted, or kept in GGUF blocks.
+enum class Weights { kBf16, kQ8_0, kQ4_K_M };
+const char* WeightsName(Weights w) {
+  return w == Weights::kBf16 ? "bf16" : w == Weights::kQ8_0 ? "q8_0" : "q4_k_m";
+}
+
+pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
+  using F = pc::WeightFormat;
+  pc::WeightFormats f;
+  if (w == Weights::kBf16) return f;
+  const bool q8 = w == Weights::kQ8_0;
+  const F base = q8 ? F::kQ8_0 : F::kQ4_K;
+  f.embedding = base;
+  f.output = q8 ? F::kQ8_0 : F::kQ6_K;
+  for (int i = 0; i < c.n_layers; ++i) {
+    // llama.cpp's Q4_K_M gives V and down Q6_K in the first and last eighth of the layers and
+    // every third layer between.
+    const int n = c.n_layers;
+    const bool more_bits = i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2;
+    const F v_down = !q8 && more_bits ? F::kQ6_K : base;
+    f.layers.push_back({base, base, v_down, base, base, base, v_down});
+  }
+  return f;
+}
+
+// The one backend alive: created for (weights, decode_then_cublas), replacing the previous.
+pc::CudaBackend& BackendFor(Weights weights, bool decode_then_cublas) {
+  static std::unique_ptr<pc::CudaBackend> backend;
+  static std::pair<Weights, bool> key;
+  if (backend != nullptr && key == std::make_pair(weights, decode_then_cublas)) return *backend;
+  backend.reset();
+  key = {weights, decode_then_cublas};
+  pc::CudaBackendOptions o;
+  o.page_size = kPageSize;
+  o.num_pages = kMaxBatch * ((kContext + kPageSize) / kPageSize + 1);
+  o.max_batch_tokens = kMaxChunk;
+  o.dtype = pc::DType::kBf16;
+  o.quant_decode_then_cublas = decode_then_cublas;
+  const common::ModelConfig config = Llama3_8B();
+  auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
+  if (!b.ok()) {
+    std::fprintf(stderr, "CreateRandom: %s\n", std::string(b.status().message()).c_str());
+    std::abort();
+  }
+  if (auto s = (*b)->FillKvRandom(7); !s.ok()) {
+    std::fprintf(stderr, "FillKvRandom: %s\n", std::string(s.message()).c_str());
+    std::abort();
+  }
+  backend = *std::move(b);
   return *backend;
 }
 
-void BM_DecodeStep(benchmark::State& state) {
-  const int batch = static_cast<int>(state.range(0));
+pc::CudaBackend& Backend() { return BackendFor(Weights::kBf16, false); }
+
+// Times decode steps of `batch` sequences on `b` (see BM_DecodeStep).
+void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch) {
   const double copy_bw = CopyBandwidth();
-  pc::CudaBackend& b = Backend();
   const common::ModelConfig& c = b.config();
   // Each sequence owns a shuffled run of pages, as after a while of serving.
   const int pages_per_seq = (kContext + 1 + kPageSize - 1) / kPageSize;
@@ -123,6 +166,11 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["kv_GB"] = kv_bytes / 1e9;
   state.counters["copy_GBps"] = copy_bw / 1e9;
   state.counters["graph_replays"] = b.graph_replays();
+  state.counters["device_GB"] = double(b.device_bytes()) / 1e9;
+}
+
+void BM_DecodeStep(benchmark::State& state) {
+  RunDecode(state, Backend(), static_cast<int>(state.range(0)));
 }
 // over_roofline is computed by bench/gpu.sh from tokens_per_s / roofline_tokens_per_s.
 BENCHMARK(BM_DecodeStep)
@@ -153,13 +201,11 @@ void TimeMedian(benchmark::State& state, const char* name, Run run) {
   }
   std::sort(times.begin(), times.end());
   state.counters[name] = times[times.size() / 2] * 1e3;
-  state.counters["tokens"] = static_cast<double>(state.range(0));
-  state.counters["chunk"] = static_cast<double>(state.range(1));
 }
 
-void BM_PrefillTtft(benchmark::State& state) {
-  const int tokens = static_cast<int>(state.range(0)), chunk = static_cast<int>(state.range(1));
-  pc::CudaBackend& b = Backend();
+// Prefills one `tokens`-token prompt on `b` in chunks of `chunk`, timed by TimeMedian into
+// counter "ttft_ms".
+void RunPrefill(benchmark::State& state, pc::CudaBackend& b, int tokens, int chunk) {
   const common::ModelConfig& c = b.config();
   const int num_pages = (tokens + kPageSize - 1) / kPageSize;
   if (num_pages > b.num_pages()) return state.SkipWithError("the KV arena is too small");
@@ -186,6 +232,12 @@ void BM_PrefillTtft(benchmark::State& state) {
   };
   if (auto s = prefill(); !s.ok()) return Fail(state, s);  // warm-up
   TimeMedian(state, "ttft_ms", prefill);
+  state.counters["tokens"] = tokens;
+  state.counters["chunk"] = chunk;
+}
+
+void BM_PrefillTtft(benchmark::State& state) {
+  RunPrefill(state, Backend(), static_cast<int>(state.range(0)), static_cast<int>(state.range(1)));
 }
 
 void BM_PrefillGemmFloor(benchmark::State& state) {
@@ -236,6 +288,8 @@ void BM_PrefillGemmFloor(benchmark::State& state) {
     PAGODA_BENCH_CUDA(cudaStreamSynchronize(stream));
     return s;
   });
+  state.counters["tokens"] = tokens;
+  state.counters["chunk"] = chunk;
   gemm->reset();
   cudaStreamDestroy(stream);
 }
@@ -256,6 +310,40 @@ BENCHMARK(BM_PrefillGemmFloor)
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
+
+// Per weights and path (in an order that builds each backend once): decode at 1, 16, 64 and 256
+// sequences (the decode_cublas path only where it differs, past 8 tokens), then the prefill.
+const bool kWeightsRegistered = [] {
+  for (Weights w : {Weights::kBf16, Weights::kQ8_0, Weights::kQ4_K_M}) {
+    for (bool decode_cublas : {false, true}) {
+      if (w == Weights::kBf16 && decode_cublas) continue;
+      const std::string name = std::string(WeightsName(w)) + "/" +
+                               (w == Weights::kBf16 ? "cublas"
+                                : decode_cublas     ? "decode_cublas"
+                                                    : "tensor_cores");
+      for (int batch : {1, 16, 64, 256}) {
+        if (decode_cublas && batch <= pc::kQuantGemvMaxTokens) continue;
+        benchmark::RegisterBenchmark(
+            ("BM_WeightsDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),
+            [w, decode_cublas, batch](benchmark::State& state) {
+              RunDecode(state, BackendFor(w, decode_cublas), batch);
+            })
+            ->UseManualTime()
+            ->MinTime(1.0)
+            ->Unit(benchmark::kMillisecond);
+      }
+      benchmark::RegisterBenchmark(("BM_WeightsPrefill/" + name + "/tokens:2048").c_str(),
+                                   [w, decode_cublas](benchmark::State& state) {
+                                     RunPrefill(state, BackendFor(w, decode_cublas), 2048,
+                                                kMaxChunk);
+                                   })
+          ->UseManualTime()
+          ->Iterations(5)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace pagoda::bench
