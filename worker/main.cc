@@ -2,7 +2,7 @@
 //
 //   pagoda-worker --scheduler HOST:PORT --model PATH --backend cpu|cuda|synthetic [--kv-pages N]
 //                 [--page-size N] [--max-batch-tokens N] [--threads N] [--log-level info]
-//                 [--dtype auto|bf16|fp16] [--gpu-memory-fraction F] [--device N]
+//                 [--dtype auto|bf16|fp16|fp8] [--gpu-memory-fraction F] [--device N]
 //                 [--health-listen HOST:PORT] [--metrics-listen HOST:PORT]
 //                 [--tls-ca PEM [--tls-cert PEM --tls-key PEM]] [--synthetic-step-ms MS]
 //                 [--swap-space-mib N]
@@ -55,7 +55,8 @@ ABSL_FLAG(int32_t, swap_space_mib, 0,
           "K and V of every layer); 0 = none: the scheduler recomputes preempted sequences");
 ABSL_FLAG(std::string, dtype, "auto",
           "cuda: auto (BF16 activations, KV and float weights; quantized GGUF weights stay in "
-          "their blocks on the GPU), bf16 or fp16 (every weight converted to that type)");
+          "their blocks on the GPU), bf16 or fp16 (every weight converted to that type), or fp8 "
+          "(as auto, with the layers' float weights in FP8 E4M3; compute capability 8.9+)");
 ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "cuda: share of the GPU's memory to use; the KV arena gets what is left after the "
           "weights and the workspace (when --kv-pages is 0)");

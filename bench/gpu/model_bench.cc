@@ -6,12 +6,13 @@
 // replay, sampling and the token copy back are all inside the timed region; against the roofline
 // (weight bytes + KV bytes read per step) / measured device-to-device copy bandwidth.
 //
-// BM_WeightsDecode/<weights>/<path>/batch:B: the same step with the weights in BF16, Q8_0 or
-// Q4_K_M (llama.cpp's mix: Q4_K, with Q6_K for the classifier and for V and down in its
-// "more bits" layers) kept in their blocks (--dtype auto), each beside its own roofline and with
-// the device memory the backend holds; quantized products past 8 tokens on tensor cores
-// (tensor_cores) or decoded ahead of cuBLAS (decode_cublas). BM_WeightsPrefill: the same
-// backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
+// BM_WeightsDecode/<weights>/<path>/batch:B: the same step with the weights in BF16, FP8 (the
+// layers' matrices, --dtype fp8), or Q8_0 or Q4_K_M (llama.cpp's mix: Q4_K, with Q6_K for the
+// classifier and for V and down in its "more bits" layers) kept in their blocks (--dtype
+// auto), each beside its own roofline and with the device memory the backend holds; block
+// products past 8 tokens on tensor cores (tensor_cores) or decoded ahead of cuBLAS
+// (decode_cublas). BM_WeightsPrefill: the same backends' time to first token of a 2048-token
+// prompt in one chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
 // chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (512 is its
@@ -69,15 +70,30 @@ common::ModelConfig Llama3_8B() {
 }
 
 // The weights a benchmark runs: kBf16 converted, or kept in GGUF blocks.
-enum class Weights { kBf16, kQ8_0, kQ4_K_M };
+enum class Weights { kBf16, kFp8, kQ8_0, kQ4_K_M };
 const char* WeightsName(Weights w) {
-  return w == Weights::kBf16 ? "bf16" : w == Weights::kQ8_0 ? "q8_0" : "q4_k_m";
+  switch (w) {
+    case Weights::kBf16:
+      return "bf16";
+    case Weights::kFp8:
+      return "fp8";
+    case Weights::kQ8_0:
+      return "q8_0";
+    case Weights::kQ4_K_M:
+      return "q4_k_m";
+  }
+  return "?";
 }
 
 pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
   using F = pc::WeightFormat;
   pc::WeightFormats f;
   if (w == Weights::kBf16) return f;
+  if (w == Weights::kFp8) {  // --dtype fp8: the layers' matrices; embedding and classifier BF16
+    f.layers.assign(static_cast<size_t>(c.n_layers), {});
+    for (auto& layer : f.layers) layer.fill(F::kFp8);
+    return f;
+  }
   const bool q8 = w == Weights::kQ8_0;
   const F base = q8 ? F::kQ8_0 : F::kQ4_K;
   f.embedding = base;
@@ -314,13 +330,15 @@ BENCHMARK(BM_PrefillGemmFloor)
 // Per weights and path (in an order that builds each backend once): decode at 1, 16, 64 and 256
 // sequences (the decode_cublas path only where it differs, past 8 tokens), then the prefill.
 const bool kWeightsRegistered = [] {
-  for (Weights w : {Weights::kBf16, Weights::kQ8_0, Weights::kQ4_K_M}) {
+  for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
     for (bool decode_cublas : {false, true}) {
-      if (w == Weights::kBf16 && decode_cublas) continue;
+      const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
+      if (!blocks && decode_cublas) continue;
       const std::string name = std::string(WeightsName(w)) + "/" +
-                               (w == Weights::kBf16 ? "cublas"
-                                : decode_cublas     ? "decode_cublas"
-                                                    : "tensor_cores");
+                               (w == Weights::kBf16  ? "cublas"
+                                : w == Weights::kFp8 ? "cublaslt"
+                                : decode_cublas      ? "decode_cublas"
+                                                     : "tensor_cores");
       for (int batch : {1, 16, 64, 256}) {
         if (decode_cublas && batch <= pc::kQuantGemvMaxTokens) continue;
         benchmark::RegisterBenchmark(

@@ -84,9 +84,10 @@ struct Seq {
   std::vector<int32_t> pages;
 };
 
-// Runs `steps` ragged iterations over `seqs` on both backends and compares every logits row.
+// Runs `steps` ragged iterations over `seqs` on both backends and compares every logits row;
+// the largest row error goes to *max_error when given.
 void CompareRagged(CpuBackend& cpu, CudaBackend& gpu, std::mt19937_64& rng, int num_seqs,
-                   int max_prompt, int steps, double tolerance) {
+                   int max_prompt, int steps, double tolerance, double* max_error = nullptr) {
   const common::ModelConfig& c = cpu.config();
   const int ps = cpu.page_size();
   std::vector<int32_t> free_pages(static_cast<size_t>(cpu.num_pages()));
@@ -127,6 +128,7 @@ void CompareRagged(CpuBackend& cpu, CudaBackend& gpu, std::mt19937_64& rng, int 
     for (size_t r = 0; r < ref.size() / vocab; ++r) {
       const double e = RelError({got.data() + r * vocab, vocab}, {ref.data() + r * vocab, vocab});
       EXPECT_LT(e, tolerance) << "step " << step << " row " << r;
+      if (max_error != nullptr) *max_error = std::max(*max_error, e);
     }
   }
 }
@@ -315,6 +317,70 @@ TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
   ASSERT_EQ(logits.size(), 512u);
   for (float l : logits) ASSERT_TRUE(std::isfinite(l));
 }
+
+// --dtype fp8: the layers' matrices in FP8 E4M3 with a scale per row, through cuBLASLt. Its
+// logits against the CPU backend's float32 ones, beside BF16's on the same ragged steps: the
+// largest row's relative error, measured in emulation, is 0.069 for FP8 against 0.0063 for
+// BF16; asserted under 0.15 (and printed).
+TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(17);
+  modelgen::RandomModelOptions mo = testing::SmallRandomOptions(256, 4, 2, 2, rng());
+  mo.dtype = common::GgmlType::F16;
+  mo.ffn_dim = 512;  // FP8 takes matrices whose sizes are multiples of 16
+  auto model = testing::RandomModel(mo);
+  ASSERT_NE(model, nullptr);
+  auto cpu = MakeCpu(model, 16, 64);
+  CudaBackendOptions o;
+  o.page_size = 16;
+  o.num_pages = 64;
+  o.max_batch_tokens = 512;
+  o.keep_quantized = true;
+  o.fp8_weights = true;
+  auto gpu = CudaBackend::Create(model, o);
+  ASSERT_OK(gpu);
+  o.fp8_weights = false;
+  auto bf16 = CudaBackend::Create(model, o);
+  ASSERT_OK(bf16);
+  // A layer reads its matrices in one byte per weight (the row scales aside): half BF16's.
+  const common::ModelConfig& c = model->config();
+  const size_t layer = size_t(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + size_t(c.q_dim()) * c.dim +
+                       3 * size_t(c.ffn_dim) * c.dim;
+  EXPECT_EQ((*gpu)->weight_bytes_per_step(), 2 * size_t(c.vocab_size) * c.dim + c.n_layers * layer);
+  double fp8_error = 0, bf16_error = 0;
+  std::mt19937_64 same = rng;
+  CompareRagged(*cpu, **gpu, rng, 3, kEmulated ? 20 : 90, 3, 0.15, &fp8_error);
+  auto cpu_again = MakeCpu(model, 16, 64);
+  CompareRagged(*cpu_again, **bf16, same, 3, kEmulated ? 20 : 90, 3, 3e-2, &bf16_error);
+  std::printf("logits against the CPU's, largest row relative error: FP8 %.4f, BF16 %.4f\n",
+              fp8_error, bf16_error);
+}
+
+#ifdef PAGODA_CUDA_EMULATION
+}  // namespace
+namespace emulation {
+void SetComputeCapability(int major, int minor);  // tests/support/cuda_emulation/cuda_emulation.h
+}  // namespace emulation
+namespace {
+
+// A GPU without FP8 tensor cores refuses --dtype fp8 at start, naming itself and what it lacks.
+TEST(CudaBackendGpuTest, Fp8IsRefusedBeforeAda) {
+  std::mt19937_64 rng(19);
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 4, 2, 2, rng()));
+  ASSERT_NE(model, nullptr);
+  CudaBackendOptions o;
+  o.num_pages = 16;
+  o.fp8_weights = true;
+  emulation::SetComputeCapability(8, 0);
+  auto gpu = CudaBackend::Create(model, o);
+  emulation::SetComputeCapability(9, 0);
+  ASSERT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
+  const std::string message(gpu.status().message());
+  for (const char* part : {"FP8", "8.0", "CUDA host emulation"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
+#endif
 
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();

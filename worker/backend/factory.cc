@@ -34,15 +34,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
 #ifdef PAGODA_HAVE_CUDA
   cuda::CudaBackendOptions cuda;
   // auto: BF16 for float tensors, activations and KV; quantized tensors keep their blocks.
-  const bool automatic = o.dtype == "auto";
+  // fp8: the same, with the layers' float matrices in FP8 E4M3.
+  const bool automatic = o.dtype == "auto" || o.dtype == "fp8";
   const std::optional<cuda::DType> dtype =
       automatic ? cuda::DType::kBf16 : cuda::ParseDType(o.dtype);
   if (!dtype) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--dtype \"%s\" is not supported; use auto, bf16 or fp16", o.dtype));
+        absl::StrFormat("--dtype \"%s\" is not supported; use auto, bf16, fp16 or fp8", o.dtype));
   }
   cuda.dtype = *dtype;
   cuda.keep_quantized = automatic;
+  cuda.fp8_weights = o.dtype == "fp8";
   cuda.page_size = o.page_size;
   cuda.num_pages = o.num_pages;
   cuda.max_batch_tokens = o.max_batch_tokens;

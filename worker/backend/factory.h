@@ -27,7 +27,7 @@ struct BackendOptions {
   std::optional<bool> cpu_quantize_activations;  // unset: per kernel set (CpuBackendOptions)
   // cuda
   // "auto" (BF16, quantized matrices kept in their blocks), "bf16" or "fp16" (every matrix
-  // converted)
+  // converted), "fp8" (auto with the layers' float matrices in FP8 E4M3)
   std::string dtype = "auto";
   double gpu_memory_fraction = 0.9;
   int device = 0;

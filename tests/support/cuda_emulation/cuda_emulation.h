@@ -73,6 +73,10 @@ cudaError_t Enqueue(cudaStream_t stream, StreamWork work);
 // Why the last failed launch failed ("" after a good one).
 std::string LastLaunchError();
 
+// The compute capability the fake cudaGetDeviceProperties reports (9.0 unless set): tests of
+// what a backend refuses on older GPUs.
+void SetComputeCapability(int major, int minor);
+
 // The sticky error the fake runtime reports: set by a failed launch, cleared by reading it.
 cudaError_t TakeLastError();
 cudaError_t PeekLastError();

@@ -75,9 +75,16 @@ ErrorText Describe(cudaError_t error) {
   return {error, "cudaError (emulation)", "CUDA error (emulation)"};
 }
 
+int compute_major = 9, compute_minor = 0;  // SetComputeCapability
+
 }  // namespace
 
 namespace pagoda::worker::cuda::emulation {
+
+void SetComputeCapability(int major, int minor) {
+  compute_major = major;
+  compute_minor = minor;
+}
 
 cudaError_t Enqueue(cudaStream_t stream, StreamWork work) {
   if (Capturing(stream)) {
@@ -100,8 +107,8 @@ cudaError_t CUDARTAPI cudaGetDeviceProperties(cudaDeviceProp* prop, int device) 
   if (device != 0) return cudaErrorInvalidDevice;
   *prop = cudaDeviceProp{};
   std::strncpy(prop->name, "CUDA host emulation", sizeof(prop->name) - 1);
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = compute_major;
+  prop->minor = compute_minor;
   prop->totalGlobalMem = size_t{16} << 30;
   prop->warpSize = 32;
   prop->maxThreadsPerBlock = 1024;

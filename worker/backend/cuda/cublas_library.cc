@@ -3,12 +3,12 @@
 #include <dlfcn.h>
 
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -17,44 +17,64 @@ namespace {
 #define PAGODA_CUDA_LIB_DIR ""
 #endif
 
-absl::StatusOr<CublasLibrary> Load() {
-#ifdef PAGODA_CUDA_EMULATION
-  // The emulated build (tests/support/cuda_emulation) links host versions of these entry points.
-  CublasLibrary fake;
-  fake.create = &cublasCreate_v2;
-  fake.destroy = &cublasDestroy_v2;
-  fake.set_stream = &cublasSetStream_v2;
-  fake.set_workspace = &cublasSetWorkspace_v2;
-  fake.set_pointer_mode = &cublasSetPointerMode_v2;
-  fake.status_string = &cublasGetStatusString;
-  fake.gemm_ex = &cublasGemmEx;
-  return fake;
-#endif
-  const std::string soname = absl::StrCat("libcublas.so.", CUBLAS_VER_MAJOR);
+// Opens `stem`.so.<CUBLAS_VER_MAJOR> where the loader looks, then in the toolkit's directory;
+// `name` is the library's name in the error.
+absl::StatusOr<void*> Open(const char* stem, const char* name) {
+  const std::string soname = absl::StrCat(stem, ".so.", CUBLAS_VER_MAJOR);
   std::vector<std::string> tried = {soname};
   if (std::string(PAGODA_CUDA_LIB_DIR) != "") {
     tried.push_back(absl::StrCat(PAGODA_CUDA_LIB_DIR, "/", soname));
   }
-  void* handle = nullptr;
   std::string error;
   for (const std::string& path : tried) {
-    handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle != nullptr) break;
+    if (void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL); handle != nullptr) {
+      return handle;
+    }
     const char* e = dlerror();
     error = e != nullptr ? e : "unknown error";
   }
-  if (handle == nullptr) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "--backend cuda needs cuBLAS %d: cannot load %s (tried %s; last error: %s); install "
-        "the CUDA %d libraries or add their directory to LD_LIBRARY_PATH",
-        CUBLAS_VER_MAJOR, soname, absl::StrJoin(tried, ", "), error, CUBLAS_VER_MAJOR));
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "--backend cuda needs %s %d: cannot load %s (tried %s; last error: %s); install the CUDA "
+      "%d libraries or add their directory to LD_LIBRARY_PATH",
+      name, CUBLAS_VER_MAJOR, soname, absl::StrJoin(tried, ", "), error, CUBLAS_VER_MAJOR));
+}
+
+// Resolves entry points by name, collecting the missing ones.
+class Resolver {
+ public:
+  Resolver(void* handle, const char* stem) : handle_(handle), stem_(stem) {}
+  template <typename Fn>
+  void operator()(Fn* fn, const char* name) {
+    *fn = reinterpret_cast<Fn>(dlsym(handle_, name));
+    if (*fn == nullptr) absl::StrAppend(&missing_, missing_.empty() ? "" : ", ", name);
   }
+  absl::Status status() const {
+    if (missing_.empty()) return absl::OkStatus();
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s.so.%d lacks the entry points %s", stem_, CUBLAS_VER_MAJOR, missing_));
+  }
+
+ private:
+  void* handle_;
+  const char* stem_;
+  std::string missing_;
+};
+
+absl::StatusOr<CublasLibrary> Load() {
   CublasLibrary lib;
-  std::string missing;
-  auto resolve = [&](auto* fn, const char* name) {
-    *fn = reinterpret_cast<std::remove_pointer_t<decltype(fn)>>(dlsym(handle, name));
-    if (*fn == nullptr) absl::StrAppend(&missing, missing.empty() ? "" : ", ", name);
-  };
+#ifdef PAGODA_CUDA_EMULATION
+  // The emulated build (tests/support/cuda_emulation) links host versions of these entry points.
+  lib.create = &cublasCreate_v2;
+  lib.destroy = &cublasDestroy_v2;
+  lib.set_stream = &cublasSetStream_v2;
+  lib.set_workspace = &cublasSetWorkspace_v2;
+  lib.set_pointer_mode = &cublasSetPointerMode_v2;
+  lib.status_string = &cublasGetStatusString;
+  lib.gemm_ex = &cublasGemmEx;
+  return lib;
+#endif
+  ASSIGN_OR_RETURN(void* handle, Open("libcublas", "cuBLAS"));
+  Resolver resolve(handle, "libcublas");
   resolve(&lib.create, "cublasCreate_v2");
   resolve(&lib.destroy, "cublasDestroy_v2");
   resolve(&lib.set_stream, "cublasSetStream_v2");
@@ -62,10 +82,42 @@ absl::StatusOr<CublasLibrary> Load() {
   resolve(&lib.set_pointer_mode, "cublasSetPointerMode_v2");
   resolve(&lib.status_string, "cublasGetStatusString");
   resolve(&lib.gemm_ex, "cublasGemmEx");
-  if (!missing.empty()) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("%s lacks the entry points %s", soname, missing));
-  }
+  RETURN_IF_ERROR(resolve.status());
+  return lib;
+}
+
+absl::StatusOr<CublasLtLibrary> LoadLt() {
+  CublasLtLibrary lib;
+#ifdef PAGODA_CUDA_EMULATION
+  lib.create = &cublasLtCreate;
+  lib.destroy = &cublasLtDestroy;
+  lib.desc_create = &cublasLtMatmulDescCreate;
+  lib.desc_destroy = &cublasLtMatmulDescDestroy;
+  lib.desc_set = &cublasLtMatmulDescSetAttribute;
+  lib.layout_create = &cublasLtMatrixLayoutCreate;
+  lib.layout_destroy = &cublasLtMatrixLayoutDestroy;
+  lib.pref_create = &cublasLtMatmulPreferenceCreate;
+  lib.pref_destroy = &cublasLtMatmulPreferenceDestroy;
+  lib.pref_set = &cublasLtMatmulPreferenceSetAttribute;
+  lib.heuristic = &cublasLtMatmulAlgoGetHeuristic;
+  lib.matmul = &cublasLtMatmul;
+  return lib;
+#endif
+  ASSIGN_OR_RETURN(void* handle, Open("libcublasLt", "cuBLASLt"));
+  Resolver resolve(handle, "libcublasLt");
+  resolve(&lib.create, "cublasLtCreate");
+  resolve(&lib.destroy, "cublasLtDestroy");
+  resolve(&lib.desc_create, "cublasLtMatmulDescCreate");
+  resolve(&lib.desc_destroy, "cublasLtMatmulDescDestroy");
+  resolve(&lib.desc_set, "cublasLtMatmulDescSetAttribute");
+  resolve(&lib.layout_create, "cublasLtMatrixLayoutCreate");
+  resolve(&lib.layout_destroy, "cublasLtMatrixLayoutDestroy");
+  resolve(&lib.pref_create, "cublasLtMatmulPreferenceCreate");
+  resolve(&lib.pref_destroy, "cublasLtMatmulPreferenceDestroy");
+  resolve(&lib.pref_set, "cublasLtMatmulPreferenceSetAttribute");
+  resolve(&lib.heuristic, "cublasLtMatmulAlgoGetHeuristic");
+  resolve(&lib.matmul, "cublasLtMatmul");
+  RETURN_IF_ERROR(resolve.status());
   return lib;
 }
 
@@ -75,6 +127,13 @@ absl::StatusOr<const CublasLibrary*> CublasLibrary::Get() {
   // Loaded once; a failure is remembered too (the loader would only fail the same way again).
   static const absl::StatusOr<CublasLibrary>* const library =
       new absl::StatusOr<CublasLibrary>(Load());
+  if (!library->ok()) return library->status();
+  return &library->value();
+}
+
+absl::StatusOr<const CublasLtLibrary*> CublasLtLibrary::Get() {
+  static const absl::StatusOr<CublasLtLibrary>* const library =
+      new absl::StatusOr<CublasLtLibrary>(LoadLt());
   if (!library->ok()) return library->status();
   return &library->value();
 }

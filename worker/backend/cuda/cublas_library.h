@@ -1,4 +1,4 @@
-// CublasLibrary: cuBLAS loaded at run time (dlopen), not linked.
+// CublasLibrary and CublasLtLibrary: cuBLAS and cuBLASLt loaded at run time (dlopen), not linked.
 //
 // Why: a library linked into an executable puts its thread-local storage in the static TLS
 // block every thread of the process carries, and libcublasLt's is ~92 KiB. Threads created with
@@ -7,12 +7,13 @@
 // library's TLS is allocated per thread on first use instead. It also lets pagoda-worker run
 // with --backend cpu on a machine without the CUDA libraries.
 //
-// Contract: Get() loads libcublas.so.<major of the headers> once per process (the dynamic
-// loader's search path, then the toolkit's lib directory known at build time) and resolves the
-// entry points the backend uses; the library stays loaded until exit. Its error names the
-// library, the places tried and dlerror(). Thread-safe.
+// Contract: Get() loads libcublas.so.<major of the headers> (libcublasLt.so.<major>) once per
+// process (the dynamic loader's search path, then the toolkit's lib directory known at build
+// time) and resolves the entry points the backend uses; the library stays loaded until exit. Its
+// error names the library, the places tried and dlerror(). Thread-safe.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 
 #include "absl/status/statusor.h"
@@ -32,6 +33,24 @@ struct CublasLibrary {
                             cublasGemmAlgo_t) = nullptr;
 
   static absl::StatusOr<const CublasLibrary*> Get();
+};
+
+// cuBLASLt: the FP8 products (fp8_gemm.h).
+struct CublasLtLibrary {
+  decltype(&cublasLtCreate) create = nullptr;
+  decltype(&cublasLtDestroy) destroy = nullptr;
+  decltype(&cublasLtMatmulDescCreate) desc_create = nullptr;
+  decltype(&cublasLtMatmulDescDestroy) desc_destroy = nullptr;
+  decltype(&cublasLtMatmulDescSetAttribute) desc_set = nullptr;
+  decltype(&cublasLtMatrixLayoutCreate) layout_create = nullptr;
+  decltype(&cublasLtMatrixLayoutDestroy) layout_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceCreate) pref_create = nullptr;
+  decltype(&cublasLtMatmulPreferenceDestroy) pref_destroy = nullptr;
+  decltype(&cublasLtMatmulPreferenceSetAttribute) pref_set = nullptr;
+  decltype(&cublasLtMatmulAlgoGetHeuristic) heuristic = nullptr;
+  decltype(&cublasLtMatmul) matmul = nullptr;
+
+  static absl::StatusOr<const CublasLtLibrary*> Get();
 };
 
 }  // namespace pagoda::worker::cuda

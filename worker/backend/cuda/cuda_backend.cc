@@ -82,7 +82,8 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CudaBackend::Create(
   cudaStream_t stream;
   RETURN_IF_ERROR(
       CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate"));
-  auto weights = DeviceWeights::Upload(*model, options.dtype, options.keep_quantized, stream);
+  auto weights = DeviceWeights::Upload(*model, options.dtype, options.keep_quantized,
+                                       options.fp8_weights, stream);
   if (!weights.ok()) {
     cudaStreamDestroy(stream);
     return weights.status();
@@ -121,8 +122,16 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   max_pitch_ = prop.memPitch;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&swap_stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
+  if (weights_.fp8_max_rows() > 0 && prop.major * 10 + prop.minor < 89) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper, "
+        "Blackwell); GPU %d, %s, has compute capability %d.%d: use --dtype auto or bf16",
+        options_.device, prop.name, prop.major, prop.minor));
+  }
   WeightProducts::Options products;
   products.gemv_max_tokens = options_.quant_gemv_max_tokens;
+  products.fp8_max_n_in = weights_.fp8_max_cols();
+  products.fp8_max_n_out = weights_.fp8_max_rows();
   products.decode_then_cublas = options_.quant_decode_then_cublas;
   products.scratch_bytes =
       std::min(options_.max_decode_scratch_bytes, weights_.largest_quantized_part_dense_bytes());
@@ -169,10 +178,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   };
   device_bytes_ = weights_.bytes() + products_->workspace_bytes();
   PAGODA_LOG(kInfo, "cuda", "weights: %.1f MiB on the device (%s), %.1f MiB read per step",
-             weights_.bytes() / 1048576.0,
-             weights_.largest_quantized_part_dense_bytes() > 0
-                 ? "quantized matrices in their GGUF blocks"
-                 : DTypeName(dtype_),
+             weights_.bytes() / 1048576.0, weights_.FormatSummary(),
              weights_.bytes_read_per_step() / 1048576.0);
   for (const Piece& p : pieces) {
     ASSIGN_OR_RETURN(*p.buffer, DeviceBuffer::Allocate(p.bytes, p.what));
@@ -206,7 +212,22 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   // Poison: KV a plan never wrote reads as NaN, not as plausible zeros.
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
-  return CudaStatus(cudaStreamSynchronize(stream_), "KV arena init");
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "KV arena init"));
+  return CheckFp8Products();
+}
+
+absl::Status CudaBackend::CheckFp8Products() {
+  if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
+  // One token through each FP8 projection of the first layer: a GPU or cuBLASLt without a
+  // kernel for these shapes fails here, at start, not in the first request.
+  const DeviceLayer& l = weights_.layer(0);
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));
+  RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), 1, false));
+  RETURN_IF_ERROR(products_->Run(xn_.get(), l.wo, x_.get<float>(), 1, false));
+  RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), 1, false));
+  RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), 1, false));
+  return CudaStatus(cudaStreamSynchronize(stream_), "FP8 check");
 }
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {

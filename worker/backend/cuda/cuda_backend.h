@@ -60,6 +60,9 @@ struct CudaBackendOptions {
   // in slices, multiplied by cuBLAS.
   int quant_gemv_max_tokens = 8;
   bool quant_decode_then_cublas = false;
+  // The layers' float matrices become FP8 E4M3 with a scale per row, multiplied through
+  // cuBLASLt's FP8 path (fp8_gemm.h); refused on GPUs before compute capability 8.9.
+  bool fp8_weights = false;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
   int device = 0;
   bool cuda_graphs = true;
@@ -110,6 +113,7 @@ class CudaBackend : public Backend {
  private:
   CudaBackend(const CudaBackendOptions& options, DeviceWeights weights);
   absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
+  absl::Status CheckFp8Products();         // one token through FP8 projections, at Init
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits,
                              std::vector<SampledLogprobs>* logprobs);

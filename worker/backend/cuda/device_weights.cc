@@ -1,13 +1,17 @@
 #include "worker/backend/cuda/device_weights.h"
 
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "absl/strings/str_format.h"
 #include "common/fp16.h"
 #include "common/status_macros.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/quant/fp8_kernels.h"
 #include "worker/backend/cuda/quant/quant_kernels.h"
 #include "worker/model/architecture.h"
 
@@ -96,6 +100,9 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
     for (int i = 0; i < p.num_parts; ++i) {
       DeviceMatrix& m = p.parts[static_cast<size_t>(i)];
       m.data = carver.Take(m.bytes());
+      if (m.format == WeightFormat::kFp8) {
+        m.row_scales = static_cast<const float*>(carver.Take(size_t(m.rows) * 4));
+      }
     }
     return p;
   };
@@ -132,14 +139,24 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
         scaled_rope ? static_cast<const float*>(carver.Take(c.head_dim / 2 * 4)) : nullptr;
   }
   std::vector<const Projection*> all = {&w.output_};
+  const Projection embedding{{w.token_embd_}, 1, vocab, dim};
+  for (const Projection* p : {&embedding}) all.push_back(p);
   for (const DeviceLayer& l : w.layers_) {
     for (const Projection* p : {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down}) all.push_back(p);
   }
   for (const Projection* p : all) {
-    w.step_bytes_ += p->bytes();
+    if (p != &embedding) w.step_bytes_ += p->bytes();
     for (int i = 0; i < p->num_parts; ++i) {
       const DeviceMatrix& m = p->parts[static_cast<size_t>(i)];
-      if (m.format == WeightFormat::kDense) continue;
+      if (p != &w.output_ || !tied) {
+        w.bytes_by_format_[m.format] +=
+            m.bytes() + (m.format == WeightFormat::kFp8 ? size_t(m.rows) * 4 : 0);
+      }
+      if (m.format == WeightFormat::kFp8) {
+        w.fp8_max_rows_ = std::max(w.fp8_max_rows_, m.rows);
+        w.fp8_max_cols_ = std::max(w.fp8_max_cols_, m.cols);
+      }
+      if (!IsBlockFormat(m.format)) continue;
       w.largest_quantized_dense_ =
           std::max(w.largest_quantized_dense_, size_t(m.rows) * size_t(m.cols) * DTypeSize(dtype));
     }
@@ -147,10 +164,44 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
   return w;
 }
 
+std::string DeviceWeights::FormatSummary() const {
+  std::string out;
+  for (const auto& [format, bytes] : bytes_by_format_) {
+    absl::StrAppendFormat(
+        &out, "%s%s %.1f MiB", out.empty() ? "" : ", ",
+        format == WeightFormat::kDense ? DTypeName(dtype_) : WeightFormatName(format),
+        static_cast<double>(bytes) / (1 << 20));
+  }
+  return out;
+}
+
 namespace {
 
+// Rows of float32 values as E4M3 bytes with a scale per row: max|row| / 448 (1 for zeros).
+absl::Status CopyFp8(char* dst, float* scales_dst, std::span<const float> values, int cols,
+                     cudaStream_t stream) {
+  const size_t rows = values.size() / static_cast<size_t>(cols);
+  std::vector<uint8_t> bytes(values.size());
+  std::vector<float> scales(rows);
+  for (size_t r = 0; r < rows; ++r) {
+    const float* row = values.data() + r * cols;
+    float amax = 0.0f;
+    for (int i = 0; i < cols; ++i) amax = std::max(amax, std::fabs(row[i]));
+    scales[r] = amax > 0.0f ? amax / kFp8E4M3Max : 1.0f;
+    for (int i = 0; i < cols; ++i) {
+      bytes[r * cols + i] = __nv_cvt_float_to_fp8(row[i] / scales[r], __NV_SATFINITE, __NV_E4M3);
+    }
+  }
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(dst, bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream), "upload"));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(scales_dst, scales.data(), rows * 4, cudaMemcpyHostToDevice, stream),
+      "upload"));
+  return CudaStatus(cudaStreamSynchronize(stream), "upload");  // the vectors die here
+}
+
 // Copies `sources` (stacked along the output) into the projection's parts: kept blocks byte for
-// byte, anything else as float32 converted to the dtype.
+// byte, FP8 parts converted row by row, anything else as float32 converted to the dtype.
 absl::Status UploadProjection(const Projection& p,
                               std::initializer_list<const WeightMatrix*> sources, DType dtype,
                               cudaStream_t stream) {
@@ -160,6 +211,9 @@ absl::Status UploadProjection(const Projection& p,
     char* dst = static_cast<char*>(const_cast<void*>(d.data)) + size_t(row) * d.row_bytes;
     if (d.format == WeightFormat::kDense) {
       RETURN_IF_ERROR(Copy(dst, m->ToFloat(), dtype, stream));
+    } else if (d.format == WeightFormat::kFp8) {
+      RETURN_IF_ERROR(
+          CopyFp8(dst, const_cast<float*>(d.row_scales) + row, m->ToFloat(), m->cols, stream));
     } else {
       if (m->row_bytes != d.row_bytes) {
         return absl::InternalError(
@@ -184,19 +238,26 @@ absl::Status UploadProjection(const Projection& p,
 }  // namespace
 
 absl::StatusOr<DeviceWeights> DeviceWeights::Upload(const LlamaModel& model, DType dtype,
-                                                    bool keep_quantized, cudaStream_t stream) {
+                                                    bool keep_quantized, bool fp8,
+                                                    cudaStream_t stream) {
   const common::ModelConfig& c = model.config();
-  auto format = [&](const WeightMatrix& m) {
+  // `projection`: a layer's matrix, which fp8 converts (the embedding and classifier stay in
+  // the dtype, as vLLM keeps its lm_head) when both its sizes are multiples of 16, as cuBLASLt's
+  // FP8 kernels need (every real model's are).
+  auto format = [&](const WeightMatrix& m, bool projection) {
     const std::optional<WeightFormat> f = QuantizedFormatOf(m.type);
-    return keep_quantized && f ? *f : WeightFormat::kDense;
+    if (keep_quantized && f) return *f;
+    const bool fp8_shape = m.rows % 16 == 0 && m.cols % 16 == 0;
+    return fp8 && projection && fp8_shape ? WeightFormat::kFp8 : WeightFormat::kDense;
   };
   WeightFormats formats;
-  formats.embedding = format(model.token_embedding());
-  formats.output = model.tied_output() ? formats.embedding : format(model.output());
+  formats.embedding = format(model.token_embedding(), false);
+  formats.output = model.tied_output() ? formats.embedding : format(model.output(), false);
   for (int i = 0; i < c.n_layers; ++i) {
     const LlamaLayerWeights& l = model.layer(i);
-    formats.layers.push_back({format(l.wq), format(l.wk), format(l.wv), format(l.wo),
-                              format(l.w_gate), format(l.w_up), format(l.w_down)});
+    formats.layers.push_back({format(l.wq, true), format(l.wk, true), format(l.wv, true),
+                              format(l.wo, true), format(l.w_gate, true), format(l.w_up, true),
+                              format(l.w_down, true)});
   }
   ASSIGN_OR_RETURN(DeviceWeights w, Allocate(c, dtype, formats, model.tied_output(),
                                              !model.rope_inv_freq().empty()));
@@ -246,6 +307,11 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Random(const common::ModelConfig& c
     if (m.format == WeightFormat::kDense) {
       return LaunchFillRandom(const_cast<void*>(m.data), size_t(m.rows) * m.cols, dtype, amplitude,
                               ++s, stream);
+    }
+    if (m.format == WeightFormat::kFp8) {
+      return LaunchFillRandomFp8(static_cast<uint8_t*>(const_cast<void*>(m.data)),
+                                 const_cast<float*>(m.row_scales), m.rows, m.cols, amplitude, ++s,
+                                 stream);
     }
     return LaunchFillRandomBlocks(m, amplitude, ++s, stream);
   };

@@ -12,6 +12,8 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -46,9 +48,10 @@ struct WeightFormats {
 
 class DeviceWeights {
  public:
-  // keep_quantized: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices stay in their blocks.
+  // keep_quantized: Q8_0, Q4_0, Q4_K, Q5_K and Q6_K matrices stay in their blocks. fp8: the
+  // layers' other matrices become FP8 E4M3 with a scale per row (max|row| / 448).
   static absl::StatusOr<DeviceWeights> Upload(const LlamaModel& model, DType dtype,
-                                              bool keep_quantized, cudaStream_t stream);
+                                              bool keep_quantized, bool fp8, cudaStream_t stream);
   // Quantized formats get random blocks (LaunchFillRandomBlocks) of the same scale.
   static absl::StatusOr<DeviceWeights> Random(const common::ModelConfig& config, DType dtype,
                                               const WeightFormats& formats, uint64_t seed,
@@ -67,6 +70,12 @@ class DeviceWeights {
   // Bytes of the largest quantized projection part's rows in the dtype (0 when none is kept):
   // what decoding one whole part ahead of cuBLAS would take.
   size_t largest_quantized_part_dense_bytes() const { return largest_quantized_dense_; }
+  // Bytes of the matrices by storage format ("Q4_K 3.2 MiB, Q6_K 1.1 MiB, bf16 0.5 MiB"), FP8
+  // with its row scales; for the log at load.
+  std::string FormatSummary() const;
+  // The largest FP8 part's rows and columns (0 when none).
+  int fp8_max_rows() const { return fp8_max_rows_; }
+  int fp8_max_cols() const { return fp8_max_cols_; }
 
  private:
   // Lays out every tensor in one buffer.
@@ -84,6 +93,9 @@ class DeviceWeights {
   const float* rope_inv_freq_ = nullptr;
   size_t step_bytes_ = 0;
   size_t largest_quantized_dense_ = 0;
+  std::map<WeightFormat, size_t> bytes_by_format_;
+  int fp8_max_rows_ = 0;
+  int fp8_max_cols_ = 0;
 };
 
 }  // namespace pagoda::worker::cuda

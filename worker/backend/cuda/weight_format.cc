@@ -36,6 +36,8 @@ const char* WeightFormatName(WeightFormat f) {
       return "Q5_K";
     case WeightFormat::kQ6_K:
       return "Q6_K";
+    case WeightFormat::kFp8:
+      return "FP8 E4M3";
   }
   return "?";
 }
@@ -43,6 +45,7 @@ const char* WeightFormatName(WeightFormat f) {
 int BlockElements(WeightFormat f) {
   switch (f) {
     case WeightFormat::kDense:
+    case WeightFormat::kFp8:
       return 1;
     case WeightFormat::kQ8_0:
     case WeightFormat::kQ4_0:
@@ -66,6 +69,8 @@ int BlockBytes(WeightFormat f) {
       return 176;
     case WeightFormat::kQ6_K:
       return 210;
+    case WeightFormat::kFp8:
+      return 1;
   }
   return 0;
 }

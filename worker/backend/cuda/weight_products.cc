@@ -17,11 +17,16 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
                         kQuantGemvMaxTokens, options.gemv_max_tokens));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Gemm> gemm, Gemm::Create(stream, dtype));
+  std::unique_ptr<Fp8Gemm> fp8;
+  if (options.fp8_max_n_out > 0) {
+    ASSIGN_OR_RETURN(fp8,
+                     Fp8Gemm::Create(stream, dtype, options.fp8_max_n_in, options.fp8_max_n_out));
+  }
   ASSIGN_OR_RETURN(DeviceBuffer scratch,
                    DeviceBuffer::Allocate(options.decode_then_cublas ? options.scratch_bytes : 0,
                                           "the weight decode scratch"));
-  return std::unique_ptr<WeightProducts>(
-      new WeightProducts(stream, dtype, options, std::move(gemm), std::move(scratch)));
+  return std::unique_ptr<WeightProducts>(new WeightProducts(stream, dtype, options, std::move(gemm),
+                                                            std::move(fp8), std::move(scratch)));
 }
 
 absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out, int num_tokens,
@@ -34,6 +39,9 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
     if (part.format == WeightFormat::kDense) {
       RETURN_IF_ERROR(
           gemm_->Run({x, part.data, part_out, num_tokens, w.n_in, part.rows, accumulate, w.n_out}));
+    } else if (part.format == WeightFormat::kFp8) {
+      if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
+      RETURN_IF_ERROR(fp8_->Run(x, part, part_out, w.n_out, num_tokens, accumulate));
     } else if (num_tokens <= options_.gemv_max_tokens) {
       RETURN_IF_ERROR(
           LaunchQuantGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));

@@ -5,6 +5,8 @@
 // asked (decode_then_cublas), are decoded a slice of rows at a time into a dtype scratch buffer
 // that cuBLAS then multiplies. Which is faster at which batch is bench/gpu.sh's to measure.
 //
+// FP8 parts go through Fp8Gemm (cuBLASLt).
+//
 // Contract: out[t][o] = sum_i W[o][i] * x[t][i] (+ out[t][o] when accumulating), W the
 // projection's parts stacked along o. Enqueued on the stream given at Create(); never
 // synchronizes or allocates after Create (CUDA-graph safe). Not thread-safe.
@@ -18,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.h"
+#include "worker/backend/cuda/fp8_gemm.h"
 #include "worker/backend/cuda/gemm.h"
 #include "worker/backend/cuda/weight_format.h"
 
@@ -33,26 +36,33 @@ class WeightProducts {
     bool decode_then_cublas = false;
     // decode_then_cublas: room for the decoded slices; a quantized part's row must fit.
     size_t scratch_bytes = 0;
+    // The widest FP8 part's columns and rows (0: no FP8 parts, no cuBLASLt).
+    int fp8_max_n_in = 0;
+    int fp8_max_n_out = 0;
   };
   static absl::StatusOr<std::unique_ptr<WeightProducts>> Create(cudaStream_t stream, DType dtype,
                                                                 const Options& options);
 
   absl::Status Run(const void* x, const Projection& w, float* out, int num_tokens, bool accumulate);
-  size_t workspace_bytes() const { return gemm_->workspace_bytes() + scratch_.bytes(); }
+  size_t workspace_bytes() const {
+    return gemm_->workspace_bytes() + scratch_.bytes() + (fp8_ ? fp8_->workspace_bytes() : 0);
+  }
 
  private:
   WeightProducts(cudaStream_t stream, DType dtype, const Options& options,
-                 std::unique_ptr<Gemm> gemm, DeviceBuffer scratch)
+                 std::unique_ptr<Gemm> gemm, std::unique_ptr<Fp8Gemm> fp8, DeviceBuffer scratch)
       : stream_(stream),
         dtype_(dtype),
         options_(options),
         gemm_(std::move(gemm)),
+        fp8_(std::move(fp8)),
         scratch_(std::move(scratch)) {}
 
   cudaStream_t stream_;
   DType dtype_;
   Options options_;
   std::unique_ptr<Gemm> gemm_;
+  std::unique_ptr<Fp8Gemm> fp8_;  // null without FP8 parts
   DeviceBuffer scratch_;
 };
 

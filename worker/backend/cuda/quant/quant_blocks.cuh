@@ -93,7 +93,8 @@ __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int u, float (&y)
 }
 
 // Calls f(std::integral_constant-like tag) with the format as a template argument: the one
-// place a WeightFormat becomes one. kDense has no decoder: callers refuse it first.
+// place a WeightFormat becomes one. kDense and kFp8 have no decoder
+// here: callers refuse them first (IsBlockFormat).
 template <WeightFormat F>
 struct FormatTag {
   static constexpr WeightFormat kFormat = F;

@@ -231,15 +231,15 @@ __global__ void FillRandomBlocksKernel(uint8_t* data, size_t blocks, int block_b
 // The rules every quantized matrix argument obeys.
 void CheckMatrix(ArgCheck& check, const DeviceMatrix& w) {
   check
-      .Require(w.format != WeightFormat::kDense, "w must be quantized (format %s)",
+      .Require(IsBlockFormat(w.format), "w must be in a GGUF block format, not %s",
                WeightFormatName(w.format))
       .RequirePointer(w.data, "w.data", 2)
       .RequirePositive(w.rows, "w.rows")
       .RequirePositive(w.cols, "w.cols")
-      .Require(w.format == WeightFormat::kDense || w.cols % BlockElements(w.format) == 0,
+      .Require(!IsBlockFormat(w.format) || w.cols % BlockElements(w.format) == 0,
                "w.cols %d must be a multiple of %s's block of %d", w.cols,
                WeightFormatName(w.format), BlockElements(w.format))
-      .Require(w.format == WeightFormat::kDense || w.row_bytes == FormatRowBytes(w.format, w.cols),
+      .Require(!IsBlockFormat(w.format) || w.row_bytes == FormatRowBytes(w.format, w.cols),
                "w.row_bytes %d must be %d for %d %s columns", static_cast<int64_t>(w.row_bytes),
                static_cast<int64_t>(FormatRowBytes(w.format, w.cols)), w.cols,
                WeightFormatName(w.format));
