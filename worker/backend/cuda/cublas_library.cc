@@ -60,64 +60,60 @@ class Resolver {
   std::string missing_;
 };
 
+// Each library's entry points: X(member, symbol).
+#define PAGODA_CUBLAS_ENTRY_POINTS(X)          \
+  X(create, cublasCreate_v2)                   \
+  X(destroy, cublasDestroy_v2)                 \
+  X(set_stream, cublasSetStream_v2)            \
+  X(set_workspace, cublasSetWorkspace_v2)      \
+  X(set_pointer_mode, cublasSetPointerMode_v2) \
+  X(status_string, cublasGetStatusString)      \
+  X(gemm_ex, cublasGemmEx)
+#define PAGODA_CUBLASLT_ENTRY_POINTS(X)             \
+  X(create, cublasLtCreate)                         \
+  X(destroy, cublasLtDestroy)                       \
+  X(desc_create, cublasLtMatmulDescCreate)          \
+  X(desc_destroy, cublasLtMatmulDescDestroy)        \
+  X(desc_set, cublasLtMatmulDescSetAttribute)       \
+  X(layout_create, cublasLtMatrixLayoutCreate)      \
+  X(layout_destroy, cublasLtMatrixLayoutDestroy)    \
+  X(pref_create, cublasLtMatmulPreferenceCreate)    \
+  X(pref_destroy, cublasLtMatmulPreferenceDestroy)  \
+  X(pref_set, cublasLtMatmulPreferenceSetAttribute) \
+  X(heuristic, cublasLtMatmulAlgoGetHeuristic)      \
+  X(matmul, cublasLtMatmul)
+
+// The emulated build (tests/support/cuda_emulation) links host versions of the entry points;
+// elsewhere they are looked up in the loaded library.
+#ifdef PAGODA_CUDA_EMULATION
+#define PAGODA_TAKE_ENTRY_POINT(member, symbol) lib.member = &symbol;
+#else
+#define PAGODA_TAKE_ENTRY_POINT(member, symbol) resolve(&lib.member, #symbol);
+#endif
+
 absl::StatusOr<CublasLibrary> Load() {
   CublasLibrary lib;
-#ifdef PAGODA_CUDA_EMULATION
-  // The emulated build (tests/support/cuda_emulation) links host versions of these entry points.
-  lib.create = &cublasCreate_v2;
-  lib.destroy = &cublasDestroy_v2;
-  lib.set_stream = &cublasSetStream_v2;
-  lib.set_workspace = &cublasSetWorkspace_v2;
-  lib.set_pointer_mode = &cublasSetPointerMode_v2;
-  lib.status_string = &cublasGetStatusString;
-  lib.gemm_ex = &cublasGemmEx;
-  return lib;
-#endif
+#ifndef PAGODA_CUDA_EMULATION
   ASSIGN_OR_RETURN(void* handle, Open("libcublas", "cuBLAS"));
   Resolver resolve(handle, "libcublas");
-  resolve(&lib.create, "cublasCreate_v2");
-  resolve(&lib.destroy, "cublasDestroy_v2");
-  resolve(&lib.set_stream, "cublasSetStream_v2");
-  resolve(&lib.set_workspace, "cublasSetWorkspace_v2");
-  resolve(&lib.set_pointer_mode, "cublasSetPointerMode_v2");
-  resolve(&lib.status_string, "cublasGetStatusString");
-  resolve(&lib.gemm_ex, "cublasGemmEx");
+#endif
+  PAGODA_CUBLAS_ENTRY_POINTS(PAGODA_TAKE_ENTRY_POINT)
+#ifndef PAGODA_CUDA_EMULATION
   RETURN_IF_ERROR(resolve.status());
+#endif
   return lib;
 }
 
 absl::StatusOr<CublasLtLibrary> LoadLt() {
   CublasLtLibrary lib;
-#ifdef PAGODA_CUDA_EMULATION
-  lib.create = &cublasLtCreate;
-  lib.destroy = &cublasLtDestroy;
-  lib.desc_create = &cublasLtMatmulDescCreate;
-  lib.desc_destroy = &cublasLtMatmulDescDestroy;
-  lib.desc_set = &cublasLtMatmulDescSetAttribute;
-  lib.layout_create = &cublasLtMatrixLayoutCreate;
-  lib.layout_destroy = &cublasLtMatrixLayoutDestroy;
-  lib.pref_create = &cublasLtMatmulPreferenceCreate;
-  lib.pref_destroy = &cublasLtMatmulPreferenceDestroy;
-  lib.pref_set = &cublasLtMatmulPreferenceSetAttribute;
-  lib.heuristic = &cublasLtMatmulAlgoGetHeuristic;
-  lib.matmul = &cublasLtMatmul;
-  return lib;
-#endif
+#ifndef PAGODA_CUDA_EMULATION
   ASSIGN_OR_RETURN(void* handle, Open("libcublasLt", "cuBLASLt"));
   Resolver resolve(handle, "libcublasLt");
-  resolve(&lib.create, "cublasLtCreate");
-  resolve(&lib.destroy, "cublasLtDestroy");
-  resolve(&lib.desc_create, "cublasLtMatmulDescCreate");
-  resolve(&lib.desc_destroy, "cublasLtMatmulDescDestroy");
-  resolve(&lib.desc_set, "cublasLtMatmulDescSetAttribute");
-  resolve(&lib.layout_create, "cublasLtMatrixLayoutCreate");
-  resolve(&lib.layout_destroy, "cublasLtMatrixLayoutDestroy");
-  resolve(&lib.pref_create, "cublasLtMatmulPreferenceCreate");
-  resolve(&lib.pref_destroy, "cublasLtMatmulPreferenceDestroy");
-  resolve(&lib.pref_set, "cublasLtMatmulPreferenceSetAttribute");
-  resolve(&lib.heuristic, "cublasLtMatmulAlgoGetHeuristic");
-  resolve(&lib.matmul, "cublasLtMatmul");
+#endif
+  PAGODA_CUBLASLT_ENTRY_POINTS(PAGODA_TAKE_ENTRY_POINT)
+#ifndef PAGODA_CUDA_EMULATION
   RETURN_IF_ERROR(resolve.status());
+#endif
   return lib;
 }
 
