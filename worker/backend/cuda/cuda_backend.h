@@ -1,7 +1,8 @@
 // The CUDA backend: the Llama forward pass on an NVIDIA GPU over the same paged-KV contract as
 // the CPU backend (worker/backend/backend.h), with sampling on the device.
 //
-// Memory: the weights (DeviceWeights, one allocation), a fixed workspace sized for
+// Memory: the weights (DeviceWeights, one allocation: the dtype, GGUF blocks kept as stored, or
+// FP8; the products of each format in weight_products.h), a fixed workspace sized for
 // max_batch_tokens, and the KV arena: one allocation of K and V pages for every layer
 // (arena_layout.h), sized by num_pages or by what gpu_memory_fraction leaves. Plain cudaMalloc.
 // The swap space (InitSwapSpace) is pinned host memory of whole pages, one slot after another,
