@@ -11,8 +11,8 @@
 // classifier and for V and down in its "more bits" layers) kept in their blocks (--dtype
 // auto), each beside its own roofline and with the device memory the backend holds; block
 // products past 8 tokens on tensor cores (tensor_cores) or decoded ahead of cuBLAS
-// (decode_cublas). BM_WeightsPrefill: the same backends' time to first token of a 2048-token
-// prompt in one chunk, as tokens/s.
+// (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8). BM_WeightsPrefill: the
+// same backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
 // chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (512 is its
@@ -109,19 +109,30 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
   return f;
 }
 
-// The one backend alive: created for (weights, decode_then_cublas), replacing the previous.
-pc::CudaBackend& BackendFor(Weights weights, bool decode_then_cublas) {
+// How block weights are multiplied: the defaults (the fused FP32 product up to 8 tokens, tensor
+// cores beyond), decoded ahead of cuBLAS beyond 8 tokens, or the fused product with 8-bit
+// activations.
+enum class Path { kDefault, kDecodeCublas, kGemvInt8 };
+const char* PathName(Path p) {
+  return p == Path::kDefault        ? "tensor_cores"
+         : p == Path::kDecodeCublas ? "decode_cublas"
+                                    : "gemv_int8";
+}
+
+// The one backend alive: created for (weights, path), replacing the previous.
+pc::CudaBackend& BackendFor(Weights weights, Path path) {
   static std::unique_ptr<pc::CudaBackend> backend;
-  static std::pair<Weights, bool> key;
-  if (backend != nullptr && key == std::make_pair(weights, decode_then_cublas)) return *backend;
+  static std::pair<Weights, Path> key;
+  if (backend != nullptr && key == std::make_pair(weights, path)) return *backend;
   backend.reset();
-  key = {weights, decode_then_cublas};
+  key = {weights, path};
   pc::CudaBackendOptions o;
   o.page_size = kPageSize;
   o.num_pages = kMaxBatch * ((kContext + kPageSize) / kPageSize + 1);
   o.max_batch_tokens = kMaxChunk;
   o.dtype = pc::DType::kBf16;
-  o.quant_decode_then_cublas = decode_then_cublas;
+  o.quant_decode_then_cublas = path == Path::kDecodeCublas;
+  o.quant_gemv_int8 = path == Path::kGemvInt8;
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
   if (!b.ok()) {
@@ -136,7 +147,7 @@ pc::CudaBackend& BackendFor(Weights weights, bool decode_then_cublas) {
   return *backend;
 }
 
-pc::CudaBackend& Backend() { return BackendFor(Weights::kBf16, false); }
+pc::CudaBackend& Backend() { return BackendFor(Weights::kBf16, Path::kDefault); }
 
 // Times decode steps of `batch` sequences on `b` (see BM_DecodeStep).
 void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch) {
@@ -328,32 +339,34 @@ BENCHMARK(BM_PrefillGemmFloor)
     ->Unit(benchmark::kMillisecond);
 
 // Per weights and path (in an order that builds each backend once): decode at 1, 16, 64 and 256
-// sequences (the decode_cublas path only where it differs, past 8 tokens), then the prefill.
+// sequences, then the prefill. For block weights: the default paths (fused FP32 product up to 8
+// tokens, tensor cores beyond), decode_cublas where it differs (past 8 tokens, and the prefill),
+// and gemv_int8 where that differs (batch 1).
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
-    for (bool decode_cublas : {false, true}) {
+    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
-      if (!blocks && decode_cublas) continue;
+      if (!blocks && path != Path::kDefault) continue;
       const std::string name = std::string(WeightsName(w)) + "/" +
                                (w == Weights::kBf16  ? "cublas"
                                 : w == Weights::kFp8 ? "cublaslt"
-                                : decode_cublas      ? "decode_cublas"
-                                                     : "tensor_cores");
+                                                     : PathName(path));
       for (int batch : {1, 16, 64, 256}) {
-        if (decode_cublas && batch <= pc::kQuantGemvMaxTokens) continue;
+        const bool fused = batch <= pc::kQuantGemvMaxTokens;
+        if ((path == Path::kDecodeCublas && fused) || (path == Path::kGemvInt8 && !fused)) continue;
         benchmark::RegisterBenchmark(
             ("BM_WeightsDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),
-            [w, decode_cublas, batch](benchmark::State& state) {
-              RunDecode(state, BackendFor(w, decode_cublas), batch);
+            [w, path, batch](benchmark::State& state) {
+              RunDecode(state, BackendFor(w, path), batch);
             })
             ->UseManualTime()
             ->MinTime(1.0)
             ->Unit(benchmark::kMillisecond);
       }
+      if (path == Path::kGemvInt8) continue;  // a 2048-token prefill never takes the fused product
       benchmark::RegisterBenchmark(("BM_WeightsPrefill/" + name + "/tokens:2048").c_str(),
-                                   [w, decode_cublas](benchmark::State& state) {
-                                     RunPrefill(state, BackendFor(w, decode_cublas), 2048,
-                                                kMaxChunk);
+                                   [w, path](benchmark::State& state) {
+                                     RunPrefill(state, BackendFor(w, path), 2048, kMaxChunk);
                                    })
           ->UseManualTime()
           ->Iterations(5)

@@ -186,6 +186,7 @@ struct QuantMode {
   int gemv_max_tokens;
   bool decode_then_cublas = false;
   size_t decode_scratch_bytes = kMaxDecodeScratchBytes;
+  bool gemv_int8 = false;
 };
 void PrintTo(const QuantMode& m, std::ostream* os) { *os << m.name; }
 
@@ -209,6 +210,7 @@ TEST_P(QuantizedFiles, MatchCpu) {
     o.keep_quantized = mode.keep_quantized;
     o.quant_gemv_max_tokens = mode.gemv_max_tokens;
     o.quant_decode_then_cublas = mode.decode_then_cublas;
+    o.quant_gemv_int8 = mode.gemv_int8;
     o.max_decode_scratch_bytes = mode.decode_scratch_bytes;
     auto gpu = CudaBackend::Create(*model, o);
     ASSERT_OK(gpu);
@@ -238,21 +240,26 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantMode{"KeptFused8", DType::kBf16, true, 8},
                       QuantMode{"KeptFused2Fp16", DType::kFp16, true, 2},
                       QuantMode{"KeptTensorCores", DType::kBf16, true, 0},
+                      QuantMode{"KeptFused8Int8", DType::kBf16, true, 8, false,
+                                kMaxDecodeScratchBytes, true},
                       QuantMode{"KeptDecodedInSlices", DType::kBf16, true, 0, true, 100 * 512 * 2}),
     [](const ::testing::TestParamInfo<QuantMode>& info) { return std::string(info.param.name); });
 
 // With the quantized matrices kept in their blocks (--dtype auto), log-probabilities of every
 // quantized file follow llama.cpp's server within the tolerance the CPU backend meets
 // (tests/worker/llama_cpp_top5.h), through the fused product (decode steps and 4-token prompts)
-// and, on a GPU, through the tensor-core product too (gemv 0).
+// and, on a GPU, through the tensor-core product and the fused one with 8-bit activations too.
 TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
   SKIP_WITHOUT_GPU();
   PAGODA_SKIP_WITHOUT_TEST_MODELS(top5_path, "quant/llama_cpp_top5.json");
   std::ifstream in(*top5_path);
   const nlohmann::json top5 = nlohmann::json::parse(in);
-  for (int gemv_max_tokens : kEmulated ? std::vector<int>{8} : std::vector<int>{8, 0}) {
+  // Paths: the fused product in FP32 (8), on tensor cores (0), fused with 8-bit activations (-8).
+  for (int path : kEmulated ? std::vector<int>{8} : std::vector<int>{8, 0, -8}) {
+    const int gemv_max_tokens = std::abs(path);
+    const char* name = path > 0 ? "fused" : path == 0 ? "tensor cores" : "fused int8";
     for (const auto& [file_name, runs] : top5["files"].items()) {
-      SCOPED_TRACE(file_name + (gemv_max_tokens > 0 ? " fused" : " tensor cores"));
+      SCOPED_TRACE(file_name + " " + name);
       auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
       ASSERT_OK(model);
       testing::Gaps gaps;
@@ -262,6 +269,7 @@ TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
         o.num_pages = 8;
         o.keep_quantized = true;
         o.quant_gemv_max_tokens = gemv_max_tokens;
+        o.quant_gemv_int8 = path < 0;
         o.max_batch_tokens = 64;
         auto gpu = CudaBackend::Create(*model, o);
         ASSERT_OK(gpu);
@@ -272,8 +280,7 @@ TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
       EXPECT_LT(gaps.max, testing::kMaxLogProbGap);
       EXPECT_LT(mean, testing::kMeanLogProbGap);
       std::printf("%-18s %-12s |log p - llama.cpp|: max %.4f, mean %.4f over %d values\n",
-                  file_name.c_str(), gemv_max_tokens > 0 ? "fused" : "tensor cores", gaps.max, mean,
-                  gaps.count);
+                  file_name.c_str(), name, gaps.max, mean, gaps.count);
     }
   }
 }

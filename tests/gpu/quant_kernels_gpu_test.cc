@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/fp16.h"
 #include "common/gguf_reader.h"
+#include "common/status_macros.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/support/status_assertions.h"
 #include "worker/backend/cuda/device.h"
@@ -101,10 +102,42 @@ class QuantKernelsTest : public ::testing::TestWithParam<std::tuple<GgmlType, DT
 
 using Launcher = absl::Status (*)(const QuantGemvParams&, cudaStream_t);
 
+// x in 8-bit blocks of 32, as LaunchQuantizeQ8Blocks writes them: d = max|x| / 127, q =
+// round(x * 127 / max|x|); the values q * d.
+std::vector<float> Q8BlocksOnHost(const std::vector<float>& x, std::vector<int8_t>* q,
+                                  std::vector<float>* d) {
+  std::vector<float> out(x.size());
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[b * 32 + i]));
+    const float scale = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int i = 0; i < 32; ++i) {
+      const int v = static_cast<int>(std::rint(x[b * 32 + i] * inv));
+      if (q != nullptr) q->push_back(static_cast<int8_t>(v));
+      out[b * 32 + i] = static_cast<float>(v) * scale;
+    }
+    if (d != nullptr) d->push_back(scale);
+  }
+  return out;
+}
+
+// The fused product with 8-bit activations, as WeightProducts runs it: quantize, then multiply.
+absl::Status QuantizeThenGemvInt8(const QuantGemvParams& p, cudaStream_t stream) {
+  const size_t n = size_t(p.num_tokens) * p.w.cols;
+  DeviceArray q(n), ds(n / 32 * 8);
+  RETURN_IF_ERROR(LaunchQuantizeQ8Blocks(
+      {p.x, q.as<int8_t>(), ds.as<float2>(), p.num_tokens, p.w.cols, p.dtype}, stream));
+  RETURN_IF_ERROR(LaunchQuantGemvInt8(
+      {q.as<int8_t>(), ds.as<float2>(), p.w, p.out, p.ld_out, p.num_tokens, p.accumulate}, stream));
+  return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
+                                                : absl::InternalError("synchronize");
+}
+
 // `launch` against the product of the CPU's dequantized rows, for each token count of `tokens`,
-// plain and accumulating, into a column range of a wider output.
+// plain and accumulating, into a column range of a wider output; with x rounded to 8-bit blocks
+// first for the launchers that quantize it (q8_x).
 void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_list<int> tokens,
-                  std::mt19937& rng) {
+                  std::mt19937& rng, bool q8_x = false) {
   const int block = BlockElements(*QuantizedFormatOf(type));
   // Column counts below, at and across the kernels' chunks (1024 and 64 elements); rows that
   // leave partial tiles (16 and 64 rows).
@@ -125,6 +158,9 @@ void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_
           for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
         }
         const std::vector<float> before = out;
+        std::vector<float> x_ref(x.size());
+        for (size_t i = 0; i < x.size(); ++i) x_ref[i] = FromBits(x[i], dtype);
+        if (q8_x) x_ref = Q8BlocksOnHost(x_ref, nullptr, nullptr);
         DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
         ASSERT_EQ(d_x.Upload(x), cudaSuccess);
         ASSERT_EQ(d_out.Upload(out), cudaSuccess);
@@ -145,13 +181,12 @@ void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_
             }
             double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
             for (int i = 0; i < cols; ++i) {
-              const double p =
-                  double(m.values[size_t(o) * cols + i]) * FromBits(x[size_t(t) * cols + i], dtype);
+              const double p = double(m.values[size_t(o) * cols + i]) * x_ref[size_t(t) * cols + i];
               ref += p;
               magnitude += std::fabs(p);
             }
             // The tensor-core product rounds each weight to the dtype first.
-            const double tol = (launch == LaunchQuantGemv ? 1e-5 : 2 * Eps(dtype)) * magnitude;
+            const double tol = (launch == LaunchQuantGemm ? 2 * Eps(dtype) : 1e-5) * magnitude;
             if (!(std::fabs(got - ref) <= tol + 1e-5) && bad++ < 5) {
               ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
             }
@@ -166,6 +201,49 @@ TEST_P(QuantKernelsTest, GemvMatchesTheDequantizedProduct) {
   const auto [type, dtype] = GetParam();
   std::mt19937 rng(static_cast<unsigned>(type) * 31 + (dtype == DType::kBf16 ? 1 : 2));
   CheckProduct(type, dtype, LaunchQuantGemv, {1, 3, 8}, rng);
+}
+
+TEST_P(QuantKernelsTest, Int8GemvMatchesTheProductWith8BitActivations) {
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 29 + (dtype == DType::kBf16 ? 7 : 8));
+  CheckProduct(type, dtype, QuantizeThenGemvInt8, {1, 3, 8}, rng, /*q8_x=*/true);
+}
+
+class Q8BlocksTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
+  }
+};
+
+TEST_P(Q8BlocksTest, MatchTheHostRounding) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(61);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const int tokens = 3, cols = 320;
+  std::vector<uint16_t> x(size_t(tokens) * cols);
+  for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
+  for (int i = 0; i < 32; ++i) x[64 + i] = ToBits(0.0f, dtype);  // a block of zeros
+  std::vector<float> xf(x.size());
+  for (size_t i = 0; i < x.size(); ++i) xf[i] = FromBits(x[i], dtype);
+  std::vector<int8_t> q_ref;
+  std::vector<float> d_ref;
+  Q8BlocksOnHost(xf, &q_ref, &d_ref);
+  DeviceArray d_x(x.size() * 2), d_q(x.size()), d_ds(x.size() / 32 * 8);
+  ASSERT_EQ(d_x.Upload(x), cudaSuccess);
+  ASSERT_OK(LaunchQuantizeQ8Blocks(
+      {d_x.get(), d_q.as<int8_t>(), d_ds.as<float2>(), tokens, cols, dtype}, nullptr));
+  std::vector<int8_t> q(x.size());
+  std::vector<float> ds(x.size() / 32 * 2);
+  ASSERT_EQ(d_q.Download(q), cudaSuccess);
+  ASSERT_EQ(d_ds.Download(ds), cudaSuccess);
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_EQ(q[i], q_ref[i]) << i;
+  for (size_t b = 0; b < d_ref.size(); ++b) {
+    int sum = 0;
+    for (int i = 0; i < 32; ++i) sum += q_ref[b * 32 + i];
+    EXPECT_EQ(ds[2 * b], d_ref[b]) << "block " << b;
+    EXPECT_EQ(ds[2 * b + 1], d_ref[b] * static_cast<float>(sum)) << "block " << b;
+  }
 }
 
 TEST_P(QuantKernelsTest, TensorCoreGemmMatchesTheDequantizedProduct) {
@@ -261,6 +339,12 @@ TEST_P(RandomBlocksTest, DecodeWithinTheirAmplitude) {
   EXPECT_LE(max_abs, 1.6 * amplitude);
   EXPECT_GT(sum_abs / (rows * cols), 0.05 * amplitude);
 }
+
+INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, Q8BlocksTest,
+                         ::testing::Values(DType::kBf16, DType::kFp16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return DTypeTestName(info.param);
+                         });
 
 INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, RandomBlocksTest, ::testing::ValuesIn(kTypes),
                          [](const ::testing::TestParamInfo<GgmlType>& info) {

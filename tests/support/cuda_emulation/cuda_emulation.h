@@ -209,6 +209,14 @@ inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
 inline float __uint_as_float(unsigned u) { return std::bit_cast<float>(u); }
 inline int __popc(unsigned v) { return std::popcount(v); }
 inline int __ffs(unsigned v) { return v == 0 ? 0 : std::countr_zero(v) + 1; }
+// dp4a: c + the dot product of the four signed bytes of a and of b.
+inline int __dp4a(int a, int b, int c) {
+  for (int i = 0; i < 4; ++i) {
+    c += static_cast<int8_t>(static_cast<uint32_t>(a) >> (8 * i)) *
+         static_cast<int8_t>(static_cast<uint32_t>(b) >> (8 * i));
+  }
+  return c;
+}
 inline unsigned long long __float2ull_rn(float f) {
   return static_cast<unsigned long long>(std::nearbyint(f));  // default rounding: to nearest even
 }

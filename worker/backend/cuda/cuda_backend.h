@@ -61,6 +61,9 @@ struct CudaBackendOptions {
   // in slices, multiplied by cuBLAS.
   int quant_gemv_max_tokens = 8;
   bool quant_decode_then_cublas = false;
+  // The fused product with activations quantized to 8-bit blocks and integer dot products (as
+  // llama.cpp's CUDA backend for small batches), not the dtype's values in FP32.
+  bool quant_gemv_int8 = false;
   // The layers' float matrices become FP8 E4M3 with a scale per row, multiplied through
   // cuBLASLt's FP8 path (fp8_gemm.h); refused on GPUs before compute capability 8.9.
   bool fp8_weights = false;

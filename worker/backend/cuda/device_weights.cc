@@ -157,6 +157,7 @@ absl::StatusOr<DeviceWeights> DeviceWeights::Allocate(const common::ModelConfig&
         w.fp8_max_cols_ = std::max(w.fp8_max_cols_, m.cols);
       }
       if (!IsBlockFormat(m.format)) continue;
+      w.block_max_cols_ = std::max(w.block_max_cols_, m.cols);
       w.largest_quantized_dense_ =
           std::max(w.largest_quantized_dense_, size_t(m.rows) * size_t(m.cols) * DTypeSize(dtype));
     }

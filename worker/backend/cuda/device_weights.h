@@ -73,6 +73,8 @@ class DeviceWeights {
   // Bytes of the matrices by storage format ("Q4_K 3.2 MiB, Q6_K 1.1 MiB, bf16 0.5 MiB"), FP8
   // with its row scales; for the log at load.
   std::string FormatSummary() const;
+  // The widest block-format part's columns (0 when none).
+  int block_max_cols() const { return block_max_cols_; }
   // The largest FP8 part's rows and columns (0 when none).
   int fp8_max_rows() const { return fp8_max_rows_; }
   int fp8_max_cols() const { return fp8_max_cols_; }
@@ -94,6 +96,7 @@ class DeviceWeights {
   size_t step_bytes_ = 0;
   size_t largest_quantized_dense_ = 0;
   std::map<WeightFormat, size_t> bytes_by_format_;
+  int block_max_cols_ = 0;
   int fp8_max_rows_ = 0;
   int fp8_max_cols_ = 0;
 };

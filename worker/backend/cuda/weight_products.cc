@@ -25,14 +25,22 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
   ASSIGN_OR_RETURN(DeviceBuffer scratch,
                    DeviceBuffer::Allocate(options.decode_then_cublas ? options.scratch_bytes : 0,
                                           "the weight decode scratch"));
-  return std::unique_ptr<WeightProducts>(new WeightProducts(stream, dtype, options, std::move(gemm),
-                                                            std::move(fp8), std::move(scratch)));
+  auto products = std::unique_ptr<WeightProducts>(new WeightProducts(
+      stream, dtype, options, std::move(gemm), std::move(fp8), std::move(scratch)));
+  if (options.gemv_int8) {
+    const size_t cols = static_cast<size_t>(options.gemv_int8_max_cols);
+    ASSIGN_OR_RETURN(products->xq_,
+                     DeviceBuffer::Allocate(kQuantGemvMaxTokens * (cols + cols / kQuantUnit * 8),
+                                            "8-bit activations"));
+  }
+  return products;
 }
 
 absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out, int num_tokens,
                                  bool accumulate) {
   if (num_tokens == 0) return absl::OkStatus();
   int first_out = 0;
+  bool x_quantized = false;  // into xq_, once for the parts that read it
   for (int i = 0; i < w.num_parts; ++i) {
     const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
     float* part_out = out + first_out;
@@ -42,6 +50,19 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
     } else if (part.format == WeightFormat::kFp8) {
       if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
       RETURN_IF_ERROR(fp8_->Run(x, part, part_out, w.n_out, num_tokens, accumulate));
+    } else if (num_tokens <= options_.gemv_max_tokens && options_.gemv_int8) {
+      int8_t* xq = xq_.get<int8_t>();
+      auto* ds = reinterpret_cast<float2*>(
+          xq + size_t(kQuantGemvMaxTokens) * static_cast<size_t>(options_.gemv_int8_max_cols));
+      if (w.n_in > options_.gemv_int8_max_cols) {
+        return absl::InvalidArgumentError("a block part wider than gemv_int8_max_cols");
+      }
+      if (!x_quantized) {
+        RETURN_IF_ERROR(LaunchQuantizeQ8Blocks({x, xq, ds, num_tokens, w.n_in, dtype_}, stream_));
+        x_quantized = true;
+      }
+      RETURN_IF_ERROR(
+          LaunchQuantGemvInt8({xq, ds, part, part_out, w.n_out, num_tokens, accumulate}, stream_));
     } else if (num_tokens <= options_.gemv_max_tokens) {
       RETURN_IF_ERROR(
           LaunchQuantGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));

@@ -33,6 +33,10 @@ class WeightProducts {
  public:
   struct Options {
     int gemv_max_tokens = 8;  // in [0, kQuantGemvMaxTokens]
+    // The fused product with activations quantized to 8-bit blocks (LaunchQuantGemvInt8), not
+    // in the dtype; gemv_int8_max_cols: the widest block part's columns (sizes the buffers).
+    bool gemv_int8 = false;
+    int gemv_int8_max_cols = 0;
     bool decode_then_cublas = false;
     // decode_then_cublas: room for the decoded slices; a quantized part's row must fit.
     size_t scratch_bytes = 0;
@@ -45,7 +49,8 @@ class WeightProducts {
 
   absl::Status Run(const void* x, const Projection& w, float* out, int num_tokens, bool accumulate);
   size_t workspace_bytes() const {
-    return gemm_->workspace_bytes() + scratch_.bytes() + (fp8_ ? fp8_->workspace_bytes() : 0);
+    return gemm_->workspace_bytes() + scratch_.bytes() + xq_.bytes() +
+           (fp8_ ? fp8_->workspace_bytes() : 0);
   }
 
  private:
@@ -64,6 +69,7 @@ class WeightProducts {
   std::unique_ptr<Gemm> gemm_;
   std::unique_ptr<Fp8Gemm> fp8_;  // null without FP8 parts
   DeviceBuffer scratch_;
+  DeviceBuffer xq_;  // gemv_int8: [kQuantGemvMaxTokens][max cols] int8, then the (d, s) pairs
 };
 
 }  // namespace pagoda::worker::cuda

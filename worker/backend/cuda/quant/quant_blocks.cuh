@@ -92,6 +92,67 @@ __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int u, float (&y)
   }
 }
 
+// The integer form of unit `u` for products with 8-bit activations: y[l] = scale(l) * q[l] - min,
+// scale(l) = lo for l < 16 and hi beyond (they differ only for Q6_K's sub-blocks of 16), q in
+// [-128, 127]: Q8_0 q; Q4_0 q - 8; Q4_K and Q5_K the 4- and 5-bit values with min = dmin m;
+// Q6_K q - 32. The same values as DecodeUnit, factored.
+struct IntUnit {
+  int8_t q[kQuantUnit];
+  float lo, hi, min;
+};
+template <WeightFormat F>
+__device__ __forceinline__ void DecodeUnitInt(const uint8_t* row, int u, IntUnit& out) {
+  if constexpr (F == WeightFormat::kQ8_0) {
+    const uint8_t* b = row + 34 * u;
+    out.lo = out.hi = LoadHalf(b);
+    out.min = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 32; ++i) out.q[i] = static_cast<int8_t>(b[2 + i]);
+  } else if constexpr (F == WeightFormat::kQ4_0) {
+    const uint8_t* b = row + 18 * u;
+    out.lo = out.hi = LoadHalf(b);
+    out.min = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      out.q[j] = static_cast<int8_t>((b[2 + j] & 0x0F) - 8);
+      out.q[j + 16] = static_cast<int8_t>((b[2 + j] >> 4) - 8);
+    }
+  } else if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
+    constexpr bool kFive = F == WeightFormat::kQ5_K;
+    const int j = u & 7;
+    const uint8_t* b = row + (kFive ? 176 : 144) * (u >> 3);
+    int sc, m;
+    KScaleMin(j, b + 4, &sc, &m);
+    out.lo = out.hi = LoadHalf(b) * static_cast<float>(sc);
+    out.min = LoadHalf(b + 2) * static_cast<float>(m);
+    const uint8_t* q = b + (kFive ? 48 : 16) + 32 * (j >> 1);
+    const int shift = (j & 1) * 4;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      int v = (q[l] >> shift) & 0x0F;
+      if constexpr (kFive) v += ((b[16 + l] >> j) & 1) << 4;
+      out.q[l] = static_cast<int8_t>(v);
+    }
+  } else {
+    static_assert(F == WeightFormat::kQ6_K, "no decoder for this format");
+    const int within = u & 7, half = within >> 2, qd = within & 3;
+    const uint8_t* b = row + 210 * (u >> 3);
+    const uint8_t* ql = b + 64 * half + 32 * (qd & 1);
+    const uint8_t* qh = b + 128 + 32 * half;
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192 + 8 * half) + 2 * qd;
+    const float d = LoadHalf(b + 208);
+    out.lo = d * static_cast<float>(scales[0]);
+    out.hi = d * static_cast<float>(scales[1]);
+    out.min = 0.0f;
+    const int lo_shift = (qd >> 1) * 4, hi_shift = 2 * qd;
+#pragma unroll
+    for (int l = 0; l < 32; ++l) {
+      out.q[l] = static_cast<int8_t>(
+          (((ql[l] >> lo_shift) & 0x0F) | (((qh[l] >> hi_shift) & 3) << 4)) - 32);
+    }
+  }
+}
+
 // Calls f(std::integral_constant-like tag) with the format as a template argument: the one
 // place a WeightFormat becomes one. kDense and kFp8 have no decoder
 // here: callers refuse them first (IsBlockFormat).

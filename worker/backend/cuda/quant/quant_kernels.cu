@@ -75,6 +75,101 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvPara
   }
 }
 
+// One thread per block of 32 activations.
+template <typename T>
+__global__ void QuantizeQ8BlocksKernel(Q8BlocksParams p) {
+  const size_t blocks = static_cast<size_t>(p.tokens) * (p.cols / kQuantUnit);
+  const T* x = static_cast<const T*>(p.x);
+  for (size_t b = blockIdx.x * size_t{blockDim.x} + threadIdx.x; b < blocks;
+       b += size_t{gridDim.x} * blockDim.x) {
+    const T* in = x + b * kQuantUnit;
+    float amax = 0.0f;
+    for (int i = 0; i < kQuantUnit; ++i) amax = fmaxf(amax, fabsf(ToFloat(in[i])));
+    const float d = amax / 127.0f, inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    int sum = 0;
+    for (int i = 0; i < kQuantUnit; ++i) {
+      const int q = static_cast<int>(rintf(ToFloat(in[i]) * inv));
+      p.q[b * kQuantUnit + i] = static_cast<int8_t>(q);
+      sum += q;
+    }
+    p.ds[b] = make_float2(d, d * static_cast<float>(sum));
+  }
+}
+
+// As QuantGemvKernel, with x staged as 8-bit blocks: a unit is 8 words (9 apart in shared
+// memory, so the 32 lanes reading their units hit 32 banks) and its (d, s) pair.
+constexpr int kInt8Stride = kQuantUnit / 4 + 1;
+
+template <WeightFormat F>
+__global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemvInt8Params p) {
+  __shared__ int xs[kQuantGemvMaxTokens][32 * kInt8Stride];
+  __shared__ float2 dss[kQuantGemvMaxTokens][32];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int tokens = p.num_tokens, n_in = p.w.cols, units = n_in / kQuantUnit;
+  const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
+  float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
+  for (int u0 = 0; u0 < units; u0 += 32) {
+    const int chunk_units = min(32, units - u0);
+    __syncthreads();  // the previous chunk's reads are done
+    for (int i = static_cast<int>(threadIdx.x); i < tokens * chunk_units * 8;
+         i += kGemvWarps * 32) {
+      const int t = i / (chunk_units * 8), k = i % (chunk_units * 8);
+      const int* src = reinterpret_cast<const int*>(p.xq + static_cast<size_t>(t) * n_in) +
+                       static_cast<size_t>(u0) * 8;
+      xs[t][k / 8 * kInt8Stride + k % 8] = src[k];
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < tokens * chunk_units; i += kGemvWarps * 32) {
+      const int t = i / chunk_units, k = i % chunk_units;
+      dss[t][k] = p.ds[static_cast<size_t>(t) * units + u0 + k];
+    }
+    __syncthreads();
+    if (lane >= chunk_units) continue;
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      const int row = row0 + r;
+      if (row >= p.w.rows) break;
+      IntUnit unit;
+      DecodeUnitInt<F>(w + static_cast<size_t>(row) * p.w.row_bytes, u0 + lane, unit);
+      int packed[8];
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        packed[k] =
+            static_cast<int>(static_cast<uint32_t>(static_cast<uint8_t>(unit.q[4 * k])) |
+                             static_cast<uint32_t>(static_cast<uint8_t>(unit.q[4 * k + 1])) << 8 |
+                             static_cast<uint32_t>(static_cast<uint8_t>(unit.q[4 * k + 2])) << 16 |
+                             static_cast<uint32_t>(static_cast<uint8_t>(unit.q[4 * k + 3])) << 24);
+      }
+#pragma unroll
+      for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+        if (t >= tokens) break;
+        const int* xt = &xs[t][lane * kInt8Stride];
+        int lo = 0, hi = 0;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) lo = __dp4a(packed[k], xt[k], lo);
+#pragma unroll
+        for (int k = 4; k < 8; ++k) hi = __dp4a(packed[k], xt[k], hi);
+        const float2 ds = dss[t][lane];
+        acc[r][t] += ds.x * (unit.lo * static_cast<float>(lo) + unit.hi * static_cast<float>(hi)) -
+                     unit.min * ds.y;
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+#pragma unroll
+    for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+      if (t >= tokens) break;
+      float v = acc[r][t];
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+      const int row = row0 + r;
+      if (lane == 0 && row < p.w.rows) {
+        float* o = p.out + static_cast<size_t>(t) * p.ld_out + row;
+        *o = p.accumulate ? *o + v : v;
+      }
+    }
+  }
+}
+
 template <WeightFormat F, typename O>
 __global__ void __launch_bounds__(kDequantThreads) DequantizeRowsKernel(DequantizeRowsParams p) {
   const int r = static_cast<int>(blockIdx.x);
@@ -265,6 +360,44 @@ absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
                                      });
                                    }),
                     "LaunchQuantGemv");
+}
+
+absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchQuantizeQ8Blocks");
+  check.RequirePositive(p.tokens, "tokens")
+      .RequirePositive(p.cols, "cols")
+      .Require(p.cols % kQuantUnit == 0, "cols %d must be a multiple of 32", p.cols)
+      .RequirePointer(p.x, "x", 2)
+      .RequirePointer(p.q, "q", 4)
+      .RequirePointer(p.ds, "ds", 8);
+  RETURN_IF_ERROR(check.status());
+  const size_t blocks = static_cast<size_t>(p.tokens) * (p.cols / kQuantUnit);
+  const unsigned grid = static_cast<unsigned>(std::min<size_t>((blocks + 127) / 128, 65536));
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto t) {
+                                    return LaunchKernel(QuantizeQ8BlocksKernel<decltype(t)>,
+                                                        dim3(grid), dim3(128), 0, stream, p);
+                                  }),
+                    "LaunchQuantizeQ8Blocks");
+}
+
+absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stream) {
+  ArgCheck check("LaunchQuantGemvInt8");
+  CheckMatrix(check, p.w);
+  check.RequireRange(p.num_tokens, 1, kQuantGemvMaxTokens, "num_tokens")
+      .RequirePointer(p.xq, "xq", 4)
+      .RequirePointer(p.ds, "ds", 8)
+      .RequirePointer(p.out, "out", 4)
+      .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  return CudaStatus(DispatchFormat(p.w.format,
+                                   [&](auto format) {
+                                     return LaunchKernel(
+                                         QuantGemvInt8Kernel<decltype(format)::kFormat>, grid,
+                                         dim3(kGemvWarps * 32), 0, stream, p);
+                                   }),
+                    "LaunchQuantGemvInt8");
 }
 
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {

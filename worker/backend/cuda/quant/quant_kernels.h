@@ -39,6 +39,31 @@ struct QuantGemvParams {
 };
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream);
 
+// The fused product's other arithmetic, as llama.cpp's and the CPU backend's: activations
+// quantized to 8 bits per block of 32 (LaunchQuantizeQ8Blocks: d = max|x| / 127, q = round(x / d),
+// and s = d * sum(q)), each unit's integer weights dotted with them exactly (dp4a), the float
+// scales applied per unit: d * (lo * dot(q_w, q_x)[0, 16) + hi * dot[16, 32)) - min * s.
+struct Q8BlocksParams {
+  const void* x;  // [tokens][cols] dtype
+  int8_t* q;      // [tokens][cols]
+  float2* ds;     // [tokens][cols / 32]: (d, d * sum(q))
+  int tokens = 0;
+  int cols = 0;  // a multiple of 32
+  DType dtype = DType::kBf16;
+};
+absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream);
+
+struct QuantGemvInt8Params {
+  const int8_t* xq;  // [num_tokens][w.cols], LaunchQuantizeQ8Blocks's
+  const float2* ds;  // [num_tokens][w.cols / 32]
+  DeviceMatrix w;    // a block format
+  float* out;        // [num_tokens][ld_out], as QuantGemvParams
+  int ld_out = 0;
+  int num_tokens = 0;  // 1 .. kQuantGemvMaxTokens
+  bool accumulate = false;
+};
+absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stream);
+
 // The same product for any number of tokens on tensor cores: a block decodes a 64-row x 64-column
 // tile of w into shared memory in the dtype (one unit per thread), stages 64 tokens' x beside it
 // and multiplies them with mma.sync m16n8k16 (fp32 accumulators), tile after tile along the
