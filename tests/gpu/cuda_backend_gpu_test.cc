@@ -664,7 +664,8 @@ TEST(CudaBackendGpuTest, ArenaIsSizedFromMemoryFraction) {
 
 // qwen2's Q/K/V biases, qwen3's per-head Q/K RMSNorm and Llama 3.1's scaled RoPE frequencies
 // (worker/model/architecture.h) give the CPU backend's logits, prefill and decode alike, from F16
-// and from quantized files (the Q/K rows permuted in their stored type, dequantized at upload).
+// and from quantized files (the Q/K rows permuted in their stored type, dequantized at upload or
+// kept in their blocks).
 TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(13);
@@ -692,6 +693,16 @@ TEST(CudaBackendGpuTest, ArchitecturesMatchCpu) {
     SCOPED_TRACE(k.arch + (k.scaling > 0 ? " with scaled RoPE " : " ") +
                  common::GgmlTypeName(k.dtype));
     CompareRagged(*cpu, *gpu, rng, 3, 90, 4, 6e-3);
+    if (k.dtype == common::GgmlType::Q4_K) {  // the permuted Q/K rows kept in their blocks too
+      CudaBackendOptions o;
+      o.page_size = 16;
+      o.num_pages = 64;
+      o.dtype = DType::kFp16;
+      o.keep_quantized = true;
+      auto kept = CudaBackend::Create(model, o);
+      ASSERT_OK(kept);
+      CompareRagged(*cpu, **kept, rng, 3, 90, 4, 6e-3);
+    }
   }
 }
 
