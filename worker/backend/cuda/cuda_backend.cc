@@ -220,8 +220,15 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
 
 absl::Status CudaBackend::CheckFp8Products() {
   if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
-  // One token through each FP8 projection of the first layer: a GPU or cuBLASLt without a
-  // kernel for these shapes fails here, at start, not in the first request.
+  // Every FP8 shape planned for every slice size (so a graph capture plans nothing), then one
+  // token through each projection of the first layer: a GPU or cuBLASLt without a kernel for
+  // these shapes fails here, at start, not in the first request.
+  for (int i = 0; i < config().n_layers; ++i) {
+    const DeviceLayer& layer = weights_.layer(i);
+    for (const Projection* p : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
+      RETURN_IF_ERROR(products_->Prepare(*p));
+    }
+  }
   const DeviceLayer& l = weights_.layer(0);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));
@@ -331,7 +338,7 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   if (embedding.format == WeightFormat::kDense) {
     RETURN_IF_ERROR(LaunchEmbed(
         {in + o.tokens, embedding.data, x_.get<float>(), s.num_tokens, c.dim, dtype_}, stream_));
-  } else {
+  } else if (s.num_tokens > 0) {
     DequantizeRowsParams d;
     d.w = embedding;
     d.rows = in + o.tokens;

@@ -117,7 +117,7 @@ class CudaBackend : public Backend {
  private:
   CudaBackend(const CudaBackendOptions& options, DeviceWeights weights);
   absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
-  absl::Status CheckFp8Products();         // one token through FP8 projections, at Init
+  absl::Status CheckFp8Products();         // FP8 plans and one token through them, at Init
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits,
                              std::vector<SampledLogprobs>* logprobs);

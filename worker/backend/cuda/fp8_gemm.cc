@@ -91,6 +91,13 @@ void Fp8Gemm::Destroy(const Plan& p) const {
   if (p.desc != nullptr) lib_->desc_destroy(p.desc);
 }
 
+absl::Status Fp8Gemm::Prepare(const DeviceMatrix& w) {
+  for (int padded = 16; padded <= kFp8SliceTokens; padded += 16) {
+    RETURN_IF_ERROR(PlanFor(w.rows, padded, w.cols).status());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Fp8Gemm::Run(const void* x, const DeviceMatrix& w, float* out, int ld_out,
                           int num_tokens, bool accumulate) {
   if (w.format != WeightFormat::kFp8 || w.row_scales == nullptr || w.cols % 16 != 0 ||

@@ -7,8 +7,9 @@
 //
 // Contract: out[t][o] = sum_i w[o][i] * x[t][i] (+ out[t][o]), as WeightProducts. Weights are
 // DeviceMatrix kFp8: [rows][cols] E4M3 bytes and row_scales [rows]; cols and rows multiples of
-// 16. Enqueued on the stream given at Create(); never synchronizes; after a shape's first call
-// (which plans it on the host) it allocates nothing (CUDA-graph safe). Not thread-safe.
+// 16. Enqueued on the stream given at Create(); never synchronizes. A shape is planned on the
+// host (cuBLASLt descriptors and its heuristic's algorithm) by Prepare(), or at its first Run;
+// prepared shapes allocate nothing (CUDA-graph safe). Not thread-safe.
 #pragma once
 
 #include <cublasLt.h>
@@ -39,6 +40,9 @@ class Fp8Gemm {
 
   absl::Status Run(const void* x, const DeviceMatrix& w, float* out, int ld_out, int num_tokens,
                    bool accumulate);
+  // Plans `w`'s products for every padded slice size (16 .. kFp8SliceTokens): a shape cuBLASLt
+  // cannot run fails here, not in a request or a graph capture.
+  absl::Status Prepare(const DeviceMatrix& w);
   size_t workspace_bytes() const {
     return workspace_.bytes() + x8_.bytes() + x_scales_.bytes() + products_.bytes();
   }

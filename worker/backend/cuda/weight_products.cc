@@ -36,6 +36,16 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
   return products;
 }
 
+absl::Status WeightProducts::Prepare(const Projection& w) {
+  for (int i = 0; i < w.num_parts; ++i) {
+    const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
+    if (part.format != WeightFormat::kFp8) continue;
+    if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
+    RETURN_IF_ERROR(fp8_->Prepare(part));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out, int num_tokens,
                                  bool accumulate) {
   if (num_tokens == 0) return absl::OkStatus();

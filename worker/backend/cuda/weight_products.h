@@ -1,7 +1,9 @@
 // WeightProducts: the CUDA backend's products of activations with a Projection (weight_format.h),
 // whatever its parts' formats. Dense parts go through cuBLAS (gemm.h). Quantized parts, for at
 // most gemv_max_tokens tokens, take the fused decode-and-multiply kernel (LaunchQuantGemv); for
-// more, the tensor-core kernel that decodes tiles into shared memory (LaunchQuantGemm), or, when
+// more, the tensor-core kernel that decodes tiles into shared memory (LaunchQuantGemm: the decoded
+// weights are rounded to the dtype there, where the fused product keeps them FP32, so logits
+// differ in their last bits between the two sides of gemv_max_tokens), or, when
 // asked (decode_then_cublas), are decoded a slice of rows at a time into a dtype scratch buffer
 // that cuBLAS then multiplies. Which is faster at which batch is bench/gpu.sh's to measure.
 //
@@ -9,7 +11,8 @@
 //
 // Contract: out[t][o] = sum_i W[o][i] * x[t][i] (+ out[t][o] when accumulating), W the
 // projection's parts stacked along o. Enqueued on the stream given at Create(); never
-// synchronizes or allocates after Create (CUDA-graph safe). Not thread-safe.
+// synchronizes, and allocates nothing after Create once Prepare() has seen each projection with
+// FP8 parts (CUDA-graph safe). Not thread-safe.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,6 +51,8 @@ class WeightProducts {
                                                                 const Options& options);
 
   absl::Status Run(const void* x, const Projection& w, float* out, int num_tokens, bool accumulate);
+  // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare); nothing for other formats.
+  absl::Status Prepare(const Projection& w);
   size_t workspace_bytes() const {
     return gemm_->workspace_bytes() + scratch_.bytes() + xq_.bytes() +
            (fp8_ ? fp8_->workspace_bytes() : 0);

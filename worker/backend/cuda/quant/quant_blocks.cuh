@@ -3,12 +3,12 @@
 //
 // The formulas and their float operation order are llama.cpp's dequantize_row_* (the CPU twin:
 // worker/model/dequantize_blocks.inc), so values agree to float32 rounding (nvcc may contract a
-// multiply and a subtract into one FMA, a last-bit difference). Layouts, bytes per block:
-//   Q8_0 (34):  half d; int8 q[32]                          y = q * d
-//   Q4_0 (18):  half d; uint8 qs[16]                        y[j] = (lo4 - 8) d, y[j+16] = (hi4 - 8)
-//   d Q4_K (144): half d, dmin; scales[12]; qs[128]           sub-block j of 32: (d sc_j) q - dmin
-//   m_j Q5_K (176): half d, dmin; scales[12]; qh[32]; qs[128]   as Q4_K, bit j of qh[l] the fifth
-//   bit Q6_K (210): ql[128]; qh[64]; int8 scales[16]; half d    sub-blocks of 16: (d sc) (q - 32)
+// multiply and a subtract into one FMA, a last-bit difference). Layouts (bytes per block):
+//   Q8_0 (34): half d; int8 q[32]. y = q d.
+//   Q4_0 (18): half d; uint8 qs[16]. y[j] = (lo4 - 8) d, y[j + 16] = (hi4 - 8) d.
+//   Q4_K (144): half d, dmin; scales[12]; qs[128]. Sub-block j of 32: (d sc_j) q - dmin m_j.
+//   Q5_K (176): half d, dmin; scales[12]; qh[32]; qs[128]. As Q4_K; bit j of qh[l] is the fifth.
+//   Q6_K (210): ql[128]; qh[64]; int8 scales[16]; half d. Sub-blocks of 16: (d sc) (q - 32).
 // Every half sits at an even offset of a block of even size, so it loads as one 16-bit word.
 #pragma once
 

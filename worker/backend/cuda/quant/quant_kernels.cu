@@ -283,7 +283,8 @@ __global__ void __launch_bounds__(kMmaThreads) QuantGemmKernel(QuantGemvParams p
 
 // One thread per block of the format: random bytes, then the scales. The largest decoded
 // magnitude per unit of d is 127 (Q8_0), 8 (Q4_0), 63 x 15 and 63 x 31 (Q4_K, Q5_K: 6-bit scale
-// times a 4- or 5-bit value), 127 x 32 (Q6_K).
+// times a 4- or 5-bit value), 127 x 32 (Q6_K). The K formats' values d sc q - dmin m are all
+// positive but for the min: dmin = d times the value's mean (7.5 or 15.5) centres them.
 __global__ void FillRandomBlocksKernel(uint8_t* data, size_t blocks, int block_bytes,
                                        WeightFormat format, float amplitude, uint64_t seed) {
   for (size_t b = blockIdx.x * size_t{blockDim.x} + threadIdx.x; b < blocks;
@@ -310,11 +311,11 @@ __global__ void FillRandomBlocksKernel(uint8_t* data, size_t blocks, int block_b
         break;
       case WeightFormat::kQ4_K:
         set_half(0, d / (63.0f * 15.0f));
-        set_half(2, d / (63.0f * 15.0f * 2.0f));
+        set_half(2, d / (63.0f * 15.0f) * 7.5f);
         break;
       case WeightFormat::kQ5_K:
         set_half(0, d / (63.0f * 31.0f));
-        set_half(2, d / (63.0f * 31.0f * 2.0f));
+        set_half(2, d / (63.0f * 31.0f) * 15.5f);
         break;
       default:
         set_half(208, d / (127.0f * 32.0f));

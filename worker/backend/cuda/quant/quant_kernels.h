@@ -39,10 +39,11 @@ struct QuantGemvParams {
 };
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream);
 
-// The fused product's other arithmetic, as llama.cpp's and the CPU backend's: activations
-// quantized to 8 bits per block of 32 (LaunchQuantizeQ8Blocks: d = max|x| / 127, q = round(x / d),
-// and s = d * sum(q)), each unit's integer weights dotted with them exactly (dp4a), the float
-// scales applied per unit: d * (lo * dot(q_w, q_x)[0, 16) + hi * dot[16, 32)) - min * s.
+// The fused product's other arithmetic, the scheme of llama.cpp's small-batch CUDA kernels and
+// of the CPU backend: activations quantized to 8 bits per block of 32 (LaunchQuantizeQ8Blocks:
+// d = max|x| / 127, q = x * 127 / max|x| rounded half to even, as the CPU backend rounds, and
+// s = d * sum(q)), each unit's integer weights dotted with them exactly (dp4a), the float scales
+// applied per unit: d * (lo * dot(q_w, q_x)[0, 16) + hi * dot[16, 32)) - min * s.
 struct Q8BlocksParams {
   const void* x;  // [tokens][cols] dtype
   int8_t* q;      // [tokens][cols]
@@ -86,8 +87,8 @@ struct DequantizeRowsParams {
 absl::Status LaunchDequantizeRows(const DequantizeRowsParams& p, cudaStream_t stream);
 
 // Seeded random blocks for benchmarks of full-size quantized shapes without a file: every byte
-// random, then each block's half scales set so that decoded weights stay within about
-// [-amplitude, amplitude] (never NaN or infinite).
+// random, then each block's half scales set so that decoded weights have a mean near 0 and stay
+// within 1.5 x amplitude (never NaN or infinite).
 absl::Status LaunchFillRandomBlocks(const DeviceMatrix& w, float amplitude, uint64_t seed,
                                     cudaStream_t stream);
 
