@@ -37,65 +37,10 @@ __device__ __forceinline__ void KScaleMin(int j, const uint8_t* q, int* sc, int*
   }
 }
 
-template <WeightFormat F>
-__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int u, float (&y)[kQuantUnit]) {
-  if constexpr (F == WeightFormat::kQ8_0) {
-    const uint8_t* b = row + 34 * u;
-    const float d = LoadHalf(b);
-    const int8_t* q = reinterpret_cast<const int8_t*>(b + 2);
-#pragma unroll
-    for (int i = 0; i < 32; ++i) y[i] = static_cast<float>(q[i]) * d;
-  } else if constexpr (F == WeightFormat::kQ4_0) {
-    const uint8_t* b = row + 18 * u;
-    const float d = LoadHalf(b);
-    const uint8_t* qs = b + 2;
-#pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      y[j] = static_cast<float>((qs[j] & 0x0F) - 8) * d;
-      y[j + 16] = static_cast<float>((qs[j] >> 4) - 8) * d;
-    }
-  } else if constexpr (F == WeightFormat::kQ4_K || F == WeightFormat::kQ5_K) {
-    constexpr bool kFive = F == WeightFormat::kQ5_K;
-    const int j = u & 7;  // sub-block of 32 within the block of 256
-    const uint8_t* b = row + (kFive ? 176 : 144) * (u >> 3);
-    int sc, m;
-    KScaleMin(j, b + 4, &sc, &m);
-    const float d1 = LoadHalf(b) * static_cast<float>(sc);
-    const float m1 = LoadHalf(b + 2) * static_cast<float>(m);
-    // Sub-blocks 2i and 2i + 1 are the low and high nibbles of the same 32 bytes.
-    const uint8_t* q = b + (kFive ? 48 : 16) + 32 * (j >> 1);
-    const int shift = (j & 1) * 4;
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      int v = (q[l] >> shift) & 0x0F;
-      if constexpr (kFive) v += ((b[16 + l] >> j) & 1) << 4;
-      y[l] = d1 * static_cast<float>(v) - m1;
-    }
-  } else {
-    static_assert(F == WeightFormat::kQ6_K, "no decoder for this format");
-    // A block is two halves of 128; a half's quarter qd (32 elements) takes the low (qd 0, 1)
-    // or high (qd 2, 3) nibbles of ql bytes [0, 32) (qd even) or [32, 64) (qd odd), and bits
-    // 2 qd, 2 qd + 1 of qh.
-    const int within = u & 7, half = within >> 2, qd = within & 3;
-    const uint8_t* b = row + 210 * (u >> 3);
-    const uint8_t* ql = b + 64 * half + 32 * (qd & 1);
-    const uint8_t* qh = b + 128 + 32 * half;
-    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192 + 8 * half) + 2 * qd;
-    const float d = LoadHalf(b + 208);
-    const int lo_shift = (qd >> 1) * 4, hi_shift = 2 * qd;
-    const float d_lo = d * static_cast<float>(scales[0]), d_hi = d * static_cast<float>(scales[1]);
-#pragma unroll
-    for (int l = 0; l < 32; ++l) {
-      const int q = (((ql[l] >> lo_shift) & 0x0F) | (((qh[l] >> hi_shift) & 3) << 4)) - 32;
-      y[l] = (l < 16 ? d_lo : d_hi) * static_cast<float>(q);
-    }
-  }
-}
-
 // The integer form of unit `u` for products with 8-bit activations: y[l] = scale(l) * q[l] - min,
 // scale(l) = lo for l < 16 and hi beyond (they differ only for Q6_K's sub-blocks of 16), q in
 // [-128, 127]: Q8_0 q; Q4_0 q - 8; Q4_K and Q5_K the 4- and 5-bit values with min = dmin m;
-// Q6_K q - 32. The same values as DecodeUnit, factored.
+// Q6_K q - 32. DecodeUnit below multiplies it out.
 struct IntUnit {
   int8_t q[kQuantUnit];
   float lo, hi, min;
@@ -150,6 +95,18 @@ __device__ __forceinline__ void DecodeUnitInt(const uint8_t* row, int u, IntUnit
       out.q[l] = static_cast<int8_t>(
           (((ql[l] >> lo_shift) & 0x0F) | (((qh[l] >> hi_shift) & 3) << 4)) - 32);
     }
+  }
+}
+
+// Unit `u` as float32: scale(l) * q[l] - min, llama.cpp's values in its operation order (a
+// min of 0 subtracts nothing, exactly).
+template <WeightFormat F>
+__device__ __forceinline__ void DecodeUnit(const uint8_t* row, int u, float (&y)[kQuantUnit]) {
+  IntUnit unit;
+  DecodeUnitInt<F>(row, u, unit);
+#pragma unroll
+  for (int l = 0; l < kQuantUnit; ++l) {
+    y[l] = (l < 16 ? unit.lo : unit.hi) * static_cast<float>(unit.q[l]) - unit.min;
   }
 }
 

@@ -23,6 +23,28 @@ constexpr int kGemvChunk = 32 * kQuantUnit;
 constexpr int kGemvStride = kQuantUnit + 1;
 constexpr int kDequantThreads = 128;
 
+// The fused products' end: each (row, token) sum over the warp's lanes, written by lane 0
+// (out[t * ld_out + row], added to it when accumulating).
+__device__ __forceinline__ void StoreWarpSums(
+    const float (&acc)[kGemvRowsPerWarp][kQuantGemvMaxTokens], int row0, int tokens, int rows,
+    float* out, int ld_out, bool accumulate) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+#pragma unroll
+    for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+      if (t >= tokens) break;
+      float v = acc[r][t];
+      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
+      const int row = row0 + r;
+      if (lane == 0 && row < rows) {
+        float* o = out + static_cast<size_t>(t) * ld_out + row;
+        *o = accumulate ? *o + v : v;
+      }
+    }
+  }
+}
+
 template <WeightFormat F, typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvParams p) {
   __shared__ float xs[kQuantGemvMaxTokens][32 * kGemvStride];
@@ -59,20 +81,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvPara
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-#pragma unroll
-    for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
-      if (t >= tokens) break;
-      float v = acc[r][t];
-      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
-      const int row = row0 + r;
-      if (lane == 0 && row < p.w.rows) {
-        float* o = p.out + static_cast<size_t>(t) * p.ld_out + row;
-        *o = p.accumulate ? *o + v : v;
-      }
-    }
-  }
+  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
 }
 
 // One thread per block of 32 activations.
@@ -154,20 +163,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemv
       }
     }
   }
-#pragma unroll
-  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-#pragma unroll
-    for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
-      if (t >= tokens) break;
-      float v = acc[r][t];
-      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
-      const int row = row0 + r;
-      if (lane == 0 && row < p.w.rows) {
-        float* o = p.out + static_cast<size_t>(t) * p.ld_out + row;
-        *o = p.accumulate ? *o + v : v;
-      }
-    }
-  }
+  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
 }
 
 template <WeightFormat F, typename O>
@@ -341,15 +337,21 @@ void CheckMatrix(ArgCheck& check, const DeviceMatrix& w) {
                WeightFormatName(w.format));
 }
 
+// The fused products' token count and output rules.
+void CheckFusedOutput(ArgCheck& check, const DeviceMatrix& w, int num_tokens, const float* out,
+                      int ld_out) {
+  check.RequireRange(num_tokens, 1, kQuantGemvMaxTokens, "num_tokens")
+      .RequirePointer(out, "out", 4)
+      .Require(ld_out >= w.rows, "ld_out %d must be at least w.rows %d", ld_out, w.rows);
+}
+
 }  // namespace
 
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchQuantGemv");
   CheckMatrix(check, p.w);
-  check.RequireRange(p.num_tokens, 1, kQuantGemvMaxTokens, "num_tokens")
-      .RequirePointer(p.x, "x", 2)
-      .RequirePointer(p.out, "out", 4)
-      .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
+  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  check.RequirePointer(p.x, "x", 2);
   RETURN_IF_ERROR(check.status());
   const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
   return CudaStatus(DispatchFormat(p.w.format,
@@ -385,11 +387,8 @@ absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream
 absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stream) {
   ArgCheck check("LaunchQuantGemvInt8");
   CheckMatrix(check, p.w);
-  check.RequireRange(p.num_tokens, 1, kQuantGemvMaxTokens, "num_tokens")
-      .RequirePointer(p.xq, "xq", 4)
-      .RequirePointer(p.ds, "ds", 8)
-      .RequirePointer(p.out, "out", 4)
-      .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
+  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  check.RequirePointer(p.xq, "xq", 4).RequirePointer(p.ds, "ds", 8);
   RETURN_IF_ERROR(check.status());
   const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
   return CudaStatus(DispatchFormat(p.w.format,
