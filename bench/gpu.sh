@@ -87,7 +87,7 @@ for t in "${CPU_TESTS[@]}"; do run_test "$t"; done
 # The tensor-core prefill kernels and the quantized-weight kernels once more under
 # compute-sanitizer: memcheck and racecheck.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-SANITIZED=("attention_gpu_test:*TensorCoresGroups*" "quant_kernels_gpu_test:*Bf16*")
+SANITIZED=("attention_gpu_test:*TensorCoresGroups*:*TensorCoresLong*" "quant_kernels_gpu_test:*Bf16*")
 for tool in memcheck racecheck; do
   for target in "${SANITIZED[@]}"; do
     t=${target%%:*} key=sanitizer-$tool-${target%%_gpu_test*}
@@ -113,8 +113,8 @@ else echo "no PyTorch here: SDPA not measured" | tee "$RESULTS/sdpa.log"; fi
 # GPU_PROFILE=1: Nsight Compute's summary sections of the tensor-core prefill kernel at 8k tokens.
 if [[ -n ${GPU_PROFILE:-} ]] && command -v ncu >/dev/null; then
   timeout 180 ncu --section SpeedOfLight --section Occupancy --section LaunchStats \
-    --section WarpStateStats --section MemoryWorkloadAnalysis -k regex:PrefillMma -c 1 \
-    "$BIN/gpu_bench" --benchmark_filter='BM_PrefillAttention/tokens:8192/rows_per_block:128' \
+    --section WarpStateStats --section MemoryWorkloadAnalysis -k regex:Prefill -c 1 \
+    "$BIN/gpu_bench" --benchmark_filter='BM_PrefillAttention/tokens:8192/kernel:auto' \
     >"$RESULTS/ncu-prefill.txt" 2>&1 || tail -5 "$RESULTS/ncu-prefill.txt"
 fi
 
@@ -160,7 +160,7 @@ for b in runs:
     if b["name"].startswith("BM_PrefillAttention/") and "tflops" in b:
         n = int(b["tokens"])
         print("%-52s %12.1f" % (b["name"] + "  TFLOP/s", b["tflops"]))
-        if "/rows_per_block:0/" in b["name"] and n in torch_ms:
+        if "/kernel:auto/" in b["name"] and n in torch_ms:
             ratio = torch_ms[n] / b["median_ms"]
             print("%-52s %12.3f %10s" % ("  ours / PyTorch SDPA at %d tokens" % n, ratio,
                                          ">= 0.7" if n >= 8192 else ""))

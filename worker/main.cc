@@ -62,6 +62,9 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "weights and the workspace (when --kv-pages is 0)");
 ABSL_FLAG(int32_t, device, 0, "cuda: GPU index");
 ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only iterations");
+ABSL_FLAG(std::string, prefill_attention, "auto",
+          "cuda: prefill attention's tensor-core kernel (head dims 64 and 128): auto (wgmma on "
+          "compute capability 9.0, mma.sync elsewhere), mma_sync, or wgmma (9.0 only)");
 ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
@@ -250,6 +253,7 @@ int main(int argc, char** argv) {
   backend_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   backend_options.device = absl::GetFlag(FLAGS_device);
   backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  backend_options.prefill_attention = absl::GetFlag(FLAGS_prefill_attention);
   absl::StatusOr<LoadedBackend> loaded = LoadBackend(model_path, backend_options);
   if (!loaded.ok()) {
     return Fail(std::string(loaded.status().message()));

@@ -2,11 +2,12 @@
 // against the device-to-device copy bandwidth: every context position's K and V row of every
 // sequence is read once, so kv_GBps = KV bytes / kernel time (split + merge kernels, CUDA events).
 //
-// Prefill attention (the tensor-core kernel) on the same shapes: one prompt of 1k, 8k and 32k
+// Prefill attention (the tensor-core kernels) on the same shapes: one prompt of 1k, 8k and 32k
 // tokens in one launch, TFLOP/s of the causal work, beside PyTorch's SDPA in bench/gpu.sh.
 //
 // Benchmarks (counters parsed from --benchmark_format=json by later scripts):
-//   BM_PrefillAttention/tokens:N/rows_per_block:R: tflops, median_ms (R 0: the launcher's pick)
+//   BM_PrefillAttention/tokens:N/kernel:K/rows_per_block:R: tflops, median_ms (K auto with R 0:
+//     the launcher's pick, as the backend runs it; mma_sync with R 64 or 128; wgmma)
 //   BM_DecodeAttention/batch:B/ctx:C/{paged,contiguous}: kv_GBps, copy_GBps, kv_over_copy
 //     (paged: a random permutation of pages; contiguous: contiguous_kv = true on the same cache)
 //   BM_DecodeAttentionPagedOverContiguous/batch:B/ctx:C: paged_over_contiguous = paged time /
@@ -254,7 +255,7 @@ class PrefillSetup : public AttentionSetup {
     return 4.0 * kHeads * kHeadDim * (static_cast<double>(tokens_) * (tokens_ + 1) / 2);
   }
 
-  double TimedLaunch(int rows_per_block) {
+  double TimedLaunch(pc::PrefillKernel kernel, int rows_per_block) {
     pc::PrefillAttentionParams p;
     p.batch = {token_start_, num_tokens_, start_pos_, page_table_, PagesOf(tokens_), 1};
     p.shape = Shape();
@@ -263,6 +264,7 @@ class PrefillSetup : public AttentionSetup {
     p.v_cache = v_;
     p.out = out_;
     p.max_chunk_tokens = tokens_;
+    p.kernel = kernel;
     p.rows_per_block = rows_per_block;
     return Timed([&] { return pc::LaunchPrefillAttention(p, nullptr); });
   }
@@ -273,14 +275,15 @@ class PrefillSetup : public AttentionSetup {
   int tokens_;
 };
 
-// Prefill attention TFLOP/s (median launch time) for one prompt; rows_per_block 0 is the
-// launcher's own choice, as the backend runs it.
-void BM_PrefillAttention(benchmark::State& state, int tokens, int rows_per_block) {
+// Prefill attention TFLOP/s (median launch time) for one prompt; kernel kAuto with
+// rows_per_block 0 is the launcher's own choice, as the backend runs it.
+void BM_PrefillAttention(benchmark::State& state, int tokens, pc::PrefillKernel kernel,
+                         int rows_per_block) {
   PrefillSetup setup(tokens);
-  for (int i = 0; i < 3; ++i) setup.TimedLaunch(rows_per_block);  // warm-up
+  for (int i = 0; i < 3; ++i) setup.TimedLaunch(kernel, rows_per_block);  // warm-up
   std::vector<double> times;
   for (auto _ : state) {
-    const double t = setup.TimedLaunch(rows_per_block);
+    const double t = setup.TimedLaunch(kernel, rows_per_block);
     state.SetIterationTime(t);
     times.push_back(t);
   }
@@ -293,11 +296,19 @@ void BM_PrefillAttention(benchmark::State& state, int tokens, int rows_per_block
 }
 
 [[maybe_unused]] const bool kRegistered = [] {
+  const struct {
+    const char* name;
+    pc::PrefillKernel kernel;
+    int rows;
+  } kernels[] = {{"auto", pc::PrefillKernel::kAuto, 0},
+                 {"mma_sync", pc::PrefillKernel::kMmaSync, 64},
+                 {"mma_sync", pc::PrefillKernel::kMmaSync, 128},
+                 {"wgmma", pc::PrefillKernel::kWgmma, 128}};
   for (int tokens : {1024, 8192, 32768}) {
-    for (int rows : {0, 64, 128}) {
+    for (const auto& k : kernels) {
       const std::string name = "BM_PrefillAttention/tokens:" + std::to_string(tokens) +
-                               "/rows_per_block:" + std::to_string(rows);
-      benchmark::RegisterBenchmark(name.c_str(), BM_PrefillAttention, tokens, rows)
+                               "/kernel:" + k.name + "/rows_per_block:" + std::to_string(k.rows);
+      benchmark::RegisterBenchmark(name.c_str(), BM_PrefillAttention, tokens, k.kernel, k.rows)
           ->UseManualTime()
           ->MinTime(tokens >= 32768 ? 1.0 : 0.3)
           ->Unit(benchmark::kMillisecond);

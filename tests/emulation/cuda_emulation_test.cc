@@ -15,6 +15,7 @@
 
 #include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/mma.cuh"
+#include "worker/backend/cuda/wgmma.cuh"
 
 namespace pagoda::worker::cuda {
 namespace {
@@ -186,6 +187,129 @@ TEST(CudaEmulationTest, LdMatrixAndMmaFollowThePtxFragmentLayouts) {
       EXPECT_EQ(d[r * 16 + col], want + cf[r * 16 + col]) << r << "," << col;
     }
   }
+}
+
+// One warpgroup. D1 (64 x 128) = A (64 x 64) · B1, both K-major in wgmma.cuh's swizzled blocks,
+// four k-steps of 16 (the descriptors advance 32 bytes inside the block). D2 (64 x 64) = C +
+// A[:, 0:32] · B2, A from registers in the fragment layout, B2 (32 x 64) MN-major (rows are k),
+// two k-steps (descriptors advance 16 rows). early: each thread's d1[0] read before the wait,
+// which must still hold its old value (the operation runs at the wait).
+__global__ void WgmmaLayouts(const uint16_t* a, const uint16_t* b1, const uint16_t* b2,
+                             const float* c, float* d1_out, float* d2_out, float* early) {
+  PAGODA_DYNAMIC_SHARED(uint32_t, words);
+  char* const raw = reinterpret_cast<char*>(words);
+  char* const a_s =
+      raw + (wgmma::kAtomBytes - wgmma::SharedAddress(raw) % wgmma::kAtomBytes) % wgmma::kAtomBytes;
+  char* const b1_s = a_s + 64 * wgmma::kRowBytes;
+  char* const b2_s = b1_s + 128 * wgmma::kRowBytes;
+  const int tid = threadIdx.x;
+  for (int i = tid; i < 64 * 64; i += 128) {
+    std::memcpy(a_s + wgmma::SwizzledOffset(i / 64, i % 64), &a[i], 2);
+  }
+  for (int i = tid; i < 128 * 64; i += 128) {  // b1 is [n][k]
+    std::memcpy(b1_s + wgmma::SwizzledOffset(i / 64, i % 64), &b1[i], 2);
+  }
+  for (int i = tid; i < 32 * 64; i += 128) {  // b2 is [k][n]
+    std::memcpy(b2_s + wgmma::SwizzledOffset(i / 64, i % 64), &b2[i], 2);
+  }
+  __syncthreads();
+  const int warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+  float d1[64], d2[32];
+  for (int i = 0; i < 64; ++i) d1[i] = -1.0f;  // overwritten: the first step does not accumulate
+  for (int j = 0; j < 8; ++j) {
+    for (int i = 0; i < 4; ++i)
+      d2[4 * j + i] = c[(16 * warp + g + 8 * (i / 2)) * 64 + 8 * j + 2 * t + i % 2];
+  }
+  const uint32_t a_addr = wgmma::SharedAddress(a_s), b1_addr = wgmma::SharedAddress(b1_s);
+  const uint32_t b2_addr = wgmma::SharedAddress(b2_s);
+  wgmma::Fence();
+  for (int ks = 0; ks < 4; ++ks) {
+    wgmma::MmaSS<__nv_bfloat16, false, 128>(
+        d1, wgmma::Descriptor(a_addr + 32 * ks, 16, wgmma::kAtomBytes),
+        wgmma::Descriptor(b1_addr + 32 * ks, 16, wgmma::kAtomBytes), ks > 0);
+  }
+  wgmma::Commit();
+  early[tid] = d1[0];
+  for (int ks = 0; ks < 2; ++ks) {
+    uint32_t frag[4];
+    for (int i = 0; i < 4; ++i) {
+      const int row = 16 * warp + g + 8 * (i % 2), col = 16 * ks + 2 * t + 8 * (i / 2);
+      frag[i] = a[row * 64 + col] | static_cast<uint32_t>(a[row * 64 + col + 1]) << 16;
+    }
+    wgmma::MmaRS<__nv_bfloat16, true, 64>(
+        d2, frag,
+        wgmma::Descriptor(b2_addr + 16 * ks * wgmma::kRowBytes, 1 << 13, wgmma::kAtomBytes), true);
+    wgmma::Commit();
+    wgmma::Wait<0>();  // frag dies with this iteration: the operation must be done first
+  }
+  for (int j = 0; j < 16; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      d1_out[(16 * warp + g + 8 * (i / 2)) * 128 + 8 * j + 2 * t + i % 2] = d1[4 * j + i];
+    }
+  }
+  for (int j = 0; j < 8; ++j) {
+    for (int i = 0; i < 4; ++i) {
+      d2_out[(16 * warp + g + 8 * (i / 2)) * 64 + 8 * j + 2 * t + i % 2] = d2[4 * j + i];
+    }
+  }
+}
+
+TEST(CudaEmulationTest, WgmmaFollowsThePtxLayouts) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> small(-64, 64);
+  // Multiples of 1/16 below 4 in magnitude: exact in bf16, products and sums exact in fp32.
+  auto bits = [](float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    return static_cast<uint16_t>(u >> 16);
+  };
+  auto fill = [&](size_t n, std::vector<float>* f, std::vector<uint16_t>* b) {
+    for (size_t i = 0; i < n; ++i) {
+      f->push_back(small(rng) / 16.0f);
+      b->push_back(bits(f->back()));
+    }
+  };
+  std::vector<float> af, b1f, b2f, c(64 * 64);
+  std::vector<uint16_t> a, b1, b2;
+  fill(64 * 64, &af, &a);     // [m][k]
+  fill(128 * 64, &b1f, &b1);  // [n][k]
+  fill(32 * 64, &b2f, &b2);   // [k][n]
+  for (float& v : c) v = small(rng) / 4.0f;
+  std::vector<float> d1(64 * 128, 0.0f), d2(64 * 64, 0.0f), early(128, 0.0f);
+  const size_t smem = wgmma::kAtomBytes + (64 + 128 + 32) * wgmma::kRowBytes;
+  ASSERT_EQ(LaunchKernel(WgmmaLayouts, 1, 128, smem, nullptr, a.data(), b1.data(), b2.data(),
+                         c.data(), d1.data(), d2.data(), early.data()),
+            cudaSuccess)
+      << emulation::LastLaunchError();
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < 128; ++n) {
+      float want = 0;
+      for (int k = 0; k < 64; ++k) want += af[m * 64 + k] * b1f[n * 64 + k];
+      ASSERT_EQ(d1[m * 128 + n], want) << m << "," << n;
+    }
+    for (int n = 0; n < 64; ++n) {
+      float want = c[m * 64 + n];
+      for (int k = 0; k < 32; ++k) want += af[m * 64 + k] * b2f[k * 64 + n];
+      ASSERT_EQ(d2[m * 64 + n], want) << m << "," << n;
+    }
+  }
+  for (float v : early) EXPECT_EQ(v, -1.0f);
+}
+
+// A kernel that leaves a wgmma group unwaited fails its launch.
+__global__ void WgmmaNeverWaited() {
+  PAGODA_DYNAMIC_SHARED(uint32_t, words);
+  float d[64];
+  const uint64_t desc = wgmma::Descriptor(wgmma::SharedAddress(words), 16, wgmma::kAtomBytes);
+  wgmma::MmaSS<__nv_bfloat16, false, 128>(d, desc, desc, false);
+  wgmma::Commit();
+}
+
+TEST(CudaEmulationTest, WgmmaNotWaitedForFailsTheLaunch) {
+  EXPECT_EQ(LaunchKernel(WgmmaNeverWaited, 1, 128, 4096, nullptr), cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("never waited for"), std::string::npos)
+      << emulation::LastLaunchError();
+  emulation::TakeLastError();
 }
 
 // Threads that return early leave the barrier, as on the GPU.

@@ -289,14 +289,37 @@ void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = 
       [&] { return LaunchDecodeAttention(p, nullptr); }, what);
 }
 
-// max_chunk_tokens 0: the largest num_tokens. rows_per_block: PrefillAttentionParams's.
-void RunPrefill(const Problem& pr, int max_chunk_tokens = 0, int rows_per_block = 0) {
+// Whether the device runs the wgmma kernel (compute capability 9.0, as the launcher asks).
+bool DeviceHasWgmma() {
+  int major = 0, minor = 0;
+  return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, 0) == cudaSuccess &&
+         major == 9 && minor == 0;
+}
+
+const char* KernelName(PrefillKernel kernel) {
+  switch (kernel) {
+    case PrefillKernel::kAuto:
+      return "auto";
+    case PrefillKernel::kMmaSync:
+      return "mma.sync";
+    case PrefillKernel::kWgmma:
+      return "wgmma";
+  }
+  return "?";
+}
+
+// max_chunk_tokens 0: the largest num_tokens. kernel, rows_per_block: PrefillAttentionParams's.
+// A wgmma run on a device without it is skipped (the launcher refuses it there).
+void RunPrefill(const Problem& pr, int max_chunk_tokens = 0, int rows_per_block = 0,
+                PrefillKernel kernel = PrefillKernel::kAuto) {
+  if (kernel == PrefillKernel::kWgmma && !DeviceHasWgmma()) return;
   if (max_chunk_tokens == 0) {
     for (const SeqSpec& s : pr.seqs) max_chunk_tokens = std::max(max_chunk_tokens, s.num_tokens);
   }
   const std::string what = "prefill " + pr.what + ", max_chunk_tokens " +
-                           std::to_string(max_chunk_tokens) + ", rows_per_block " +
-                           std::to_string(rows_per_block);
+                           std::to_string(max_chunk_tokens) + ", kernel " + KernelName(kernel) +
+                           ", rows_per_block " + std::to_string(rows_per_block);
   DeviceProblem dev(pr);
   ASSERT_NO_FATAL_FAILURE(dev.Upload(pr));
   PrefillAttentionParams p;
@@ -308,6 +331,7 @@ void RunPrefill(const Problem& pr, int max_chunk_tokens = 0, int rows_per_block 
   p.out = dev.out.get();
   p.max_chunk_tokens = max_chunk_tokens;
   p.rows_per_block = rows_per_block;
+  p.kernel = kernel;
   RunTwice(
       pr, dev, nullptr, [&] { return LaunchPrefillAttention(p, nullptr); }, what);
 }
@@ -421,19 +445,27 @@ TEST_P(AttentionDTypeTest, PrefillChunks) {
 TEST_P(AttentionDTypeTest, PrefillTensorCoresGroupsAndBlockHeights) {
   const DType dtype = GetParam();
   SKIP_WITHOUT_GPU();
-  // Head dims 64 and 128 run the tensor-core kernel: GQA groups 1 to 8, pages of 8, 16 and 32,
-  // both block heights. Chunks start inside pages and end inside them, after cached prefixes
-  // (prefix-cache hits and later chunks alike) or at position 0; one entry is padding.
+  // Head dims 64 and 128 run the tensor-core kernels: GQA groups 1 to 8, pages of 8, 16 and 32,
+  // mma.sync at both block heights and wgmma. Chunks start inside pages and end inside them,
+  // after cached prefixes (prefix-cache hits and later chunks alike) or at position 0; one entry
+  // is padding.
   const std::vector<SeqSpec> seqs = {{0, 1},    {0, 45}, {100, 40}, {50, 0},
                                      {213, 70}, {5, 1},  {31, 33}};
   const Shape shapes[] = {{16, 128, 4, 4}, {16, 128, 4, 2}, {32, 128, 6, 2}, {16, 128, 8, 2},
                           {8, 64, 10, 2},  {16, 64, 12, 2}, {32, 64, 14, 2}, {16, 64, 8, 1}};
   uint32_t seed = 700 + (dtype == DType::kFp16 ? 20 : 0);
+  const struct {
+    PrefillKernel kernel;
+    int rows;
+  } configs[] = {
+      {PrefillKernel::kMmaSync, 64}, {PrefillKernel::kMmaSync, 128}, {PrefillKernel::kWgmma, 0}};
   for (size_t i = 0; i < std::size(shapes); ++i) {
-    for (int rows : {64, 128}) {
-      // FP16 takes each height on every other shape (both kernels, half the emulator's time).
-      if (dtype == DType::kFp16 && (rows == 64) != (i % 2 == 0)) continue;
-      ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shapes[i], seqs, false, seed++), 0, rows));
+    for (size_t c = 0; c < std::size(configs); ++c) {
+      // FP16 takes one configuration per shape in turn (all of them, a third of the emulator's
+      // time).
+      if (dtype == DType::kFp16 && c != i % std::size(configs)) continue;
+      ASSERT_NO_FATAL_FAILURE(RunPrefill(Build(dtype, shapes[i], seqs, false, seed++), 0,
+                                         configs[c].rows, configs[c].kernel));
     }
   }
 }
@@ -441,18 +473,27 @@ TEST_P(AttentionDTypeTest, PrefillTensorCoresGroupsAndBlockHeights) {
 TEST(AttentionGpuTest, PrefillTensorCoresLongContext) {
   SKIP_WITHOUT_GPU();
   // Many K/V tiles with the running max and sum carried across them, a chunk wider than one
-  // block, and the launcher's own choice of block height.
-  ASSERT_NO_FATAL_FAILURE(RunPrefill(
-      Build(DType::kBf16, {16, 128, 8, 2}, {{1500, 80}, {0, 200}, {700, 3}}, false, 750)));
+  // block, and the launcher's own choice of block height; each kernel.
+  for (PrefillKernel kernel : {PrefillKernel::kMmaSync, PrefillKernel::kWgmma}) {
+    ASSERT_NO_FATAL_FAILURE(RunPrefill(
+        Build(DType::kBf16, {16, 128, 8, 2}, {{1500, 80}, {0, 200}, {700, 3}}, false, 750), 0, 0,
+        kernel));
+  }
 }
 
 TEST(AttentionGpuTest, PrefillWideGridAndLargeGroup) {
   SKIP_WITHOUT_GPU();
-  // A grid for more tokens than any chunk has; a group wider than one block's rows.
-  ASSERT_NO_FATAL_FAILURE(
-      RunPrefill(Build(DType::kBf16, {16, 128, 8, 2}, kPrefillSeqs, false, 600), 400));
+  // A grid for more tokens than any chunk has (each tensor-core kernel); a group wider than one
+  // block's rows.
+  for (PrefillKernel kernel : {PrefillKernel::kMmaSync, PrefillKernel::kWgmma}) {
+    ASSERT_NO_FATAL_FAILURE(
+        RunPrefill(Build(DType::kBf16, {16, 128, 8, 2}, kPrefillSeqs, false, 600), 400, 0, kernel));
+  }
   ASSERT_NO_FATAL_FAILURE(RunPrefill(
       Build(DType::kFp16, {16, 16, 64, 1}, {{0, 3}, {0, 0}, {40, 20}, {7, 1}}, false, 601)));
+  ASSERT_NO_FATAL_FAILURE(RunPrefill(
+      Build(DType::kBf16, {16, 64, 64, 1}, {{0, 3}, {0, 0}, {40, 20}, {7, 1}}, false, 602), 0, 0,
+      PrefillKernel::kWgmma));
 }
 
 TEST(AttentionGpuTest, WorkspaceCoversThePartials) {
@@ -496,6 +537,16 @@ TEST(AttentionGpuTest, RejectsUnsupportedShapes) {
   p.shape = {8, 2, 258, 16, 1.0f, DType::kFp16};
   EXPECT_EQ(LaunchPrefillAttention(p, nullptr).message(),
             "LaunchPrefillAttention: head_dim 258 must be even, in [2, 256]");
+  if (DeviceHasWgmma()) {
+    p.shape = {8, 2, 128, 16, 1.0f, DType::kFp16};
+    p.batch.token_start = p.batch.num_tokens = p.batch.start_pos = kUnread;
+    p.q = p.k_cache = p.v_cache = kUnread;
+    p.out = const_cast<int32_t*>(kUnread);
+    p.kernel = PrefillKernel::kWgmma;
+    p.rows_per_block = 64;
+    EXPECT_EQ(LaunchPrefillAttention(p, nullptr).message(),
+              "LaunchPrefillAttention: rows_per_block 64 must be 0 or 128 for the wgmma kernel");
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AttentionGpuTest, AttentionDTypeTest,

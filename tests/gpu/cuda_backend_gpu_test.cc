@@ -387,6 +387,23 @@ TEST(CudaBackendGpuTest, Fp8IsRefusedBeforeAda) {
     EXPECT_NE(message.find(part), std::string::npos) << message;
   }
 }
+
+TEST(CudaBackendGpuTest, WgmmaPrefillIsRefusedOffHopper) {
+  std::mt19937_64 rng(23);
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 4, 2, 2, rng()));
+  ASSERT_NE(model, nullptr);
+  CudaBackendOptions o;
+  o.num_pages = 16;
+  o.prefill_kernel = PrefillKernel::kWgmma;
+  emulation::SetComputeCapability(10, 0);
+  auto gpu = CudaBackend::Create(model, o);
+  emulation::SetComputeCapability(9, 0);
+  ASSERT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
+  const std::string message(gpu.status().message());
+  for (const char* part : {"wgmma", "10.0", "mma_sync"}) {
+    EXPECT_NE(message.find(part), std::string::npos) << message;
+  }
+}
 #endif
 
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
@@ -400,6 +417,26 @@ TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   auto gpu = MakeCuda(model, 16, 400, DType::kFp16, true, /*max_batch_tokens=*/40);
   ASSERT_NE(gpu, nullptr);
   CompareRagged(*cpu, *gpu, rng, 6, 36, 6, 6e-3);
+}
+
+TEST(CudaBackendGpuTest, MmaSyncPrefillMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  // auto takes the wgmma kernel on compute capability 9.0 (the emulator's, an H100's): the
+  // mma.sync kernel, which every other GPU runs, end to end as well.
+  std::mt19937_64 rng(13);
+  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 3);
+  o.context_length = 1024;
+  o.dtype = common::GgmlType::F16;
+  auto model = testing::RandomModel(o);
+  auto cpu = MakeCpu(model, 16, 400);
+  CudaBackendOptions options;
+  options.page_size = 16;
+  options.num_pages = 400;
+  options.dtype = DType::kFp16;
+  options.prefill_kernel = PrefillKernel::kMmaSync;
+  auto gpu = CudaBackend::Create(model, options);
+  ASSERT_OK(gpu);
+  CompareRagged(*cpu, **gpu, rng, 6, 200, 4, 6e-3);
 }
 
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {

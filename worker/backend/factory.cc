@@ -51,6 +51,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
   cuda.gpu_memory_fraction = o.gpu_memory_fraction;
   cuda.device = o.device;
   cuda.cuda_graphs = o.cuda_graphs;
+  if (o.prefill_attention == "auto") {
+    cuda.prefill_kernel = cuda::PrefillKernel::kAuto;
+  } else if (o.prefill_attention == "mma_sync") {
+    cuda.prefill_kernel = cuda::PrefillKernel::kMmaSync;
+  } else if (o.prefill_attention == "wgmma") {
+    cuda.prefill_kernel = cuda::PrefillKernel::kWgmma;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--prefill-attention \"%s\" is not supported; use auto, mma_sync or wgmma",
+                        o.prefill_attention));
+  }
   auto backend = cuda::CudaBackend::Create(std::move(model), cuda);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(*std::move(backend));

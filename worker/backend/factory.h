@@ -32,6 +32,7 @@ struct BackendOptions {
   double gpu_memory_fraction = 0.9;
   int device = 0;
   bool cuda_graphs = true;
+  std::string prefill_attention = "auto";  // auto, mma_sync or wgmma
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const LlamaModel> model,

@@ -11,6 +11,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -102,6 +103,10 @@ struct Fiber {
   const void* gather_src = nullptr;
   size_t gather_bytes = 0;
   void* gather_dst = nullptr;
+  // wgmma operations issued and not yet carried out: the ones not committed yet, then the
+  // committed groups, oldest first.
+  std::vector<std::function<void()>> wgmma_open;
+  std::deque<std::vector<std::function<void()>>> wgmma_groups;
 };
 
 // One mapping holding every fiber's stack, each above a guard page.
@@ -150,6 +155,7 @@ struct LaunchState {
   const std::function<void()>* body = nullptr;
   Fiber* current = nullptr;
   std::unique_ptr<char[]> dynamic_shared;
+  size_t dynamic_shared_bytes = 0;
   std::mt19937 rng;  // the fibers' order; seeded per launch (see Launch)
 };
 
@@ -192,6 +198,9 @@ void FiberMain() {
   LaunchState& s = *active;
   (*s.body)();
   Fiber& f = *s.current;
+  if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
+    ReportFault("a thread exited with wgmma operations it never waited for");
+  }
   f.wait = Wait::kDone;
   Switch(f.context, s.scheduler);
   std::abort();  // a finished fiber is never resumed
@@ -294,6 +303,8 @@ bool RunBlock(LaunchState& s, std::string* error) {
 void StartFiber(Fiber& f, const Builtins& builtins) {
   f.builtins = builtins;
   f.wait = Wait::kNone;
+  f.wgmma_open.clear();
+  f.wgmma_groups.clear();
   Prepare(f.context, f.stack, kStackBytes, FiberMain);
 }
 
@@ -373,6 +384,11 @@ void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
   }
 }
 
+float ElementToFloat(uint32_t bits, bool bf16) {
+  if (bf16) return std::bit_cast<float>(bits << 16);
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+}
+
 void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
   const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
   uint32_t all[32][6];
@@ -380,10 +396,7 @@ void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1
     ReportFault("mma.sync called with lanes that have exited");
     return;
   }
-  auto to_float = [bf16](uint32_t bits) {
-    if (bf16) return std::bit_cast<float>(bits << 16);
-    return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
-  };
+  auto to_float = [bf16](uint32_t bits) { return ElementToFloat(bits, bf16); };
   // A[row][k] and B[k][col] from the lane and register that hold them (layouts in mma.cuh).
   auto a_at = [&](int row, int k) {
     const int lane = (row % 8) * 4 + (k % 8) / 2, reg = (row / 8) + 2 * (k / 8);
@@ -406,6 +419,137 @@ void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1
     float sum = 0.0f;
     for (int k = 0; k < 16; ++k) sum += rows[i / 2][k] * cols[i % 2][k];
     d[i] += sum;
+  }
+}
+
+uint32_t SharedWindowAddress(const void* p) {
+  const char* base = active->dynamic_shared.get();
+  const char* c = static_cast<const char*>(p);
+  if (c < base || c >= base + std::max<size_t>(active->dynamic_shared_bytes, 1)) {
+    ReportFault("a shared address taken of a pointer outside the block's dynamic shared memory");
+    return 0;
+  }
+  return kDynamicSharedAddress + static_cast<uint32_t>(c - base);
+}
+
+namespace {
+
+// A 128-byte-swizzled wgmma operand (layouts in worker/backend/cuda/wgmma.cuh, from the PTX
+// ISA's canonical layouts), read from the running block's dynamic shared memory.
+class SwizzledOperand {
+ public:
+  // False (after a fault) for a descriptor that is not one we emulate.
+  bool Decode(uint64_t desc, bool mn_major) {
+    if (desc >> 62 != 1 || (desc >> 49 & 7) != 0) {
+      ReportFault("a wgmma descriptor that is not 128-byte swizzled with base offset 0");
+      return false;
+    }
+    start_ = static_cast<uint32_t>(desc & 0x3fff) << 4;
+    leading_ = static_cast<uint32_t>(desc >> 16 & 0x3fff) << 4;
+    stride_ = static_cast<uint32_t>(desc >> 32 & 0x3fff) << 4;
+    mn_major_ = mn_major;
+    return true;
+  }
+
+  // The 16 bits of element (mn, k); false (after a fault) outside the dynamic shared memory.
+  bool Read(int mn, int k, uint32_t* bits) const {
+    const uint32_t m = static_cast<uint32_t>(mn), kk = static_cast<uint32_t>(k);
+    uint32_t addr =
+        mn_major_
+            ? start_ + (m % 64) * 2 + (m / 64) * leading_ + (kk % 8) * 128 + (kk / 8) * stride_
+            : start_ + (m % 8) * 128 + (m / 8) * stride_ + (kk % 8) * 2 + (kk / 8) * 16;
+    addr ^= (addr >> 7 & 7) << 4;  // Swizzle<3,4,3>: the 16-byte chunk XOR the row within 8
+    const LaunchState& s = *active;
+    if (addr < kDynamicSharedAddress || addr + 2 > kDynamicSharedAddress + s.dynamic_shared_bytes) {
+      ReportFault("wgmma read shared address " + std::to_string(addr) +
+                  ", outside the block's dynamic shared memory");
+      return false;
+    }
+    uint16_t v;
+    std::memcpy(&v, s.dynamic_shared.get() + (addr - kDynamicSharedAddress), 2);
+    *bits = v;
+    return true;
+  }
+
+ private:
+  uint32_t start_ = 0, leading_ = 0, stride_ = 0;
+  bool mn_major_ = false;
+};
+
+}  // namespace
+
+void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64_t b_desc,
+                bool accumulate, bool trans_b, bool bf16) {
+  Fiber& f = Self();
+  const Builtins& b = f.builtins;
+  const unsigned linear =
+      (b.thread_idx.z * b.block_dim.y + b.thread_idx.y) * b.block_dim.x + b.thread_idx.x;
+  const int warp = static_cast<int>(linear / 32 % 4), lane = static_cast<int>(linear % 32);
+  // Every lane of the warp issues together (.sync.aligned): a collective.
+  uint64_t unused[32];
+  if (WarpExchange(0xffffffffu, 0, unused) != 0xffffffffu) {
+    ReportFault("wgmma called with lanes that have exited");
+    return;
+  }
+  if (n < 8 || n > 256 || n % 8 != 0) {
+    ReportFault("wgmma with n " + std::to_string(n));
+    return;
+  }
+  f.wgmma_open.push_back([=] {
+    const int g = lane / 4, t = lane % 4;
+    // The warp's A registers, lane l's in gathered[l], read now: they belong to the operation
+    // until its wait, as its accumulators do.
+    uint32_t gathered[32][4] = {};
+    if (a_regs != nullptr && WarpGather(0xffffffffu, a_regs, 16, gathered) != 0xffffffffu) {
+      ReportFault("wgmma waited for with lanes that have exited");
+      return;
+    }
+    SwizzledOperand a_op, b_op;
+    if ((a_regs == nullptr && !a_op.Decode(a_desc, false)) || !b_op.Decode(b_desc, trans_b)) return;
+    // A's two rows of this thread, converted once.
+    float a[2][16];
+    for (int h = 0; h < 2; ++h) {
+      for (int k = 0; k < 16; ++k) {
+        uint32_t bits;
+        if (a_regs != nullptr) {
+          bits = gathered[4 * g + (k % 8) / 2][h + 2 * (k / 8)] >> (16 * (k % 2)) & 0xffffu;
+        } else if (!a_op.Read(16 * warp + g + 8 * h, k, &bits)) {
+          return;
+        }
+        a[h][k] = ElementToFloat(bits, bf16);
+      }
+    }
+    // B's columns 8 j + 2 t + e, one at a time.
+    for (int j = 0; j < n / 8; ++j) {
+      for (int e = 0; e < 2; ++e) {
+        float col[16];
+        for (int k = 0; k < 16; ++k) {
+          uint32_t bits;
+          if (!b_op.Read(8 * j + 2 * t + e, k, &bits)) return;
+          col[k] = ElementToFloat(bits, bf16);
+        }
+        for (int h = 0; h < 2; ++h) {
+          float sum = 0.0f;
+          for (int k = 0; k < 16; ++k) sum += a[h][k] * col[k];
+          float& out = d[4 * j + 2 * h + e];
+          out = accumulate ? out + sum : sum;
+        }
+      }
+    }
+  });
+}
+
+void WgmmaCommit() {
+  Fiber& f = Self();
+  f.wgmma_groups.push_back(std::move(f.wgmma_open));
+  f.wgmma_open.clear();
+}
+
+void WgmmaWait(int pending) {
+  Fiber& f = Self();
+  while (f.wgmma_groups.size() > static_cast<size_t>(std::max(pending, 0))) {
+    for (const std::function<void()>& op : f.wgmma_groups.front()) op();
+    f.wgmma_groups.pop_front();
   }
 }
 
@@ -432,6 +576,7 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   Stacks& stacks = StacksFor(threads);
   for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = stacks.Stack(t);
   s.dynamic_shared.reset(new char[std::max<size_t>(dynamic_shared_bytes, 16)]);
+  s.dynamic_shared_bytes = dynamic_shared_bytes;
   active = &s;
   std::string error;
   bool ok = true;

@@ -140,6 +140,26 @@ T Shuffle(unsigned mask, T v, int src) {
 // the accumulator.
 void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans);
 void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16);
+// The .shared address of p, a byte of the running block's dynamic shared memory (a fault for any
+// other pointer). The window starts at kDynamicSharedAddress, which is 16-byte aligned but no
+// more, as the GPU promises no more: a kernel that needs 1024-byte aligned swizzle atoms must
+// align them itself.
+inline constexpr uint32_t kDynamicSharedAddress = 0x410;
+uint32_t SharedWindowAddress(const void* p);
+// wgmma.mma_async (worker/backend/cuda/wgmma.cuh) for the calling thread: d holds n / 2 fp32
+// accumulators in the layout documented there; A comes from a_regs (the warp's fragment) or, when
+// a_regs is null, from a_desc; B from b_desc, MN-major when trans_b. Only 128-byte-swizzled
+// descriptors are emulated (others fault). Issue is a collective of the warp's lanes. The
+// operation is queued and carried out by the WgmmaWait that covers its commit group, reading
+// shared memory and gathering the lanes' a_regs then (so both must outlive the wait, and
+// changing them before it shows in the result, as it would on the GPU); each output sums its 16
+// exact products in fp32 in k order and adds that to d (accumulate) or stores it. A thread that
+// exits with operations not waited for faults.
+void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64_t b_desc,
+                bool accumulate, bool trans_b, bool bf16);
+void WgmmaCommit();
+// Carries out the calling thread's oldest committed groups until at most `pending` remain.
+void WgmmaWait(int pending);
 // cp.async as a plain copy at issue time (wait_group is then a no-op): a barrier still has to
 // separate it from the other threads' reads, which the shuffled schedule checks.
 void CopyAsync16(void* dst, const void* src, bool fill);

@@ -124,9 +124,19 @@ cudaError_t CUDARTAPI cudaGetDevice(int* device) {
 
 cudaError_t CUDARTAPI cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) {
   if (device != 0) return cudaErrorInvalidDevice;
-  if (attr != cudaDevAttrMultiProcessorCount) return cudaErrorInvalidValue;
-  *value = 132;  // as cudaGetDeviceProperties says
-  return cudaSuccess;
+  switch (attr) {  // as cudaGetDeviceProperties says
+    case cudaDevAttrMultiProcessorCount:
+      *value = 132;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMajor:
+      *value = compute_major;
+      return cudaSuccess;
+    case cudaDevAttrComputeCapabilityMinor:
+      *value = compute_minor;
+      return cudaSuccess;
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t CUDARTAPI cudaSetDevice(int device) {

@@ -122,6 +122,12 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   max_pitch_ = prop.memPitch;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&swap_stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
+  if (options_.prefill_kernel == PrefillKernel::kWgmma && (prop.major != 9 || prop.minor != 0)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "--prefill-attention wgmma needs compute capability 9.0 (Hopper's sm_90a code); GPU %d, "
+        "%s, has compute capability %d.%d: use auto or mma_sync",
+        options_.device, prop.name, prop.major, prop.minor));
+  }
   if (weights_.fp8_max_rows() > 0 && prop.major * 10 + prop.minor < 89) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper, "
@@ -320,6 +326,7 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     p.v_cache = v_cache;
     p.out = attn_.get();
     p.max_chunk_tokens = s.max_prefill_tokens;
+    p.kernel = options_.prefill_kernel;
     RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));
   }
   RETURN_IF_ERROR(products_->Run(attn_.get(), w.wo, x_.get<float>(), T, true));

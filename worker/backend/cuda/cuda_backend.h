@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda/arena_layout.h"
+#include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/device_weights.h"
 #include "worker/backend/cuda/dtype.h"
@@ -68,6 +69,9 @@ struct CudaBackendOptions {
   // cuBLASLt's FP8 path (fp8_gemm.h); refused on GPUs before compute capability 8.9.
   bool fp8_weights = false;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
+  // Prefill attention's tensor-core kernel (head dims 64 and 128): auto takes wgmma on
+  // compute capability 9.0 and mma.sync elsewhere; wgmma is refused at Init anywhere else.
+  PrefillKernel prefill_kernel = PrefillKernel::kAuto;
   int device = 0;
   bool cuda_graphs = true;
   int max_graph_seqs = 256;       // decode batches up to this size replay graphs

@@ -1,9 +1,8 @@
-// Device helpers shared by the decode and prefill attention kernels: packed bf16/fp16 <-> float
-// conversions, warp reductions and the compile-time dispatch of small integers.
+// Device helpers shared by the decode and prefill attention kernels: argument checks, the
+// kernels' arguments, read-only loads, warp reductions and the compile-time dispatch of small
+// integers (packed bf16/fp16 <-> float conversions are dtype.cuh's).
 //
-// Contract: internal to worker/backend/cuda/attention (included only by its .cu files). Packed
-// words hold two elements, the lower-addressed element in the low 16 bits (little endian), so a
-// uint32_t/uint4 loaded from memory unpacks to elements in address order.
+// Contract: internal to worker/backend/cuda/attention (included only by its .cu files).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -90,41 +89,6 @@ inline void FillPagedArgs(const AttentionBatch& b, const AttentionShape& s, cons
   a->page_size = s.page_size;
   a->group = s.n_heads / s.n_kv_heads;
   a->scale_log2 = s.scale * kLog2e;
-}
-
-template <typename T>
-__device__ __forceinline__ T FromBits(uint16_t bits);
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromBits<__nv_bfloat16>(uint16_t bits) {
-  return __ushort_as_bfloat16(bits);
-}
-template <>
-__device__ __forceinline__ __half FromBits<__half>(uint16_t bits) {
-  return __ushort_as_half(bits);
-}
-
-__device__ __forceinline__ uint16_t ToBits(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-__device__ __forceinline__ uint16_t ToBits(__half v) { return __half_as_ushort(v); }
-
-// Two elements packed in one 32-bit word -> floats (x = lower address).
-template <typename T>
-__device__ __forceinline__ float2 UnpackPair(uint32_t w) {
-  return make_float2(ToFloat(FromBits<T>(static_cast<uint16_t>(w & 0xffffu))),
-                     ToFloat(FromBits<T>(static_cast<uint16_t>(w >> 16))));
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t PackPair(float x, float y) {
-  return static_cast<uint32_t>(ToBits(FromFloat<T>(x))) |
-         (static_cast<uint32_t>(ToBits(FromFloat<T>(y))) << 16);
-}
-
-// Eight elements (16 bytes) -> floats in address order.
-template <typename T>
-__device__ __forceinline__ void Unpack8(const uint4& raw, float (&f)[8]) {
-  const float2 a = UnpackPair<T>(raw.x), b = UnpackPair<T>(raw.y);
-  const float2 c = UnpackPair<T>(raw.z), d = UnpackPair<T>(raw.w);
-  f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y, f[4] = c.x, f[5] = c.y, f[6] = d.x, f[7] = d.y;
 }
 
 // Read-only 16-byte / 4-byte global loads (the KV cache and q are never written by attention).

@@ -74,6 +74,13 @@ struct DecodeAttentionParams {
 };
 absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 
+// The tensor-core kernels of prefill (head dims 64 and 128).
+enum class PrefillKernel {
+  kAuto,     // wgmma where the GPU has it (compute capability 9.0), else mma.sync
+  kMmaSync,  // warp-level mma.sync (sm_80 and later)
+  kWgmma,    // warpgroup wgmma.mma_async (sm_90a only): INVALID_ARGUMENT elsewhere
+};
+
 // Prefill: entries with any num_tokens (>= 1; 0 = padding). Grid covers max_chunk_tokens
 // (>= the largest num_tokens in the batch).
 struct PrefillAttentionParams {
@@ -84,11 +91,16 @@ struct PrefillAttentionParams {
   const void* v_cache = nullptr;
   void* out = nullptr;  // [rows][n_heads][head_dim] dtype
   int max_chunk_tokens = 0;
-  // Head dims 64 and 128 (tensor cores): query rows (token x head-in-group) per block, 64 or
-  // 128; 0 lets the launcher choose (128 unless that gives fewer than two blocks per
-  // multiprocessor). Tests and benchmarks pin it; the backend leaves it 0.
+  // Head dims 64 and 128: the kernel, and for mma.sync the query rows (token x head-in-group)
+  // per block, 64 or 128; 0 lets the launcher choose (128 unless that gives fewer than two
+  // blocks per multiprocessor). wgmma's blocks are 128 rows (rows_per_block 0 or 128). Tests and
+  // benchmarks pin them; the backend leaves them to the launcher.
+  PrefillKernel kernel = PrefillKernel::kAuto;
   int rows_per_block = 0;
 };
 absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_t stream);
+
+// Whether the current device runs PrefillKernel::kWgmma (compute capability 9.0: the sm_90a code).
+bool PrefillWgmmaAvailable();
 
 }  // namespace pagoda::worker::cuda

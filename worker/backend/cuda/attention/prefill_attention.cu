@@ -1,5 +1,6 @@
-// Prefill attention over paged KV (contract in paged_attention.h): head dims 64 and 128 run the
-// tensor-core kernel of prefill_mma_kernel.cuh; the others this SIMT flash-attention kernel.
+// Prefill attention over paged KV (contract in paged_attention.h): head dims 64 and 128 run a
+// tensor-core kernel, prefill_wgmma_kernel.cuh's on Hopper and prefill_mma_kernel.cuh's
+// elsewhere; the others this SIMT flash-attention kernel.
 //
 // A sequence's query rows are its (token, head-in-group) pairs, row = token * group + g, so one
 // block of kRows rows serves kRows / group tokens of one KV head (or part of one token's heads
@@ -20,6 +21,7 @@
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/attention/prefill_mma_kernel.cuh"
+#include "worker/backend/cuda/attention/prefill_wgmma_kernel.cuh"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
 #include "worker/backend/cuda/launch.cuh"
@@ -29,9 +31,7 @@ namespace {
 
 using attention_internal::kFullMask;
 using attention_internal::Load4;
-using attention_internal::PackPair;
 using attention_internal::PrefillArgs;
-using attention_internal::UnpackPair;
 
 constexpr int kThreads = 128;
 constexpr int kRows = 32;  // query rows per block
@@ -214,25 +214,43 @@ cudaError_t Launch(const PrefillArgs& args, dim3 grid, cudaStream_t stream) {
                       args);
 }
 
-// The tensor-core kernel (prefill_mma_kernel.cuh) for head_dim kDim, kMTiles m16 tiles per warp.
-template <typename T, int kDim, int kMTiles>
-cudaError_t LaunchMma(const PrefillArgs& args, int rows, int num_seqs, cudaStream_t stream) {
-  namespace pm = attention_internal::prefill_mma;
-  constexpr size_t kSmem = pm::SmemBytes<kDim, kMTiles>();
-  auto* const kernel = pm::PrefillMmaKernel<T, kDim, kMTiles>;
-  // Above the default 48 KiB a kernel must opt in, once per device.
+// Lets kKernel use `bytes` of dynamic shared memory: above the default 48 KiB a kernel must opt
+// in, once per device.
+template <auto kKernel>
+cudaError_t OptInSharedMemory(size_t bytes) {
   static std::atomic<bool> opted_in[kMaxDevices] = {};
   const int device = CurrentDevice();
   if (device < 0) return cudaErrorInvalidDevice;
   if (!opted_in[device].load(std::memory_order_acquire)) {
     const cudaError_t err =
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kSmem));
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
     if (err != cudaSuccess) return err;
     opted_in[device].store(true, std::memory_order_release);
   }
+  return cudaSuccess;
+}
+
+// The mma.sync kernel (prefill_mma_kernel.cuh) for head_dim kDim, kMTiles m16 tiles per warp.
+template <typename T, int kDim, int kMTiles>
+cudaError_t LaunchMma(const PrefillArgs& args, int rows, int num_seqs, cudaStream_t stream) {
+  namespace pm = attention_internal::prefill_mma;
+  constexpr size_t kSmem = pm::SmemBytes<kDim, kMTiles>();
+  constexpr auto* kKernel = pm::PrefillMmaKernel<T, kDim, kMTiles>;
+  if (const cudaError_t err = OptInSharedMemory<kKernel>(kSmem); err != cudaSuccess) return err;
   const dim3 grid(args.n_kv_heads, attention_internal::DivUp(rows, pm::kRows<kMTiles>), num_seqs);
-  return LaunchKernel(kernel, grid, pm::kThreads, kSmem, stream, args);
+  return LaunchKernel(kKernel, grid, pm::kThreads, kSmem, stream, args);
+}
+
+// The wgmma kernel (prefill_wgmma_kernel.cuh) for head_dim kDim.
+template <typename T, int kDim>
+cudaError_t LaunchWgmma(const PrefillArgs& args, int rows, int num_seqs, cudaStream_t stream) {
+  namespace pw = attention_internal::prefill_wgmma;
+  constexpr size_t kSmem = pw::SmemBytes<kDim>();
+  constexpr auto* kKernel = pw::PrefillWgmmaKernel<T, kDim>;
+  if (const cudaError_t err = OptInSharedMemory<kKernel>(kSmem); err != cudaSuccess) return err;
+  const dim3 grid(args.n_kv_heads, attention_internal::DivUp(rows, pw::kRows), num_seqs);
+  return LaunchKernel(kKernel, grid, pw::kThreads, kSmem, stream, args);
 }
 
 // Whether LaunchPrefillAttention takes the tensor-core kernel for this head_dim.
@@ -256,6 +274,28 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
     if (s.page_size == 1 << shift) args.page_shift = shift;
   }
   const int64_t rows = static_cast<int64_t>(p.max_chunk_tokens) * args.group;
+  if (HasMmaPath(s.head_dim) && (p.kernel == PrefillKernel::kWgmma ||
+                                 (p.kernel == PrefillKernel::kAuto && PrefillWgmmaAvailable()))) {
+    namespace pw = attention_internal::prefill_wgmma;
+    RETURN_IF_ERROR(
+        check.Require(PrefillWgmmaAvailable(), "kernel wgmma needs a GPU of compute capability 9.0")
+            .Require(rows <= int64_t{attention_internal::kMaxGridYZ} * pw::kRows,
+                     "max_chunk_tokens %d x group %d is %d rows, over %d", p.max_chunk_tokens,
+                     args.group, rows, attention_internal::kMaxGridYZ * pw::kRows)
+            .Require(p.rows_per_block == 0 || p.rows_per_block == pw::kRows,
+                     "rows_per_block %d must be 0 or %d for the wgmma kernel", p.rows_per_block,
+                     pw::kRows)
+            .status());
+    return CudaStatus(DispatchDType(s.dtype,
+                                    [&](auto tag) -> cudaError_t {
+                                      using T = decltype(tag);
+                                      const int r = static_cast<int>(rows);
+                                      return s.head_dim == 64
+                                                 ? LaunchWgmma<T, 64>(args, r, b.num_seqs, stream)
+                                                 : LaunchWgmma<T, 128>(args, r, b.num_seqs, stream);
+                                    }),
+                      "LaunchPrefillAttention");
+  }
   if (HasMmaPath(s.head_dim)) {
     namespace pm = attention_internal::prefill_mma;
     RETURN_IF_ERROR(check
@@ -305,6 +345,21 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
                                     return Launch<T, 256>(args, grid, stream);
                                   }),
                     "LaunchPrefillAttention");
+}
+
+// Compute capability 9.0 exactly, read once per device.
+bool PrefillWgmmaAvailable() {
+  static std::atomic<int> known[kMaxDevices] = {};  // 0: not read yet, 1: no, 2: yes
+  const int device = CurrentDevice();
+  if (device < 0) return false;
+  if (known[device].load(std::memory_order_relaxed) == 0) {
+    int major = 0, minor = 0;
+    const bool read =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+    known[device].store(read && major == 9 && minor == 0 ? 2 : 1, std::memory_order_relaxed);
+  }
+  return known[device].load(std::memory_order_relaxed) == 2;
 }
 
 }  // namespace pagoda::worker::cuda

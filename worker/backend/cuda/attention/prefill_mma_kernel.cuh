@@ -3,21 +3,16 @@
 // paged KV, with an online softmax in fp32 (base 2). Contract in paged_attention.h; the SIMT
 // kernel in prefill_attention.cu serves the other head dims.
 //
-// Rows: a sequence's query rows are its (token, head-in-group) pairs, row = token * group + g,
-// so the group's query heads share each K/V tile the block loads. A block takes kRows rows of
-// one sequence and one KV head; each of its 4 warps owns one or two m16 tiles of rows (kRows
-// below). Row i of the chunk attends to positions [0, start_pos + token(i)]; the block streams [0,
-// its last row's limit] in tiles of kKeys positions, masking only the tiles that reach past its
-// first row's limit. Rows past the sequence's end are zero queries that borrow the last row's limit
-// (so no row's softmax is empty) and are never stored.
+// Rows, limits and the softmax are prefill_tile.cuh's. A block takes kRows rows; each of its 4
+// warps owns one or two m16 tiles of rows (kRows below). It streams the positions in tiles of
+// kKeys, masking only the tiles that reach past its first row's limit.
 //
 // Pipeline (shared memory: Q, one K tile, one V tile, rows padded by 16 bytes so that ldmatrix's
 // eight row addresses fall in distinct banks): the V tile of step t loads while the warps compute
 // S = Q·K(t)ᵀ and its softmax, and K(t+1) loads while they accumulate P·V(t). Rows of a tile past
 // the block's last position are zero-filled, never read from the cache.
 //
-// Grid: (n_kv_heads, row blocks, sequences), row blocks in reverse (the causal diagonal's longest
-// blocks start first, shortening the tail); blocks past a sequence's rows exit at once.
+// Grid: (n_kv_heads, row blocks, sequences) as PrefillBlock reads it.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -27,16 +22,11 @@
 #include <cstdint>
 
 #include "worker/backend/cuda/attention/attention_common.cuh"
+#include "worker/backend/cuda/attention/prefill_tile.cuh"
 #include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/mma.cuh"
 
 namespace pagoda::worker::cuda::attention_internal {
-
-// Everything the prefill kernels read.
-struct PrefillArgs : PagedAttentionArgs {
-  int page_shift;  // log2(page_size) when it is a power of two, else -1
-};
-
 namespace prefill_mma {
 
 inline constexpr int kWarps = 4;
@@ -83,54 +73,27 @@ __global__ void __launch_bounds__(kThreads, kMTiles == 1 ? 3 : 2)
   uint16_t* const k_s = q_s + kRows * kLd;
   uint16_t* const v_s = k_s + kKeys * kLd;
 
-  const int kvh = blockIdx.x, seq = blockIdx.z;
-  const int num_tokens = a.num_tokens[seq];
-  const int rows_total = num_tokens * a.group;
-  const int row0 = (gridDim.y - 1 - blockIdx.y) * kRows;
-  if (num_tokens <= 0 || row0 >= rows_total) return;
-  const int rows_here = min(kRows, rows_total - row0);
-  const int start_pos = a.start_pos[seq], token_start = a.token_start[seq];
-  const int kv_end = start_pos + (row0 + rows_here - 1) / a.group + 1;
-  const int first_limit = start_pos + row0 / a.group;  // the smallest limit of the block's rows
-
+  PrefillBlock blk;
+  if (!blk.Init(a, kRows)) return;
   const uint16_t* const q = static_cast<const uint16_t*>(a.q);
-  const size_t row_stride = static_cast<size_t>(a.n_kv_heads) * kDim;
-  const uint16_t* const k_cache = static_cast<const uint16_t*>(a.k_cache) + kvh * kDim;
-  const uint16_t* const v_cache = static_cast<const uint16_t*>(a.v_cache) + kvh * kDim;
-  const int32_t* const table = a.page_table + static_cast<size_t>(seq) * a.page_table_stride;
-
   LoadRows<kDim, kRows>(q_s, q, [&](int r) -> const uint16_t* {
-    if (r >= rows_here) return nullptr;
-    const int row = row0 + r;
-    return q + (static_cast<size_t>(token_start + row / a.group) * a.n_heads + kvh * a.group +
-                row % a.group) *
-                   kDim;
+    return r < blk.rows_here ? q + blk.RowOffset(a, r, kDim) : nullptr;
   });
-  auto load_tile = [&](const uint16_t* cache, uint16_t* dst, int kt) {
-    LoadRows<kDim, kKeys>(dst, cache, [&](int j) -> const uint16_t* {
-      const int pos = kt + j;
-      if (pos >= kv_end) return nullptr;
-      const int slot = a.page_shift >= 0
-                           ? table[pos >> a.page_shift] << a.page_shift | (pos & (a.page_size - 1))
-                           : table[pos / a.page_size] * a.page_size + pos % a.page_size;
-      return cache + static_cast<size_t>(slot) * row_stride;
-    });
+  auto load_tile = [&](const void* cache, uint16_t* dst, int kt) {
+    LoadRows<kDim, kKeys>(dst, q, [&](int j) { return blk.CacheRow<kDim>(a, cache, kt + j); });
   };
-  load_tile(k_cache, k_s, 0);
+  load_tile(a.k_cache, k_s, 0);
   mma::CpAsyncCommit();
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int g = lane / 4, t = lane % 4;
+  const int g = lane / 4;
   const int warp_row = warp * kMTiles * 16;
   // This thread's rows: warp_row + 16 m + g + 8 h, with their limits.
   int limit[kMTiles][2];
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int r = min(warp_row + 16 * m + g + 8 * h, rows_here - 1);
-      limit[m][h] = start_pos + (row0 + r) / a.group;
-    }
+    for (int h = 0; h < 2; ++h) limit[m][h] = blk.Limit(a, warp_row + 16 * m + g + 8 * h);
   }
   float row_max[kMTiles][2], row_sum[kMTiles][2];
   float o[kMTiles][kDim / 8][4];
@@ -145,12 +108,12 @@ __global__ void __launch_bounds__(kThreads, kMTiles == 1 ? 3 : 2)
     }
   }
 
-  const int tiles = DivUp(kv_end, kKeys);
+  const int tiles = DivUp(blk.kv_end, kKeys);
   for (int tile = 0; tile < tiles; ++tile) {
     const int kt = tile * kKeys;
     mma::CpAsyncWait<0>();
     __syncthreads();  // Q and K(tile) landed; every warp is done with V(tile - 1)
-    load_tile(v_cache, v_s, kt);
+    load_tile(a.v_cache, v_s, kt);
     mma::CpAsyncCommit();
 
     // S = Q·K(tile)ᵀ: s[m][n] is the m16 x n8 tile of rows 16 m, keys 8 n.
@@ -185,47 +148,15 @@ __global__ void __launch_bounds__(kThreads, kMTiles == 1 ? 3 : 2)
       }
     }
 
-    // Online softmax per row; the four lanes of a quad hold one row's 64 scores. Maxima are
-    // kept unscaled (the scale is positive), so each probability is one fma and one exp2.
-    const bool masked = kt + kKeys - 1 > first_limit;
+    // Online softmax per row; the four lanes of a quad hold one row's 64 scores.
+    const bool masked = kt + kKeys - 1 > blk.first_limit;
     float correction[kMTiles][2];
     bool rescale = false;
 #pragma unroll
     for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float tile_max = -INFINITY;
-#pragma unroll
-        for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& v = s[m][n][2 * h + e];
-            if (masked && kt + 8 * n + 2 * t + e > limit[m][h]) v = -INFINITY;
-            tile_max = fmaxf(tile_max, v);
-          }
-        }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 1));
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(kFullMask, tile_max, 2));
-        // Finite: every row sees position 0 in the first tile, and keeps its max after.
-        const float m_new = fmaxf(row_max[m][h], tile_max);
-        // 0 on the first tile; exactly 1 while the row's max stands.
-        correction[m][h] = exp2f((row_max[m][h] - m_new) * a.scale_log2);
-        rescale = rescale || correction[m][h] != 1.0f;
-        row_max[m][h] = m_new;
-        const float offset = -m_new * a.scale_log2;
-        float sum = 0.0f;
-#pragma unroll
-        for (int n = 0; n < kKeys / 8; ++n) {
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            float& v = s[m][n][2 * h + e];
-            v = exp2f(fmaf(v, a.scale_log2, offset));  // 0 where masked
-            sum += v;
-          }
-        }
-        // The quad's partial sums are added at the end: each lane scales its own part alike.
-        row_sum[m][h] = row_sum[m][h] * correction[m][h] + sum;
-      }
+      rescale = SoftmaxTile<kKeys>(&s[m][0][0], kt, masked, limit[m], a.scale_log2, row_max[m],
+                                   row_sum[m], correction[m]) ||
+                rescale;
     }
     // Once the rows' maxima settle (most tiles of a long row), the output needs no rescaling.
     if (__ballot_sync(kFullMask, rescale) != 0) {
@@ -241,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, kMTiles == 1 ? 3 : 2)
 
     mma::CpAsyncWait<0>();
     __syncthreads();  // V(tile) landed; every warp is done with K(tile)
-    if (tile + 1 < tiles) load_tile(k_cache, k_s, kt + kKeys);
+    if (tile + 1 < tiles) load_tile(a.k_cache, k_s, kt + kKeys);
     mma::CpAsyncCommit();
 
     // O += P·V(tile): the accumulator layout of S is the A layout of P, keys as k.
@@ -269,29 +200,9 @@ __global__ void __launch_bounds__(kThreads, kMTiles == 1 ? 3 : 2)
     }
   }
 
-  uint32_t* const out = static_cast<uint32_t*>(a.out);
 #pragma unroll
   for (int m = 0; m < kMTiles; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float sum = row_sum[m][h];
-      sum += __shfl_xor_sync(kFullMask, sum, 1);
-      sum += __shfl_xor_sync(kFullMask, sum, 2);
-      const int r = warp_row + 16 * m + g + 8 * h;
-      if (r >= rows_here) continue;
-      const int row = row0 + r;
-      const float inv = 1.0f / sum;
-      uint32_t* dst = out +
-                      ((static_cast<size_t>(token_start + row / a.group) * a.n_heads +
-                        kvh * a.group + row % a.group) *
-                       kDim) /
-                          2 +
-                      t;
-#pragma unroll
-      for (int n = 0; n < kDim / 8; ++n) {
-        dst[4 * n] = PackPair<T>(o[m][n][2 * h] * inv, o[m][n][2 * h + 1] * inv);
-      }
-    }
+    StoreRows<T, kDim>(a, blk, &o[m][0][0], row_sum[m], warp_row + 16 * m + g);
   }
 }
 
