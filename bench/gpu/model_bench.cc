@@ -11,7 +11,8 @@
 // classifier and for V and down in its "more bits" layers) kept in their blocks (--dtype
 // auto), each beside its own roofline and with the device memory the backend holds; block
 // products past 8 tokens on tensor cores (tensor_cores) or decoded ahead of cuBLAS
-// (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8). BM_WeightsPrefill: the
+// (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8); BF16 at batch 1 also
+// through our own GEMV instead of cuBLAS (bf16/gemv). BM_WeightsPrefill: the
 // same backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
@@ -111,12 +112,13 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
 
 // How block weights are multiplied: the defaults (the fused FP32 product up to 8 tokens, tensor
 // cores beyond), decoded ahead of cuBLAS beyond 8 tokens, or the fused product with 8-bit
-// activations.
-enum class Path { kDefault, kDecodeCublas, kGemvInt8 };
+// activations; dense weights for a few tokens through our GEMV (LaunchDenseGemv), not cuBLAS.
+enum class Path { kDefault, kDecodeCublas, kGemvInt8, kDenseGemv };
 const char* PathName(Path p) {
   return p == Path::kDefault        ? "tensor_cores"
          : p == Path::kDecodeCublas ? "decode_cublas"
-                                    : "gemv_int8";
+         : p == Path::kGemvInt8     ? "gemv_int8"
+                                    : "gemv";
 }
 
 // The one backend alive: created for (weights, path), replacing the previous.
@@ -133,6 +135,7 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
+  o.dense_gemv_max_tokens = path == Path::kDenseGemv ? pc::kQuantGemvMaxTokens : 0;
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
   if (!b.ok()) {
@@ -344,16 +347,21 @@ BENCHMARK(BM_PrefillGemmFloor)
 // and gemv_int8 where that differs (batch 1).
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
-    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8}) {
+    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8, Path::kDenseGemv}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
-      if (!blocks && path != Path::kDefault) continue;
+      if (path == Path::kDenseGemv ? w != Weights::kBf16 : !blocks && path != Path::kDefault) {
+        continue;
+      }
       const std::string name = std::string(WeightsName(w)) + "/" +
-                               (w == Weights::kBf16  ? "cublas"
-                                : w == Weights::kFp8 ? "cublaslt"
-                                                     : PathName(path));
+                               (path != Path::kDefault || blocks ? PathName(path)
+                                : w == Weights::kBf16            ? "cublas"
+                                                                 : "cublaslt");
       for (int batch : {1, 16, 64, 256}) {
         const bool fused = batch <= pc::kQuantGemvMaxTokens;
-        if ((path == Path::kDecodeCublas && fused) || (path == Path::kGemvInt8 && !fused)) continue;
+        if ((path == Path::kDecodeCublas && fused) ||
+            ((path == Path::kGemvInt8 || path == Path::kDenseGemv) && !fused)) {
+          continue;
+        }
         benchmark::RegisterBenchmark(
             ("BM_WeightsDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),
             [w, path, batch](benchmark::State& state) {
@@ -363,7 +371,8 @@ const bool kWeightsRegistered = [] {
             ->MinTime(1.0)
             ->Unit(benchmark::kMillisecond);
       }
-      if (path == Path::kGemvInt8) continue;  // a 2048-token prefill never takes the fused product
+      // A 2048-token prefill never takes the fused products.
+      if (path == Path::kGemvInt8 || path == Path::kDenseGemv) continue;
       benchmark::RegisterBenchmark(("BM_WeightsPrefill/" + name + "/tokens:2048").c_str(),
                                    [w, path](benchmark::State& state) {
                                      RunPrefill(state, BackendFor(w, path), 2048, kMaxChunk);

@@ -509,6 +509,78 @@ INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, Fp8Test,
                            return DTypeTestName(info.param);
                          });
 
+// LaunchDenseGemv against the exact product of random dtype weights and activations, for 1, 3
+// and 8 tokens, plain and accumulating, into a column range of a wider output left poisoned
+// elsewhere; widths below, at and across its pass of 1024 columns and its steps of 256.
+class DenseGemvTest : public ::testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
+  }
+};
+
+TEST_P(DenseGemvTest, MatchesTheHostProduct) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(dtype == DType::kBf16 ? 41 : 42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int rows = 37, first = 5, ld = rows + 11;
+  for (int cols : {8, 248, 1024, 1032, 3000}) {
+    std::vector<uint16_t> w(size_t(rows) * cols);
+    for (uint16_t& v : w) v = ToBits(normal(rng) * 0.05f, dtype);
+    DeviceArray d_w(w.size() * 2);
+    ASSERT_EQ(d_w.Upload(w), cudaSuccess);
+    const DeviceMatrix m{d_w.get(), WeightFormat::kDense, rows, cols, size_t(cols) * 2};
+    for (int n : {1, 3, 8}) {
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << cols << " columns, " << n << " tokens"
+                                          << (accumulate ? ", accumulating" : ""));
+        std::vector<uint16_t> x(size_t(n) * cols);
+        for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
+        std::vector<float> out(size_t(n) * ld, NAN);
+        for (int t = 0; t < n && accumulate; ++t) {
+          for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
+        }
+        const std::vector<float> before = out;
+        DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
+        ASSERT_EQ(d_x.Upload(x), cudaSuccess);
+        ASSERT_EQ(d_out.Upload(out), cudaSuccess);
+        ASSERT_OK(LaunchDenseGemv(
+            {d_x.get(), m, d_out.as<float>() + first, ld, n, accumulate, dtype}, nullptr));
+        ASSERT_EQ(d_out.Download(out), cudaSuccess);
+        int bad = 0;
+        for (int t = 0; t < n; ++t) {
+          for (int c = 0; c < ld; ++c) {
+            const float got = out[size_t(t) * ld + c];
+            const int o = c - first;
+            if (o < 0 || o >= rows) {
+              if (!std::isnan(got) && bad++ < 5) {
+                ADD_FAILURE() << "token " << t << " column " << c << " was written";
+              }
+              continue;
+            }
+            double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
+            for (int i = 0; i < cols; ++i) {
+              const double p = double(FromBits(w[size_t(o) * cols + i], dtype)) *
+                               FromBits(x[size_t(t) * cols + i], dtype);
+              ref += p;
+              magnitude += std::fabs(p);
+            }
+            if (!(std::fabs(got - ref) <= 1e-5 * magnitude + 1e-5) && bad++ < 5) {
+              ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, DenseGemvTest,
+                         ::testing::Values(DType::kBf16, DType::kFp16),
+                         [](const ::testing::TestParamInfo<DType>& info) {
+                           return DTypeTestName(info.param);
+                         });
+
 TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
   if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: GPU kernel test not run";
   DeviceArray w(4096), x(4096), out(4096);
@@ -530,6 +602,13 @@ TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
   p = good;
   p.w.row_bytes = 34;  // not 64 Q4_0 columns
   EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  const DeviceMatrix dense{w.get(), WeightFormat::kDense, 4, 64, 128};
+  p = {x.get(), dense, out.as<float>(), 4, 1, false, DType::kBf16};
+  EXPECT_OK(LaunchDenseGemv(p, nullptr));
+  p.w.cols = 60, p.w.row_bytes = 120;  // not a multiple of 8 columns
+  EXPECT_EQ(code(LaunchDenseGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.w = q4;
+  EXPECT_EQ(code(LaunchDenseGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
   DequantizeRowsParams d;
   d.w = q4;
   d.first_row = 2;

@@ -136,6 +136,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   }
   WeightProducts::Options products;
   products.gemv_max_tokens = options_.quant_gemv_max_tokens;
+  products.dense_gemv_max_tokens = options_.dense_gemv_max_tokens;
   products.gemv_int8 = options_.quant_gemv_int8 && weights_.block_max_cols() > 0;
   products.gemv_int8_max_cols = weights_.block_max_cols();
   products.fp8_max_n_in = weights_.fp8_max_cols();

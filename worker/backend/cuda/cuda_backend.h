@@ -69,6 +69,9 @@ struct CudaBackendOptions {
   // cuBLASLt's FP8 path (fp8_gemm.h); refused on GPUs before compute capability 8.9.
   bool fp8_weights = false;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
+  // Dense (BF16/FP16) matrices for up to this many tokens: our GEMV (LaunchDenseGemv) instead of
+  // cuBLAS; 0 keeps cuBLAS. bench/gpu.sh measures both at batch 1.
+  int dense_gemv_max_tokens = 0;
   // Prefill attention's tensor-core kernel (head dims 64 and 128): auto takes wgmma on
   // compute capability 9.0 and mma.sync elsewhere; wgmma is refused at Init anywhere else.
   PrefillKernel prefill_kernel = PrefillKernel::kAuto;

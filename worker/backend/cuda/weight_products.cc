@@ -7,6 +7,15 @@
 #include "worker/backend/cuda/quant/quant_kernels.h"
 
 namespace pagoda::worker::cuda {
+namespace {
+
+// Whether LaunchDenseGemv takes this dense part: 16-byte loads of every row.
+bool DenseGemvFits(const DeviceMatrix& m) {
+  return m.cols % 8 == 0 && reinterpret_cast<uintptr_t>(m.data) % 16 == 0 &&
+         m.row_bytes == static_cast<size_t>(m.cols) * 2;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStream_t stream,
                                                                        DType dtype,
@@ -15,6 +24,11 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
     return absl::InvalidArgumentError(
         absl::StrFormat("the fused quantized product takes 0 to %d tokens, not %d",
                         kQuantGemvMaxTokens, options.gemv_max_tokens));
+  }
+  if (options.dense_gemv_max_tokens < 0 || options.dense_gemv_max_tokens > kQuantGemvMaxTokens) {
+    return absl::InvalidArgumentError(absl::StrFormat("the dense GEMV takes 0 to %d tokens, not %d",
+                                                      kQuantGemvMaxTokens,
+                                                      options.dense_gemv_max_tokens));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<Gemm> gemm, Gemm::Create(stream, dtype));
   std::unique_ptr<Fp8Gemm> fp8;
@@ -54,7 +68,11 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
   for (int i = 0; i < w.num_parts; ++i) {
     const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
     float* part_out = out + first_out;
-    if (part.format == WeightFormat::kDense) {
+    if (part.format == WeightFormat::kDense && num_tokens <= options_.dense_gemv_max_tokens &&
+        DenseGemvFits(part)) {
+      RETURN_IF_ERROR(
+          LaunchDenseGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
+    } else if (part.format == WeightFormat::kDense) {
       RETURN_IF_ERROR(
           gemm_->Run({x, part.data, part_out, num_tokens, w.n_in, part.rows, accumulate, w.n_out}));
     } else if (part.format == WeightFormat::kFp8) {

@@ -1,5 +1,6 @@
 // WeightProducts: the CUDA backend's products of activations with a Projection (weight_format.h),
-// whatever its parts' formats. Dense parts go through cuBLAS (gemm.h). Quantized parts, for at
+// whatever its parts' formats. Dense parts go through cuBLAS (gemm.h), or for a few tokens when
+// asked (dense_gemv_max_tokens) through our own GEMV (LaunchDenseGemv). Quantized parts, for at
 // most gemv_max_tokens tokens, take the fused decode-and-multiply kernel (LaunchQuantGemv); for
 // more, the tensor-core kernel that decodes tiles into shared memory (LaunchQuantGemm: the decoded
 // weights are rounded to the dtype there, where the fused product keeps them FP32, so logits
@@ -36,6 +37,10 @@ class WeightProducts {
  public:
   struct Options {
     int gemv_max_tokens = 8;  // in [0, kQuantGemvMaxTokens]
+    // Dense parts for at most this many tokens take LaunchDenseGemv instead of cuBLAS (0: never;
+    // at most kQuantGemvMaxTokens), where their rows allow it (16-byte aligned, columns a
+    // multiple of 8).
+    int dense_gemv_max_tokens = 0;
     // The fused product with activations quantized to 8-bit blocks (LaunchQuantGemvInt8), not
     // in the dtype; gemv_int8_max_cols: the widest block part's columns (sizes the buffers).
     bool gemv_int8 = false;

@@ -84,6 +84,62 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvPara
   StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
 }
 
+// Dense rows: each pass stages kDenseChunk columns of x for every token; a lane takes 8
+// consecutive columns (16 bytes of a row) per step of 256, kDenseSteps steps per pass.
+constexpr int kDenseSteps = 4;
+constexpr int kDenseChunk = kDenseSteps * 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvParams p) {
+  __shared__ __align__(16) float xs[kQuantGemvMaxTokens][kDenseChunk];
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int tokens = p.num_tokens, n_in = p.w.cols;
+  const T* x = static_cast<const T*>(p.x);
+  float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
+  for (int c0 = 0; c0 < n_in; c0 += kDenseChunk) {
+    const int len = min(kDenseChunk, n_in - c0);
+    __syncthreads();  // the previous pass's reads are done
+    for (int i = static_cast<int>(threadIdx.x); i < tokens * len; i += kGemvWarps * 32) {
+      const int t = i / len, k = i - t * len;
+      xs[t][k] = ToFloat(x[static_cast<size_t>(t) * n_in + c0 + k]);
+    }
+    __syncthreads();
+    // All of this pass's loads first (kGemvRowsPerWarp x kDenseSteps of 16 bytes in flight).
+    uint4 wv[kGemvRowsPerWarp][kDenseSteps];
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      const int row = min(row0 + r, p.w.rows - 1);  // a missing row reads its neighbour, unused
+      const T* w = static_cast<const T*>(p.w.data) + static_cast<size_t>(row) * n_in + c0;
+#pragma unroll
+      for (int s = 0; s < kDenseSteps; ++s) {
+        const int k = s * 256 + lane * 8;
+        wv[r][s] = k < len ? __ldg(reinterpret_cast<const uint4*>(w + k)) : make_uint4(0, 0, 0, 0);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < kDenseSteps; ++s) {
+      const int k = s * 256 + lane * 8;
+      if (k >= len) break;
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+        float y[8];
+        Unpack8<T>(wv[r][s], y);
+#pragma unroll
+        for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+          if (t >= tokens) break;
+          const float* xt = &xs[t][k];
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) sum += y[i] * xt[i];
+          acc[r][t] += sum;
+        }
+      }
+    }
+  }
+  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
+}
+
 // One thread per block of 32 activations.
 template <typename T>
 __global__ void QuantizeQ8BlocksKernel(Q8BlocksParams p) {
@@ -363,6 +419,30 @@ absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
                                      });
                                    }),
                     "LaunchQuantGemv");
+}
+
+absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchDenseGemv");
+  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  check
+      .Require(p.w.format == WeightFormat::kDense, "w must be dense, not %s",
+               WeightFormatName(p.w.format))
+      .RequirePointer(p.w.data, "w.data", 16)
+      .RequirePositive(p.w.rows, "w.rows")
+      .Require(p.w.cols > 0 && p.w.cols % 8 == 0, "w.cols %d must be a positive multiple of 8",
+               p.w.cols)
+      .Require(p.w.row_bytes == static_cast<size_t>(p.w.cols) * 2,
+               "w.row_bytes %d must be 2 x w.cols %d", static_cast<int64_t>(p.w.row_bytes),
+               p.w.cols)
+      .RequirePointer(p.x, "x", 2);
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto t) {
+                                    return LaunchKernel(DenseGemvKernel<decltype(t)>, grid,
+                                                        dim3(kGemvWarps * 32), 0, stream, p);
+                                  }),
+                    "LaunchDenseGemv");
 }
 
 absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream) {

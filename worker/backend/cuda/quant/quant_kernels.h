@@ -65,6 +65,14 @@ struct QuantGemvInt8Params {
 };
 absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stream);
 
+// The fused product's dense twin, for BF16/FP16 weights (w.format kDense, elements of p.dtype
+// like x): the same output rule as LaunchQuantGemv, for 1 .. kQuantGemvMaxTokens tokens, with
+// w.cols a multiple of 8 and w's rows 16-byte aligned (row_bytes = 2 cols). A warp takes two
+// rows; each lane reads 16 bytes of each per step, several steps in flight, against x staged in
+// shared memory as float32. For decode at small batches, where cuBLAS's GEMV reads the weights
+// below the device's bandwidth (bench/journal/gpu.md).
+absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream);
+
 // The same product for any number of tokens on tensor cores: a block decodes a 64-row x 64-column
 // tile of w into shared memory in the dtype (one unit per thread), stages 64 tokens' x beside it
 // and multiplies them with mma.sync m16n8k16 (fp32 accumulators), tile after tile along the
