@@ -9,10 +9,13 @@
 // registers, then O += P·V (m64nDk16, P from registers in the accumulator's own layout, V from
 // shared memory read transposed by the instruction, so it is stored as it comes from the cache).
 //
+// Pipeline: step t issues S(t + 1) = Q·K(t + 1)ᵀ, then O += P(t)·V(t), and runs the softmax of
+// tile t + 1 as soon as its scores are done, while P·V(t) still occupies the tensor cores (the
+// intra-warpgroup overlap of FlashAttention-3); the two warpgroups' steps interleave on the SM.
 // Shared memory: Q, then two stages of K tiles and two of V tiles, each in wgmma.cuh's 128-byte
-// swizzled blocks, written by cp.async straight from the pages. The K tile of step t + 1 loads
-// while the warpgroups compute S(t) and its softmax, and the V tile of t + 1 while they compute
-// P·V(t); positions past the block's last are zero-filled, never read from the cache.
+// swizzled blocks, written by cp.async straight from the pages: during step t, K(t + 2) and
+// V(t + 1) load into the stages K(t) and V(t - 1) left, one barrier per step. Positions past
+// the block's last are zero-filled, never read from the cache.
 //
 // Grid: (n_kv_heads, row blocks, sequences) as PrefillBlock reads it.
 #pragma once
@@ -91,85 +94,117 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   auto load_kv = [&](const void* cache, char* dst, int kt) {
     LoadTile<kDim, kKeys>(dst, q, [&](int j) { return blk.CacheRow<kDim>(a, cache, kt + j); });
   };
+  const int tiles = DivUp(blk.kv_end, kKeys);
+  // K and V of tile t live in stage t % 2 of their buffers.
+  auto stage = [](int t) { return static_cast<uint32_t>(t % kStages) * kKeyTile; };
   load_kv(a.k_cache, k_s, 0);
   mma::CpAsyncCommit();  // group: Q and K(0)
+  if (tiles > 1) load_kv(a.k_cache, k_s + stage(1), kKeys);
   load_kv(a.v_cache, v_s, 0);
-  mma::CpAsyncCommit();  // group: V(0)
+  mma::CpAsyncCommit();  // group: K(1) and V(0)
 
   const int wg = threadIdx.x / 128, warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
-  const int g = lane / 4;
   const uint32_t q_addr = wgmma::SharedAddress(q_s) + wg * 64 * wgmma::kRowBytes;
   const uint32_t k_addr = wgmma::SharedAddress(k_s), v_addr = wgmma::SharedAddress(v_s);
-  // This thread's rows: 64 wg + 16 warp + g + 8 h, with their limits.
-  const int row = 64 * wg + 16 * warp + g;
+  // This thread's rows: 64 wg + 16 warp + lane / 4 + 8 h, with their limits.
+  const int row = 64 * wg + 16 * warp + lane / 4;
   const int limit[2] = {blk.Limit(a, row), blk.Limit(a, row + 8)};
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   float o[kDim / 2];  // O's accumulators: o[4 n + 2 h + e] = O[row h][8 n + 2 t + e]
 #pragma unroll
   for (int i = 0; i < kDim / 2; ++i) o[i] = 0.0f;
+  float s[kKeys / 2];        // S's accumulators, key 8 n + 2 t + e of the tile at [4 n + 2 h + e]
+  uint32_t p[kKeySteps][4];  // P of the tile P·V multiplies, as the A fragment of each k-step
 
-  const int tiles = DivUp(blk.kv_end, kKeys);
-  for (int tile = 0; tile < tiles; ++tile) {
-    const int kt = tile * kKeys;
-    const uint32_t stage = static_cast<uint32_t>(tile % kStages) * kKeyTile;
-    mma::CpAsyncWait<1>();  // this thread's pieces of K(tile) (and Q) landed
-    wgmma::FenceProxyAsync();
-    __syncthreads();  // everyone's did; every warpgroup is done with S(tile - 1)
-    if (tile + 1 < tiles) load_kv(a.k_cache, k_s + (stage ^ kKeyTile), kt + kKeys);
-    mma::CpAsyncCommit();  // group: K(tile + 1), maybe empty, so that the counts above hold
-
-    // S = Q·K(tile)ᵀ: s[4 n + 2 h + e] = S[row h][key 8 n + 2 t + e].
-    float s[kKeys / 2];
+  // Issues S = Q·K(t)ᵀ into s (one commit group).
+  auto issue_scores = [&](int t) {
     wgmma::Fence();
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
-      const uint32_t k_offset = (ks / 4) * kKeys * wgmma::kRowBytes + (ks % 4) * 32;
       const uint64_t a_desc = wgmma::Descriptor(
           q_addr + (ks / 4) * kRows * wgmma::kRowBytes + (ks % 4) * 32, 16, wgmma::kAtomBytes);
-      const uint64_t b_desc = wgmma::Descriptor(k_addr + stage + k_offset, 16, wgmma::kAtomBytes);
+      const uint64_t b_desc =
+          wgmma::Descriptor(k_addr + stage(t) + (ks / 4) * kKeys * wgmma::kRowBytes + (ks % 4) * 32,
+                            16, wgmma::kAtomBytes);
       wgmma::MmaSS<T, false, kKeys>(s, a_desc, b_desc, ks > 0);
     }
     wgmma::Commit();
-    wgmma::Wait<0>();
+  };
+  // The softmax of tile t's scores in s, in place; returns whether the output needs rescaling
+  // by `correction` (once the rows' maxima settle, most tiles of a long row, it does not).
+  float correction[2];
+  auto softmax = [&](int t) {
     wgmma::FenceOperand(s);
-
-    // Online softmax per row; the four lanes of a quad hold one row's 128 scores.
-    float correction[2];
+    const int kt = t * kKeys;
     const bool rescale = SoftmaxTile<kKeys>(s, kt, kt + kKeys - 1 > blk.first_limit, limit,
                                             a.scale_log2, row_max, row_sum, correction);
-    // Once the rows' maxima settle (most tiles of a long row), the output needs no rescaling.
-    if (__ballot_sync(kFullMask, rescale) != 0) {
-#pragma unroll
-      for (int i = 0; i < kDim / 2; ++i) o[i] *= correction[i / 2 % 2];
-    }
-    // P in the A fragment of each k-step of 16 keys: the accumulator layout of two n8 tiles.
-    uint32_t p[kKeySteps][4];
+    return __ballot_sync(kFullMask, rescale) != 0;
+  };
+  // P in the A fragment of each k-step of 16 keys: the accumulator layout of two n8 tiles.
+  auto pack_probabilities = [&] {
 #pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) p[kk][i] = PackPair<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
     }
+  };
 
-    mma::CpAsyncWait<1>();  // this thread's pieces of V(tile) landed
+  // Tile 0's scores and probabilities; the output is still zero, so it needs no rescaling.
+  mma::CpAsyncWait<1>();  // this thread's pieces of Q and K(0) landed
+  wgmma::FenceProxyAsync();
+  __syncthreads();  // everyone's did
+  issue_scores(0);
+  wgmma::Wait<0>();
+  softmax(0);
+  pack_probabilities();
+
+  // Waits for this thread's pieces of K(t + 1) and V(t) (its only loads in flight), then for
+  // everyone's; every warpgroup is then done with S(t) and P·V(t - 1), so K(t + 2) may load into
+  // K(t)'s stage and V(t + 1) into V(t - 1)'s.
+  auto next_loads = [&](int t) {
+    mma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
-    __syncthreads();  // everyone's did; every warpgroup is done with P·V(tile - 1)
-    if (tile + 1 < tiles) load_kv(a.v_cache, v_s + (stage ^ kKeyTile), kt + kKeys);
-    mma::CpAsyncCommit();  // group: V(tile + 1)
-
-    // O += P·V(tile): V's rows are keys (k), its 64-element blocks dims (n), read transposed.
+    __syncthreads();
+    if (t + 2 < tiles) load_kv(a.k_cache, k_s + stage(t), (t + 2) * kKeys);
+    if (t + 1 < tiles) load_kv(a.v_cache, v_s + stage(t + 1), (t + 1) * kKeys);
+    mma::CpAsyncCommit();
+  };
+  // Issues O += P(t)·V(t) (one commit group): V's rows are keys (k), its 64-element blocks dims
+  // (n), read transposed.
+  auto issue_output = [&](int t) {
     wgmma::FenceOperand(o);
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk) {
-      const uint64_t b_desc = wgmma::Descriptor(v_addr + stage + kk * 16 * wgmma::kRowBytes,
+      const uint64_t b_desc = wgmma::Descriptor(v_addr + stage(t) + kk * 16 * wgmma::kRowBytes,
                                                 kKeys * wgmma::kRowBytes, wgmma::kAtomBytes);
       wgmma::MmaRS<T, true, kDim>(o, p[kk], b_desc, true);
     }
     wgmma::Commit();
-    wgmma::Wait<0>();
+  };
+
+  // Step t: O += P(t)·V(t) on the tensor cores while this warpgroup's softmax of tile t + 1
+  // runs on its scores, issued just before (as FlashAttention-3 overlaps them). The last step
+  // is peeled off: with the S issue and its wait under a condition, ptxas serializes every
+  // wgmma of the kernel (C7514).
+  for (int t = 0; t + 1 < tiles; ++t) {
+    next_loads(t);
+    issue_scores(t + 1);
+    issue_output(t);
+    wgmma::Wait<1>();  // S(t + 1) is done; P(t)·V(t) may still run
+    const bool rescale = softmax(t + 1);
+    wgmma::Wait<0>();  // P(t)·V(t) is done: o and p are this thread's again
     wgmma::FenceOperand(o);
+    if (rescale) {
+#pragma unroll
+      for (int i = 0; i < kDim / 2; ++i) o[i] *= correction[i / 2 % 2];
+    }
+    pack_probabilities();
   }
-  mma::CpAsyncWait<0>();  // nothing left in flight when the block's shared memory is released
+  next_loads(tiles - 1);
+  issue_output(tiles - 1);
+  wgmma::Wait<0>();
+  wgmma::FenceOperand(o);
 
   StoreRows<T, kDim>(a, blk, o, row_sum, row);
 #endif
