@@ -8,8 +8,10 @@
 // Benchmarks (counters parsed from --benchmark_format=json by later scripts):
 //   BM_PrefillAttention/tokens:N/kernel:K/rows_per_block:R: tflops, median_ms (K auto with R 0:
 //     the launcher's pick, as the backend runs it; mma_sync with R 64 or 128; wgmma)
-//   BM_DecodeAttention/batch:B/ctx:C/{paged,contiguous}: kv_GBps, copy_GBps, kv_over_copy
-//     (paged: a random permutation of pages; contiguous: contiguous_kv = true on the same cache)
+//   BM_DecodeAttention/batch:B/ctx:C/{paged,contiguous,paged_512}: kv_GBps, copy_GBps,
+//     kv_over_copy, partition_tokens (paged: a random permutation of pages; contiguous:
+//     contiguous_kv = true on the same cache; both partitioned as the backend does, with
+//     DecodePartitionSplit; paged_512: partitions of 512 positions, as before that)
 //   BM_DecodeAttentionPagedOverContiguous/batch:B/ctx:C: paged_over_contiguous = paged time /
 //     contiguous time, the two launched alternately in each iteration.
 // The KV (1 GiB per shape) is far larger than L2, so one buffer is reused across iterations.
@@ -159,14 +161,24 @@ std::vector<int32_t> Iota(int n) {
 // A decode batch of `batch` sequences at context `ctx` with random q and KV on the device.
 class DecodeSetup : public AttentionSetup {
  public:
-  DecodeSetup(int batch, int ctx)
+  // backend_split: partitions as the backend cuts them (DecodePartitionSplit with this device's
+  // multiprocessors and the split kernel's occupancy); false: kDecodePartitionTokens each.
+  DecodeSetup(int batch, int ctx, bool backend_split = true)
       : AttentionSetup(static_cast<size_t>(batch) * PagesOf(ctx) * kPageSize * kKvHeads * kHeadDim,
                        static_cast<size_t>(batch) * kHeads * kHeadDim, 1, Iota(batch),
                        std::vector<int32_t>(batch, 1), std::vector<int32_t>(batch, ctx - 1),
                        ShuffledPages(static_cast<size_t>(batch) * PagesOf(ctx), 1234)),
         batch_(batch),
         ctx_(ctx) {
-    max_partitions_ = pc::DecodePartitions(ctx);
+    int multiprocessors = 0;
+    PAGODA_BENCH_CUDA(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, 0));
+    const int split =
+        backend_split
+            ? pc::DecodePartitionSplit(batch, kKvHeads, pc::DecodePartitions(ctx), multiprocessors,
+                                       int64_t{1} << 30, pc::DecodeBlocksPerMultiprocessor(Shape()))
+            : 1;
+    max_partitions_ = pc::DecodePartitions(ctx) * split;
+    partition_tokens_ = pc::kDecodePartitionTokens / split;
     workspace_ = DeviceAlloc<char>(
         pc::DecodeAttentionWorkspaceBytes(batch, kHeads, kHeadDim, max_partitions_));
     PAGODA_BENCH_CUDA(cudaDeviceSynchronize());
@@ -186,6 +198,7 @@ class DecodeSetup : public AttentionSetup {
     p.v_cache = v_;
     p.out = out_;
     p.max_partitions = max_partitions_;
+    p.partition_tokens = partition_tokens_;
     p.workspace = workspace_;
     p.contiguous_kv = contiguous;
     return Timed([&] { return pc::LaunchDecodeAttention(p, nullptr); });
@@ -197,12 +210,17 @@ class DecodeSetup : public AttentionSetup {
   int batch_;
   int ctx_;
   int max_partitions_ = 1;
+  int partition_tokens_ = pc::kDecodePartitionTokens;
   char* workspace_ = nullptr;
+
+ public:
+  int partition_tokens() const { return partition_tokens_; }
 };
 
-void BM_DecodeAttention(benchmark::State& state, int batch, int ctx, bool paged) {
+void BM_DecodeAttention(benchmark::State& state, int batch, int ctx, bool paged,
+                        bool backend_split) {
   const double copy = CopyBandwidth();
-  DecodeSetup setup(batch, ctx);
+  DecodeSetup setup(batch, ctx, backend_split);
   for (int i = 0; i < 3; ++i) setup.TimedLaunch(!paged);  // warm-up
   double total = 0;
   for (auto _ : state) {
@@ -215,6 +233,7 @@ void BM_DecodeAttention(benchmark::State& state, int batch, int ctx, bool paged)
   state.counters["kv_GBps"] = kv / 1e9;
   state.counters["copy_GBps"] = copy / 1e9;
   state.counters["kv_over_copy"] = kv / copy;
+  state.counters["partition_tokens"] = setup.partition_tokens();
 }
 
 void BM_DecodeAttentionPagedOverContiguous(benchmark::State& state, int batch, int ctx) {
@@ -318,10 +337,15 @@ void BM_PrefillAttention(benchmark::State& state, int tokens, pc::PrefillKernel 
     const std::string shape = "/batch:" + std::to_string(batch) + "/ctx:" + std::to_string(ctx);
     for (bool paged : {true, false}) {
       const std::string name = "BM_DecodeAttention" + shape + (paged ? "/paged" : "/contiguous");
-      benchmark::RegisterBenchmark(name.c_str(), BM_DecodeAttention, batch, ctx, paged)
+      benchmark::RegisterBenchmark(name.c_str(), BM_DecodeAttention, batch, ctx, paged, true)
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
+    // The earlier fixed partitions of 512 positions, beside the backend's choice.
+    benchmark::RegisterBenchmark(("BM_DecodeAttention" + shape + "/paged_512").c_str(),
+                                 BM_DecodeAttention, batch, ctx, true, false)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
     benchmark::RegisterBenchmark(("BM_DecodeAttentionPagedOverContiguous" + shape).c_str(),
                                  BM_DecodeAttentionPagedOverContiguous, batch, ctx)
         ->UseManualTime()

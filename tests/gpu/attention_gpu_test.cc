@@ -414,6 +414,14 @@ TEST(AttentionGpuTest, DecodeShortPartitions) {
         RunDecode(Build(DType::kFp16, Shape{16, 128, 8, 2}, DecodeSeqs(contexts), false, seed++),
                   2048 / tokens, true, false, tokens));
   }
+  // More partitions than the merge stages at once (kMergeChunk, 256): 259 of 64 positions, and
+  // head_dim 256, whose dims take two per merge thread.
+  ASSERT_NO_FATAL_FAILURE(
+      RunDecode(Build(DType::kBf16, Shape{16, 128, 4, 2}, DecodeSeqs({16550, 70}), false, 360), 0,
+                true, false, 64));
+  ASSERT_NO_FATAL_FAILURE(
+      RunDecode(Build(DType::kBf16, Shape{16, 256, 4, 2}, DecodeSeqs({700, 3}), false, 361), 0,
+                true, false, 64));
 }
 
 TEST_P(AttentionDTypeTest, DecodeContiguousKv) {

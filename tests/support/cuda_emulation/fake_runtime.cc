@@ -286,6 +286,19 @@ cudaError_t CUDARTAPI cudaGraphExecDestroy(cudaGraphExec_t exec) {
 
 // Kernels opt in to more than 48 KiB of dynamic shared memory; the emulator allows up to sm_90's
 // limit to every launch (CheckConfiguration), so this only checks the request.
+// The emulator knows no register counts: the limit of an sm_90 multiprocessor's threads alone.
+cudaError_t CUDARTAPI cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* num_blocks,
+                                                                    const void* func,
+                                                                    int block_size,
+                                                                    size_t dynamic_smem_bytes) {
+  if (func == nullptr) return cudaErrorInvalidDeviceFunction;
+  if (block_size <= 0 || block_size > 1024 || dynamic_smem_bytes > (227 << 10)) {
+    return cudaErrorInvalidValue;
+  }
+  *num_blocks = std::min(32, 2048 / block_size);
+  return cudaSuccess;
+}
+
 cudaError_t CUDARTAPI cudaFuncSetAttribute(const void* func, cudaFuncAttribute attr, int value) {
   if (func == nullptr) return cudaErrorInvalidDeviceFunction;
   if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && (value < 0 || value > (227 << 10))) {

@@ -119,6 +119,12 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(
       CudaStatus(cudaGetDeviceProperties(&prop, options_.device), "cudaGetDeviceProperties"));
   multiprocessors_ = prop.multiProcessorCount;
+  AttentionShape attention;
+  attention.n_heads = c.n_heads;
+  attention.n_kv_heads = c.n_kv_heads;
+  attention.head_dim = c.head_dim;
+  attention.dtype = dtype_;
+  decode_blocks_per_sm_ = DecodeBlocksPerMultiprocessor(attention);
   max_pitch_ = prop.memPitch;
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&swap_stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
@@ -359,9 +365,9 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
                                    c.rope_base, weights_.rope_inv_freq()},
                                   stream_));
   // Decode attention's grid, the same for every layer: partitions of 512 positions, cut shorter
-  // when they would not fill the GPU.
+  // when that fills the GPU's waves better (DecodePartitionSplit).
   const int split = DecodePartitionSplit(s.num_decodes, c.n_kv_heads, partitions, multiprocessors_,
-                                         limits_.max_decode_units);
+                                         limits_.max_decode_units, decode_blocks_per_sm_);
   for (int l = 0; l < c.n_layers; ++l) {
     RETURN_IF_ERROR(EnqueueLayer(l, s, partitions * split, kDecodePartitionTokens / split));
   }

@@ -153,7 +153,8 @@ class CudaBackend : public Backend {
   size_t max_pitch_ = 0;                // the widest stride a 2D copy may take (memPitch)
   std::unique_ptr<WeightProducts> products_;
   StepLimits limits_;
-  int multiprocessors_ = 0;  // of the device: sizes the decode attention grid
+  int multiprocessors_ = 0;       // of the device: sizes the decode attention grid
+  int decode_blocks_per_sm_ = 0;  // the decode split kernel's occupancy (0: unknown)
   KvArenaLayout layout_;
   DeviceBuffer arena_;
   PinnedBuffer swap_;  // [num_swap_pages_][bytes_per_pool_page]

@@ -153,8 +153,22 @@ int GraphBatchBucket(int num_seqs, int max_seqs) {
 }
 
 int DecodePartitionSplit(int num_seqs, int n_kv_heads, int partitions, int multiprocessors,
-                         int64_t max_units) {
+                         int64_t max_units, int blocks_per_multiprocessor) {
   const int64_t units = int64_t{num_seqs} * partitions;
+  if (multiprocessors > 0 && blocks_per_multiprocessor > 0) {
+    const int64_t capacity = int64_t{multiprocessors} * blocks_per_multiprocessor;
+    int best = 1;
+    int64_t best_cost = 0;
+    for (int split = 1; kDecodePartitionTokens / split >= kMinDecodePartitionTokens &&
+                        (split == 1 || units * split <= max_units);
+         split *= 2) {
+      const int64_t blocks = units * n_kv_heads * split;
+      const int64_t waves = (blocks + capacity - 1) / capacity;
+      const int64_t cost = waves * (kDecodePartitionTokens / split + kDecodeBlockOverheadTokens);
+      if (split == 1 || cost < best_cost) best = split, best_cost = cost;
+    }
+    return best;
+  }
   const int64_t want_blocks = 2 * int64_t{multiprocessors};
   int split = 1;
   while (kDecodePartitionTokens / (2 * split) >= kMinDecodePartitionTokens &&

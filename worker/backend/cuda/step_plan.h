@@ -84,15 +84,7 @@ void BuildStepInputs(std::span<const SeqInput> batch, std::span<const SampleInpu
 int GraphBatchBucket(int num_seqs, int max_seqs);
 // Decode partitions a graph covers: the next power of two >= DecodePartitions(max_context).
 int GraphPartitionBucket(int max_context);
-// How many shorter partitions each kDecodePartitionTokens-long decode partition is cut into
-// (1, 2, 4 or 8, at least kMinDecodePartitionTokens long each): the smallest that gives the
-// decode attention grid (n_kv_heads x num_seqs x partitions x split blocks) two blocks per
-// multiprocessor, as long as num_seqs x partitions x split stays within `max_units` (the
-// workspace's partials). A batch of one sequence at 1k positions and 8 KV heads is otherwise 16
-// blocks on a GPU of 132 multiprocessors. A function of the grid alone, so a graph captured
-// with it replays with it.
-int DecodePartitionSplit(int num_seqs, int n_kv_heads, int partitions, int multiprocessors,
-                         int64_t max_units);
+// DecodePartitionSplit is declared in kernel_args.h (the benchmarks' CUDA files call it).
 // The graph shape for a decode-only batch, or nullopt-like {0,0,0} when it gets no graph
 // (not decode-only, too many sequences, or contexts past max_graph_context).
 GraphShape ChooseGraph(std::span<const SeqInput> batch, int page_size, int max_graph_seqs,

@@ -169,6 +169,18 @@ TEST(StepPlanTest, DecodePartitionSplitFillsSmallGrids) {
   EXPECT_EQ(DecodePartitionSplit(1, 8, 2, 0, 8192), 1);     // no multiprocessor count
 }
 
+TEST(StepPlanTest, DecodePartitionSplitFillsWaves) {
+  // An H100 (132 SMs) running 5 split blocks per SM: 660 at a time. Blocks of 512 positions
+  // cost 544 (32 of overhead), of 256 288, of 128 160, of 64 96, per wave.
+  EXPECT_EQ(DecodePartitionSplit(4, 8, 64, 132, 1 << 20, 5), 2);  // 4 x 32k: 3.1 waves -> 6.2
+  EXPECT_EQ(DecodePartitionSplit(64, 8, 8, 132, 1 << 20, 5), 2);  // 64 x 4k: 7 x 544 > 13 x 288
+  EXPECT_EQ(DecodePartitionSplit(64, 8, 2, 132, 1 << 20, 5), 1);  // 2 x 544 < 4 x 288, 7 x 160
+  EXPECT_EQ(DecodePartitionSplit(1, 8, 2, 132, 1 << 20, 5), 8);   // 16 blocks: one wave of 64s
+  EXPECT_EQ(DecodePartitionSplit(16, 8, 1, 132, 1 << 20, 5), 4);  // 512 fit one wave, 1024 do not
+  EXPECT_EQ(DecodePartitionSplit(4, 8, 64, 132, 300, 5), 1);      // the workspace holds 300 units
+  EXPECT_EQ(DecodePartitionSplit(4, 8, 64, 132, 512, 5), 2);
+}
+
 TEST(StepPlanTest, NoGraphForPrefillsOrLongContexts) {
   Fixture f;
   f.Add(2, 0, 0, true);

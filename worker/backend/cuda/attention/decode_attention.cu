@@ -35,25 +35,27 @@ size_t PartialOutBytes(int num_seqs, int n_heads, int head_dim, int max_partitio
 
 bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
 
+// Calls fn(kernel) with the split kernel for head_dim hd and `group` query heads per KV head:
+// the fast path when `aligned` (16-byte q and caches) allows it, else the generic one.
+template <typename T, bool kContiguous, typename Fn>
+cudaError_t WithSplitKernel(int hd, int group, bool aligned, Fn&& fn) {
+  if (!((hd == 64 || hd == 128) && group <= 8 && aligned)) {
+    return fn(attention_internal::DecodeGenericKernel<T, kContiguous>);
+  }
+  return attention_internal::DispatchPow2UpTo8(group, [&](auto group_pad) {
+    constexpr int kGroupPad = decltype(group_pad)::value;
+    if (hd == 128) return fn(attention_internal::DecodeFastKernel<T, 128, kGroupPad, kContiguous>);
+    return fn(attention_internal::DecodeFastKernel<T, 64, kGroupPad, kContiguous>);
+  });
+}
+
 template <typename T, bool kContiguous>
 cudaError_t LaunchSplitKernel(const DecodeAttentionParams& p, const DecodeArgs& args,
                               cudaStream_t stream) {
   const dim3 grid(p.shape.n_kv_heads, p.batch.num_seqs, p.max_partitions);
-  const int hd = p.shape.head_dim;
-  const bool fast = (hd == 64 || hd == 128) && args.group <= 8 && Aligned(p.q, 16) &&
-                    Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16);
-  if (!fast) {
-    return LaunchKernel(attention_internal::DecodeGenericKernel<T, kContiguous>, grid,
-                        kDecodeThreads, 0, stream, args);
-  }
-  return attention_internal::DispatchPow2UpTo8(args.group, [&](auto group_pad) {
-    constexpr int kGroupPad = decltype(group_pad)::value;
-    if (hd == 128) {
-      return LaunchKernel(attention_internal::DecodeFastKernel<T, 128, kGroupPad, kContiguous>,
-                          grid, kDecodeThreads, 0, stream, args);
-    }
-    return LaunchKernel(attention_internal::DecodeFastKernel<T, 64, kGroupPad, kContiguous>, grid,
-                        kDecodeThreads, 0, stream, args);
+  const bool aligned = Aligned(p.q, 16) && Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16);
+  return WithSplitKernel<T, kContiguous>(p.shape.head_dim, args.group, aligned, [&](auto kernel) {
+    return LaunchKernel(kernel, grid, kDecodeThreads, 0, stream, args);
   });
 }
 
@@ -108,6 +110,20 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
                                                         0, stream, args);
                                   }),
                     "LaunchDecodeAttention");
+}
+
+int DecodeBlocksPerMultiprocessor(const AttentionShape& s) {
+  if (s.n_kv_heads <= 0 || s.n_heads % s.n_kv_heads != 0) return 0;
+  int blocks = 0;
+  const cudaError_t err = DispatchDType(s.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return WithSplitKernel<T, false>(
+        s.head_dim, s.n_heads / s.n_kv_heads, /*aligned=*/true, [&](auto kernel) {
+          return cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+              &blocks, reinterpret_cast<const void*>(kernel), kDecodeThreads, 0);
+        });
+  });
+  return err == cudaSuccess ? blocks : 0;
 }
 
 }  // namespace pagoda::worker::cuda

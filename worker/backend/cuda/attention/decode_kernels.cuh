@@ -129,8 +129,29 @@ __device__ __forceinline__ void StoreStats(const DecodeArgs& a, const Partition&
 
 // Combines the partitions of one (sequence, query head): out = sum_i w_i o_i / sum_i w_i l_i with
 // w_i = exp2(m_i - max_j m_j). Sequences with one partition were finished by the first kernel.
+// The block finds the max together, computes each partition's weight once into shared memory
+// (kMergeChunk partitions at a time), and each thread sums its dims over them with several
+// partitions' loads in flight: a loop of dependent loads per thread made this kernel a tenth of
+// decode attention's time at 4 x 32k (bench/journal/gpu.md).
+inline constexpr int kMergeChunk = 256;
+
+// The block-wide reduction of v by `op` (every thread gets it); red holds kDecodeWarps floats.
+template <typename Op>
+__device__ __forceinline__ float BlockReduce(float v, float* red, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(kFullMask, v, offset));
+  __syncthreads();  // red's previous use is done
+  if (threadIdx.x % 32 == 0) red[threadIdx.x / 32] = v;
+  __syncthreads();
+  v = red[0];
+#pragma unroll
+  for (int w = 1; w < kDecodeWarps; ++w) v = op(v, red[w]);
+  return v;
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const DecodeArgs a) {
+  __shared__ float weight[kMergeChunk];
+  __shared__ float red[kDecodeWarps];
   const int h = blockIdx.x, seq = blockIdx.y;
   Partition p;
   if (!GetPartition(a, seq, 0, &p) || p.num_parts == 1) return;
@@ -138,18 +159,34 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const Decode
   const float2* ml = a.part_ml + unit * a.max_partitions;
   const float* part_out = a.part_out + unit * a.max_partitions * a.head_dim;
   float m = -INFINITY;
-  for (int i = 0; i < p.num_parts; ++i) m = fmaxf(m, ml[i].x);
-  T* out = static_cast<T*>(a.out) + (static_cast<size_t>(p.row) * a.n_heads + h) * a.head_dim;
-  for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) {
-    float acc = 0.0f, l = 0.0f;
-    for (int i = 0; i < p.num_parts; ++i) {
-      const float2 s = ml[i];
+  for (int i = threadIdx.x; i < p.num_parts; i += kDecodeThreads) m = fmaxf(m, ml[i].x);
+  m = BlockReduce(m, red, [](float x, float y) { return fmaxf(x, y); });
+  // Each thread's dims: threadIdx.x and threadIdx.x + kDecodeThreads (head_dim <= 256).
+  static_assert(2 * kDecodeThreads >= kMaxHeadDimArg, "two dims per thread cover a head");
+  const int d0 = threadIdx.x, d1 = threadIdx.x + kDecodeThreads;
+  float acc0 = 0.0f, acc1 = 0.0f, l = 0.0f;
+  for (int c0 = 0; c0 < p.num_parts; c0 += kMergeChunk) {
+    const int len = min(kMergeChunk, p.num_parts - c0);
+    __syncthreads();  // the previous chunk's weights are read
+    for (int i = threadIdx.x; i < len; i += kDecodeThreads) {
+      const float2 s = ml[c0 + i];
       const float w = exp2f(s.x - m);
-      l = fmaf(w, s.y, l);
-      acc = fmaf(w, part_out[static_cast<size_t>(i) * a.head_dim + d], acc);
+      weight[i] = w;
+      l = fmaf(w, s.y, l);  // this thread's share of the denominator
     }
-    out[d] = FromFloat<T>(acc / l);
+    __syncthreads();
+    const float* o = part_out + static_cast<size_t>(c0) * a.head_dim;
+#pragma unroll 8
+    for (int i = 0; i < len; ++i) {
+      const float w = weight[i];
+      if (d0 < a.head_dim) acc0 = fmaf(w, o[static_cast<size_t>(i) * a.head_dim + d0], acc0);
+      if (d1 < a.head_dim) acc1 = fmaf(w, o[static_cast<size_t>(i) * a.head_dim + d1], acc1);
+    }
   }
+  l = BlockReduce(l, red, [](float x, float y) { return x + y; });
+  T* out = static_cast<T*>(a.out) + (static_cast<size_t>(p.row) * a.n_heads + h) * a.head_dim;
+  if (d0 < a.head_dim) out[d0] = FromFloat<T>(acc0 / l);
+  if (d1 < a.head_dim) out[d1] = FromFloat<T>(acc1 / l);
 }
 
 }  // namespace pagoda::worker::cuda::attention_internal

@@ -73,6 +73,11 @@ struct DecodeAttentionParams {
   bool contiguous_kv = false;
 };
 absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
+// How many blocks of the split kernel that LaunchDecodeAttention runs for `s` (paged, aligned
+// tensors) are resident per multiprocessor at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor
+// on the current device), or 0 when it cannot say: what DecodePartitionSplit (step_plan.h)
+// models the grid's waves with.
+int DecodeBlocksPerMultiprocessor(const AttentionShape& s);
 
 // The tensor-core kernels of prefill (head dims 64 and 128).
 enum class PrefillKernel {
