@@ -384,10 +384,15 @@ void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
   }
 }
 
+namespace {
+
+// A 16-bit element's value.
 float ElementToFloat(uint32_t bits, bool bf16) {
   if (bf16) return std::bit_cast<float>(bits << 16);
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
+
+}  // namespace
 
 void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1, bool bf16) {
   const uint32_t mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
