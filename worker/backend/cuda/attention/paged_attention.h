@@ -75,7 +75,7 @@ struct DecodeAttentionParams {
 absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t stream);
 // How many blocks of the split kernel that LaunchDecodeAttention runs for `s` (paged, aligned
 // tensors) are resident per multiprocessor at once (cudaOccupancyMaxActiveBlocksPerMultiprocessor
-// on the current device), or 0 when it cannot say: what DecodePartitionSplit (step_plan.h)
+// on the current device), or 0 when it cannot say: what DecodePartitionSplit (kernel_args.h)
 // models the grid's waves with.
 int DecodeBlocksPerMultiprocessor(const AttentionShape& s);
 

@@ -2,8 +2,9 @@
 // product for a few tokens that decodes each block in registers, a tensor-core product for many
 // that decodes tiles into shared memory, and a row decoder (the embedding gather, and the
 // scratch slices that cuBLAS multiplies on the other path for many tokens; weight_products.h
-// chooses). CPU twin: the CPU backend's products with
-// float activations (cpu_kernels.h) over DequantizeRowPortable's values.
+// chooses), plus the fused product's twin for dense BF16/FP16 rows (LaunchDenseGemv). CPU twin:
+// the CPU backend's products with float activations (cpu_kernels.h) over DequantizeRowPortable's
+// values.
 //
 // Contract: as layer_kernels.h. Launchers never allocate or synchronize, grids depend only on
 // the arguments (CUDA-graph safe), all pointers are device memory, and a Params that breaks a
