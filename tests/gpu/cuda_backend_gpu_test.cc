@@ -41,18 +41,29 @@ constexpr bool kEmulated = true;
 constexpr bool kEmulated = false;
 #endif
 
-std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model, int page_size,
-                                      int num_pages, DType dtype, bool graphs = true,
-                                      int max_batch_tokens = 2048) {
+// A backend's options: num_pages pages of page_size tokens, dtype; the rest default.
+CudaBackendOptions CudaOptions(int page_size, int num_pages, DType dtype) {
   CudaBackendOptions o;
   o.page_size = page_size;
   o.num_pages = num_pages;
   o.dtype = dtype;
-  o.cuda_graphs = graphs;
-  o.max_batch_tokens = max_batch_tokens;
+  return o;
+}
+
+std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model,
+                                      const CudaBackendOptions& o) {
   auto b = CudaBackend::Create(std::move(model), o);
   EXPECT_OK(b);
   return b.ok() ? *std::move(b) : nullptr;
+}
+
+std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model, int page_size,
+                                      int num_pages, DType dtype, bool graphs = true,
+                                      int max_batch_tokens = 2048) {
+  CudaBackendOptions o = CudaOptions(page_size, num_pages, dtype);
+  o.cuda_graphs = graphs;
+  o.max_batch_tokens = max_batch_tokens;
+  return MakeCuda(std::move(model), o);
 }
 
 // The CPU reference with float activations: the CUDA backend converts quantized weights to
@@ -429,14 +440,11 @@ TEST(CudaBackendGpuTest, MmaSyncPrefillMatchesCpu) {
   o.dtype = common::GgmlType::F16;
   auto model = testing::RandomModel(o);
   auto cpu = MakeCpu(model, 16, 400);
-  CudaBackendOptions options;
-  options.page_size = 16;
-  options.num_pages = 400;
-  options.dtype = DType::kFp16;
+  CudaBackendOptions options = CudaOptions(16, 400, DType::kFp16);
   options.prefill_kernel = PrefillKernel::kMmaSync;
-  auto gpu = CudaBackend::Create(model, options);
-  ASSERT_OK(gpu);
-  CompareRagged(*cpu, **gpu, rng, 6, 200, 4, 6e-3);
+  auto gpu = MakeCuda(model, options);
+  ASSERT_NE(gpu, nullptr);
+  CompareRagged(*cpu, *gpu, rng, 6, 200, 4, 6e-3);
 }
 
 TEST(CudaBackendGpuTest, DenseGemvDecodeMatchesCpu) {
@@ -450,14 +458,11 @@ TEST(CudaBackendGpuTest, DenseGemvDecodeMatchesCpu) {
   auto model = testing::RandomModel(o);
   for (DType dtype : {DType::kBf16, DType::kFp16}) {
     auto cpu = MakeCpu(model, 16, 400);
-    CudaBackendOptions options;
-    options.page_size = 16;
-    options.num_pages = 400;
-    options.dtype = dtype;
+    CudaBackendOptions options = CudaOptions(16, 400, dtype);
     options.dense_gemv_max_tokens = 8;
-    auto gpu = CudaBackend::Create(model, options);
-    ASSERT_OK(gpu);
-    CompareRagged(*cpu, **gpu, rng, 6, 40, 6, dtype == DType::kBf16 ? 3e-2 : 6e-3);
+    auto gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    CompareRagged(*cpu, *gpu, rng, 6, 40, 6, dtype == DType::kBf16 ? 3e-2 : 6e-3);
   }
 }
 

@@ -133,9 +133,59 @@ absl::Status QuantizeThenGemvInt8(const QuantGemvParams& p, cudaStream_t stream)
                                                 : absl::InternalError("synchronize");
 }
 
+// One run of `launch` for n tokens of random x into columns [5, 5 + w.rows) of a wider output
+// (ld = w.rows + 11) left poisoned elsewhere, plain or accumulating, against the product of
+// w_values ([rows][cols]) with x's values (rounded to 8-bit blocks first when q8_x): each output
+// within rel_tol of the sum of |terms| (plus 1e-5), every other column untouched.
+void CheckOneProduct(Launcher launch, const DeviceMatrix& w, const std::vector<float>& w_values,
+                     int n, bool accumulate, DType dtype, bool q8_x, double rel_tol,
+                     std::mt19937& rng) {
+  const int rows = w.rows, cols = w.cols, first = 5, ld = rows + 11;
+  SCOPED_TRACE(::testing::Message()
+               << cols << " columns, " << n << " tokens" << (accumulate ? ", accumulating" : ""));
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<uint16_t> x(size_t(n) * cols);
+  for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
+  std::vector<float> out(size_t(n) * ld, NAN);
+  for (int t = 0; t < n && accumulate; ++t) {
+    for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
+  }
+  const std::vector<float> before = out;
+  std::vector<float> x_ref(x.size());
+  for (size_t i = 0; i < x.size(); ++i) x_ref[i] = FromBits(x[i], dtype);
+  if (q8_x) x_ref = Q8BlocksOnHost(x_ref, nullptr, nullptr);
+  DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
+  ASSERT_EQ(d_x.Upload(x), cudaSuccess);
+  ASSERT_EQ(d_out.Upload(out), cudaSuccess);
+  ASSERT_OK(launch({d_x.get(), w, d_out.as<float>() + first, ld, n, accumulate, dtype}, nullptr));
+  ASSERT_EQ(d_out.Download(out), cudaSuccess);
+  int bad = 0;
+  for (int t = 0; t < n; ++t) {
+    for (int c = 0; c < ld; ++c) {
+      const float got = out[size_t(t) * ld + c];
+      const int o = c - first;
+      if (o < 0 || o >= rows) {
+        if (!std::isnan(got) && bad++ < 5) {
+          ADD_FAILURE() << "token " << t << " column " << c << " was written";
+        }
+        continue;
+      }
+      double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
+      for (int i = 0; i < cols; ++i) {
+        const double p = double(w_values[size_t(o) * cols + i]) * x_ref[size_t(t) * cols + i];
+        ref += p;
+        magnitude += std::fabs(p);
+      }
+      if (!(std::fabs(got - ref) <= rel_tol * magnitude + 1e-5) && bad++ < 5) {
+        ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
+      }
+    }
+  }
+}
+
 // `launch` against the product of the CPU's dequantized rows, for each token count of `tokens`,
-// plain and accumulating, into a column range of a wider output; with x rounded to 8-bit blocks
-// first for the launchers that quantize it (q8_x).
+// plain and accumulating (CheckOneProduct); with x rounded to 8-bit blocks first for the
+// launchers that quantize it (q8_x).
 // Column counts below, at and across the kernels' chunks (1024 and 64 elements); `rows` leaves
 // partial tiles (of 16 and 64 rows).
 void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_list<int> tokens,
@@ -144,57 +194,16 @@ void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_
   const std::vector<int> widths = all_widths
                                       ? std::vector<int>{block == 32 ? 224 : 256, 1024, 1280, 2304}
                                       : std::vector<int>{block == 32 ? 224 : 256, 1280};
+  // The tensor-core product rounds each weight to the dtype first.
+  const double rel_tol = launch == LaunchQuantGemm ? 2 * Eps(dtype) : 1e-5;
   for (int cols : widths) {
-    const int first = 5, ld = rows + 11;
     const HostMatrix m = RandomMatrix(type, rows, cols, rng);
     DeviceArray d_w(m.bytes.size());
     ASSERT_EQ(d_w.Upload(m.bytes), cudaSuccess);
     for (int n : tokens) {
       for (bool accumulate : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << cols << " columns, " << n << " tokens"
-                                          << (accumulate ? ", accumulating" : ""));
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<uint16_t> x(size_t(n) * cols);
-        for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
-        std::vector<float> out(size_t(n) * ld, NAN);
-        for (int t = 0; t < n && accumulate; ++t) {
-          for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
-        }
-        const std::vector<float> before = out;
-        std::vector<float> x_ref(x.size());
-        for (size_t i = 0; i < x.size(); ++i) x_ref[i] = FromBits(x[i], dtype);
-        if (q8_x) x_ref = Q8BlocksOnHost(x_ref, nullptr, nullptr);
-        DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
-        ASSERT_EQ(d_x.Upload(x), cudaSuccess);
-        ASSERT_EQ(d_out.Upload(out), cudaSuccess);
-        ASSERT_OK(launch(
-            {d_x.get(), OnDevice(m, d_w), d_out.as<float>() + first, ld, n, accumulate, dtype},
-            nullptr));
-        ASSERT_EQ(d_out.Download(out), cudaSuccess);
-        int bad = 0;
-        for (int t = 0; t < n; ++t) {
-          for (int c = 0; c < ld; ++c) {
-            const float got = out[size_t(t) * ld + c];
-            const int o = c - first;
-            if (o < 0 || o >= rows) {
-              if (!std::isnan(got) && bad++ < 5) {
-                ADD_FAILURE() << "token " << t << " column " << c << " was written";
-              }
-              continue;
-            }
-            double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
-            for (int i = 0; i < cols; ++i) {
-              const double p = double(m.values[size_t(o) * cols + i]) * x_ref[size_t(t) * cols + i];
-              ref += p;
-              magnitude += std::fabs(p);
-            }
-            // The tensor-core product rounds each weight to the dtype first.
-            const double tol = (launch == LaunchQuantGemm ? 2 * Eps(dtype) : 1e-5) * magnitude;
-            if (!(std::fabs(got - ref) <= tol + 1e-5) && bad++ < 5) {
-              ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
-            }
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(CheckOneProduct(launch, OnDevice(m, d_w), m.values, n, accumulate,
+                                                dtype, q8_x, rel_tol, rng));
       }
     }
   }
@@ -523,53 +532,21 @@ TEST_P(DenseGemvTest, MatchesTheHostProduct) {
   const DType dtype = GetParam();
   std::mt19937 rng(dtype == DType::kBf16 ? 41 : 42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int rows = 37, first = 5, ld = rows + 11;
+  const int rows = 37;
   for (int cols : {8, 248, 1024, 1032, 3000}) {
     std::vector<uint16_t> w(size_t(rows) * cols);
-    for (uint16_t& v : w) v = ToBits(normal(rng) * 0.05f, dtype);
+    std::vector<float> values(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w[i] = ToBits(normal(rng) * 0.05f, dtype);
+      values[i] = FromBits(w[i], dtype);
+    }
     DeviceArray d_w(w.size() * 2);
     ASSERT_EQ(d_w.Upload(w), cudaSuccess);
     const DeviceMatrix m{d_w.get(), WeightFormat::kDense, rows, cols, size_t(cols) * 2};
     for (int n : {1, 3, 8}) {
       for (bool accumulate : {false, true}) {
-        SCOPED_TRACE(::testing::Message() << cols << " columns, " << n << " tokens"
-                                          << (accumulate ? ", accumulating" : ""));
-        std::vector<uint16_t> x(size_t(n) * cols);
-        for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
-        std::vector<float> out(size_t(n) * ld, NAN);
-        for (int t = 0; t < n && accumulate; ++t) {
-          for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
-        }
-        const std::vector<float> before = out;
-        DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
-        ASSERT_EQ(d_x.Upload(x), cudaSuccess);
-        ASSERT_EQ(d_out.Upload(out), cudaSuccess);
-        ASSERT_OK(LaunchDenseGemv(
-            {d_x.get(), m, d_out.as<float>() + first, ld, n, accumulate, dtype}, nullptr));
-        ASSERT_EQ(d_out.Download(out), cudaSuccess);
-        int bad = 0;
-        for (int t = 0; t < n; ++t) {
-          for (int c = 0; c < ld; ++c) {
-            const float got = out[size_t(t) * ld + c];
-            const int o = c - first;
-            if (o < 0 || o >= rows) {
-              if (!std::isnan(got) && bad++ < 5) {
-                ADD_FAILURE() << "token " << t << " column " << c << " was written";
-              }
-              continue;
-            }
-            double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
-            for (int i = 0; i < cols; ++i) {
-              const double p = double(FromBits(w[size_t(o) * cols + i], dtype)) *
-                               FromBits(x[size_t(t) * cols + i], dtype);
-              ref += p;
-              magnitude += std::fabs(p);
-            }
-            if (!(std::fabs(got - ref) <= 1e-5 * magnitude + 1e-5) && bad++ < 5) {
-              ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
-            }
-          }
-        }
+        ASSERT_NO_FATAL_FAILURE(CheckOneProduct(LaunchDenseGemv, m, values, n, accumulate, dtype,
+                                                /*q8_x=*/false, 1e-5, rng));
       }
     }
   }

@@ -274,18 +274,19 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
     if (s.page_size == 1 << shift) args.page_shift = shift;
   }
   const int64_t rows = static_cast<int64_t>(p.max_chunk_tokens) * args.group;
-  if (HasMmaPath(s.head_dim) && (p.kernel == PrefillKernel::kWgmma ||
-                                 (p.kernel == PrefillKernel::kAuto && PrefillWgmmaAvailable()))) {
+  const bool has_wgmma = PrefillWgmmaAvailable();
+  if (HasMmaPath(s.head_dim) &&
+      (p.kernel == PrefillKernel::kWgmma || (p.kernel == PrefillKernel::kAuto && has_wgmma))) {
     namespace pw = attention_internal::prefill_wgmma;
-    RETURN_IF_ERROR(
-        check.Require(PrefillWgmmaAvailable(), "kernel wgmma needs a GPU of compute capability 9.0")
-            .Require(rows <= int64_t{attention_internal::kMaxGridYZ} * pw::kRows,
-                     "max_chunk_tokens %d x group %d is %d rows, over %d", p.max_chunk_tokens,
-                     args.group, rows, attention_internal::kMaxGridYZ * pw::kRows)
-            .Require(p.rows_per_block == 0 || p.rows_per_block == pw::kRows,
-                     "rows_per_block %d must be 0 or %d for the wgmma kernel", p.rows_per_block,
-                     pw::kRows)
-            .status());
+    RETURN_IF_ERROR(check.Require(has_wgmma, "kernel wgmma needs a GPU of compute capability 9.0")
+                        .Require(rows <= int64_t{attention_internal::kMaxGridYZ} * pw::kRows,
+                                 "max_chunk_tokens %d x group %d is %d rows, over %d",
+                                 p.max_chunk_tokens, args.group, rows,
+                                 attention_internal::kMaxGridYZ * pw::kRows)
+                        .Require(p.rows_per_block == 0 || p.rows_per_block == pw::kRows,
+                                 "rows_per_block %d must be 0 or %d for the wgmma kernel",
+                                 p.rows_per_block, pw::kRows)
+                        .status());
     return CudaStatus(DispatchDType(s.dtype,
                                     [&](auto tag) -> cudaError_t {
                                       using T = decltype(tag);
