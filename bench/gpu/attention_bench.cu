@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/gpu/bench_options.h"
 #include "bench/gpu/copy_bandwidth.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
 #include "worker/backend/cuda/kernel_args.h"
@@ -295,9 +296,11 @@ class PrefillSetup : public AttentionSetup {
 };
 
 // Prefill attention TFLOP/s (median launch time) for one prompt; kernel kAuto with
-// rows_per_block 0 is the launcher's own choice, as the backend runs it.
+// rows_per_block 0 is the launcher's own choice, as the backend runs it (or the kernel that
+// GPU_BENCH_PREFILL_KERNEL names).
 void BM_PrefillAttention(benchmark::State& state, int tokens, pc::PrefillKernel kernel,
                          int rows_per_block) {
+  if (kernel == pc::PrefillKernel::kAuto) kernel = BenchPrefillKernel();
   PrefillSetup setup(tokens);
   for (int i = 0; i < 3; ++i) setup.TimedLaunch(kernel, rows_per_block);  // warm-up
   std::vector<double> times;

@@ -35,6 +35,7 @@
 #include <string>
 #include <utility>
 
+#include "bench/gpu/bench_options.h"
 #include "bench/gpu/copy_bandwidth.h"
 #include "common/status_macros.h"
 #include "worker/backend/cuda/cuda_backend.h"
@@ -136,6 +137,7 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
   o.dense_gemv_max_tokens = path == Path::kDenseGemv ? pc::kQuantGemvMaxTokens : 0;
+  o.prefill_kernel = BenchPrefillKernel();
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
   if (!b.ok()) {
