@@ -504,6 +504,34 @@ TEST(AttentionGpuTest, PrefillWideGridAndLargeGroup) {
       PrefillKernel::kWgmma));
 }
 
+TEST(AttentionGpuTest, PrefillMisalignedQueriesTakeTheGenericKernel) {
+  SKIP_WITHOUT_GPU();
+  // q 8 bytes past a 16-byte boundary cannot feed cp.async (the GPU faults on a misaligned
+  // address; so does the emulator): whichever kernel is asked for, the generic one runs it.
+  const Problem pr = Build(DType::kBf16, {16, 128, 4, 2}, {{100, 40}, {0, 17}}, false, 810);
+  DeviceProblem dev(pr);
+  ASSERT_NO_FATAL_FAILURE(dev.Upload(pr));
+  DeviceArray shifted(pr.q.size() * 2 + 16);
+  ASSERT_EQ(shifted.status(), cudaSuccess);
+  char* q = shifted.as<char>() + 8;
+  ASSERT_EQ(cudaMemcpy(q, pr.q.data(), pr.q.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  for (PrefillKernel kernel :
+       {PrefillKernel::kAuto, PrefillKernel::kMmaSync, PrefillKernel::kWgmma}) {
+    PrefillAttentionParams p;
+    p.batch = dev.BatchOf(pr);
+    p.shape = dev.ShapeOf(pr);
+    p.q = q;
+    p.k_cache = dev.k.get();
+    p.v_cache = dev.v.get();
+    p.out = dev.out.get();
+    p.max_chunk_tokens = 40;
+    p.kernel = kernel;
+    RunTwice(
+        pr, dev, nullptr, [&] { return LaunchPrefillAttention(p, nullptr); },
+        std::string("prefill, q misaligned, kernel ") + KernelName(kernel));
+  }
+}
+
 TEST(AttentionGpuTest, WorkspaceCoversThePartials) {
   // Host-only: [seqs][heads][partitions] of head_dim floats plus a (max, sum) pair.
   EXPECT_GE(DecodeAttentionWorkspaceBytes(64, 32, 128, 8), size_t{64} * 32 * 8 * (128 + 2) * 4);

@@ -559,6 +559,13 @@ void WgmmaWait(int pending) {
 }
 
 void CopyAsync16(void* dst, const void* src, bool fill) {
+  // cp.async of 16 bytes faults on the GPU ("misaligned address") unless both ends are 16-byte
+  // aligned; the source is checked only where it is read.
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 ||
+      (fill && reinterpret_cast<uintptr_t>(src) % 16 != 0)) {
+    ReportFault("cp.async of 16 bytes between addresses not 16-byte aligned");
+    return;
+  }
   if (fill) {
     std::memcpy(dst, src, 16);
   } else {

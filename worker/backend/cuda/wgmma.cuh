@@ -63,6 +63,8 @@ void Wait() {
 }
 template <int N>
 void FenceOperand(float (&)[N]) {}
+template <int N>
+void FenceOperand(uint32_t (&)[N]) {}
 // d (+)= A·B, A (64 x 16) at a_desc, K-major. accumulate false: d = A·B.
 template <typename T, bool kTransB, int N>
 void MmaSS(float (&d)[N / 2], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
@@ -104,6 +106,12 @@ template <int N>
 __device__ __forceinline__ void FenceOperand(float (&d)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+// The same for an A fragment in registers, read asynchronously until its Wait.
+template <int N>
+__device__ __forceinline__ void FenceOperand(uint32_t (&a)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
 #define PAGODA_WGMMA_D64_REGS                                                                   \

@@ -29,6 +29,10 @@ inline constexpr int kMaxHeadDimArg = 256;  // kMaxHeadDim, before the kernels' 
 
 // The rules both launchers share: the shape, the batch size against the grid, and the tensors,
 // `alignment`-byte aligned.
+inline bool Aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
+
 inline void CheckAttentionArgs(ArgCheck& check, const AttentionShape& s, const AttentionBatch& b,
                                const void* q, const void* k_cache, const void* v_cache,
                                const void* out, uintptr_t alignment) {

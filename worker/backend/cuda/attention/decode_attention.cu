@@ -33,8 +33,6 @@ size_t PartialOutBytes(int num_seqs, int n_heads, int head_dim, int max_partitio
   return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
 }
 
-bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
-
 // Calls fn(kernel) with the split kernel for head_dim hd and `group` query heads per KV head:
 // the fast path when `aligned` (16-byte q and caches) allows it, else the generic one.
 template <typename T, bool kContiguous, typename Fn>
@@ -53,7 +51,9 @@ template <typename T, bool kContiguous>
 cudaError_t LaunchSplitKernel(const DecodeAttentionParams& p, const DecodeArgs& args,
                               cudaStream_t stream) {
   const dim3 grid(p.shape.n_kv_heads, p.batch.num_seqs, p.max_partitions);
-  const bool aligned = Aligned(p.q, 16) && Aligned(p.k_cache, 16) && Aligned(p.v_cache, 16);
+  const bool aligned = attention_internal::Aligned(p.q, 16) &&
+                       attention_internal::Aligned(p.k_cache, 16) &&
+                       attention_internal::Aligned(p.v_cache, 16);
   return WithSplitKernel<T, kContiguous>(p.shape.head_dim, args.group, aligned, [&](auto kernel) {
     return LaunchKernel(kernel, grid, kDecodeThreads, 0, stream, args);
   });
@@ -81,7 +81,8 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
           kDecodePartitionTokens)
       .Require(p.max_partitions <= 1 || p.workspace != nullptr,
                "workspace is null with max_partitions %d > 1", p.max_partitions)
-      .Require(Aligned(p.workspace, 16), "workspace (%p) must be 16-byte aligned", p.workspace)
+      .Require(attention_internal::Aligned(p.workspace, 16),
+               "workspace (%p) must be 16-byte aligned", p.workspace)
       .Require(p.contiguous_kv || b.page_table != nullptr, "batch.page_table is null");
   RETURN_IF_ERROR(check.status());
   DecodeArgs args{};

@@ -253,8 +253,14 @@ cudaError_t LaunchWgmma(const PrefillArgs& args, int rows, int num_seqs, cudaStr
   return LaunchKernel(kKernel, grid, pw::kThreads, kSmem, stream, args);
 }
 
-// Whether LaunchPrefillAttention takes the tensor-core kernel for this head_dim.
-bool HasMmaPath(int head_dim) { return head_dim == 64 || head_dim == 128; }
+// Whether LaunchPrefillAttention takes a tensor-core kernel: head_dim 64 or 128, and q and the
+// caches 16-byte aligned for their cp.async copies (every row then is, at these head dims) and
+// out 4-byte aligned for its paired stores. Anything else takes the generic kernel.
+bool HasMmaPath(const PrefillAttentionParams& p) {
+  namespace ai = attention_internal;
+  return (p.shape.head_dim == 64 || p.shape.head_dim == 128) && ai::Aligned(p.q, 16) &&
+         ai::Aligned(p.k_cache, 16) && ai::Aligned(p.v_cache, 16) && ai::Aligned(p.out, 4);
+}
 
 }  // namespace
 
@@ -275,7 +281,7 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
   }
   const int64_t rows = static_cast<int64_t>(p.max_chunk_tokens) * args.group;
   const bool has_wgmma = PrefillWgmmaAvailable();
-  if (HasMmaPath(s.head_dim) &&
+  if (HasMmaPath(p) &&
       (p.kernel == PrefillKernel::kWgmma || (p.kernel == PrefillKernel::kAuto && has_wgmma))) {
     namespace pw = attention_internal::prefill_wgmma;
     RETURN_IF_ERROR(check.Require(has_wgmma, "kernel wgmma needs a GPU of compute capability 9.0")
@@ -297,7 +303,7 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
                                     }),
                       "LaunchPrefillAttention");
   }
-  if (HasMmaPath(s.head_dim)) {
+  if (HasMmaPath(p)) {
     namespace pm = attention_internal::prefill_mma;
     RETURN_IF_ERROR(check
                         .Require(rows <= int64_t{attention_internal::kMaxGridYZ} * pm::kRows<1>,

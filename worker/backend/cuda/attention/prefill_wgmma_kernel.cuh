@@ -118,6 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
 
   // Issues S = Q·K(t)ᵀ into s (one commit group).
   auto issue_scores = [&](int t) {
+    wgmma::FenceOperand(s);
     wgmma::Fence();
 #pragma unroll
     for (int ks = 0; ks < kSteps; ++ks) {
@@ -139,6 +140,11 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
     const bool rescale = SoftmaxTile<kKeys>(s, kt, kt + kKeys - 1 > blk.first_limit, limit,
                                             a.scale_log2, row_max, row_sum, correction);
     return __ballot_sync(kFullMask, rescale) != 0;
+  };
+  // Ties p's registers to the surrounding Mma and Wait calls, as FenceOperand(o) does o's.
+  auto fence_probabilities = [&] {
+#pragma unroll
+    for (int kk = 0; kk < kKeySteps; ++kk) wgmma::FenceOperand(p[kk]);
   };
   // P in the A fragment of each k-step of 16 keys: the accumulator layout of two n8 tiles.
   auto pack_probabilities = [&] {
@@ -173,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   // (n), read transposed.
   auto issue_output = [&](int t) {
     wgmma::FenceOperand(o);
+    fence_probabilities();
     wgmma::Fence();
 #pragma unroll
     for (int kk = 0; kk < kKeySteps; ++kk) {
@@ -195,6 +202,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
     const bool rescale = softmax(t + 1);
     wgmma::Wait<0>();  // P(t)·V(t) is done: o and p are this thread's again
     wgmma::FenceOperand(o);
+    fence_probabilities();
     if (rescale) {
 #pragma unroll
       for (int i = 0; i < kDim / 2; ++i) o[i] *= correction[i / 2 % 2];
