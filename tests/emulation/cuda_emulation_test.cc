@@ -312,6 +312,51 @@ TEST(CudaEmulationTest, WgmmaNotWaitedForFailsTheLaunch) {
   emulation::TakeLastError();
 }
 
+// cp.async lands at the wait that covers its group, as late as the GPU allows: before it the
+// destination holds its old bytes; wait_group 1 lands the older of two groups only; a copy
+// without fill writes zeros; copies still in flight at exit land.
+__global__ void CopiesLandAtTheirWait(const uint32_t* src, uint32_t* out) {
+  __shared__ __align__(16) uint32_t dst[12];
+  for (int i = 0; i < 12; ++i) dst[i] = 7;
+  mma::CpAsync16(&dst[0], src, true);
+  mma::CpAsyncCommit();
+  mma::CpAsync16(&dst[4], src + 4, false);
+  mma::CpAsyncCommit();
+  out[0] = dst[0];  // neither group waited for
+  mma::CpAsyncWait<1>();
+  out[1] = dst[0];  // the first group landed
+  out[2] = dst[4];  // the second not yet
+  mma::CpAsyncWait<0>();
+  out[3] = dst[4];
+  mma::CpAsync16(&dst[8], src + 8, true);  // never committed or waited for
+  out[4] = dst[8];
+}
+
+TEST(CudaEmulationTest, CopiesLandAtTheirWait) {
+  std::vector<uint32_t> src(12);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = 100 + static_cast<uint32_t>(i);
+  std::vector<uint32_t> out(5, 0);
+  ASSERT_EQ(LaunchKernel(CopiesLandAtTheirWait, 1, 1, 0, nullptr, src.data(), out.data()),
+            cudaSuccess);
+  EXPECT_EQ(out, (std::vector<uint32_t>{7, 100, 7, 0, 7}));
+}
+
+__global__ void MisalignedCopy(const char* src) {
+  __shared__ __align__(16) char dst[32];
+  mma::CpAsync16(dst, src + 8, true);
+  mma::CpAsyncCommit();
+  mma::CpAsyncWait<0>();
+}
+
+TEST(CudaEmulationTest, MisalignedCopyFailsTheLaunch) {
+  alignas(16) char src[32] = {};
+  EXPECT_EQ(LaunchKernel(MisalignedCopy, 1, 1, 0, nullptr, static_cast<const char*>(src)),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("not 16-byte aligned"), std::string::npos)
+      << emulation::LastLaunchError();
+  emulation::TakeLastError();
+}
+
 // Threads that return early leave the barrier, as on the GPU.
 __global__ void EarlyExitThenBarrier(int* out) {
   __shared__ int total;

@@ -8,6 +8,7 @@
 #include <ucontext.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
@@ -107,6 +108,13 @@ struct Fiber {
   // committed groups, oldest first.
   std::vector<std::function<void()>> wgmma_open;
   std::deque<std::vector<std::function<void()>>> wgmma_groups;
+  // cp.async copies issued and not yet landed, likewise: each with the 16 bytes it will write.
+  struct Copy {
+    void* dst;
+    std::array<unsigned char, 16> bytes;
+  };
+  std::vector<Copy> copies_open;
+  std::deque<std::vector<Copy>> copy_groups;
 };
 
 // One mapping holding every fiber's stack, each above a guard page.
@@ -201,6 +209,9 @@ void FiberMain() {
   if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
     ReportFault("a thread exited with wgmma operations it never waited for");
   }
+  // Copies still in flight land anyway, as on the GPU.
+  CopyAsyncCommit();
+  CopyAsyncWait(0);
   f.wait = Wait::kDone;
   Switch(f.context, s.scheduler);
   std::abort();  // a finished fiber is never resumed
@@ -305,6 +316,8 @@ void StartFiber(Fiber& f, const Builtins& builtins) {
   f.wait = Wait::kNone;
   f.wgmma_open.clear();
   f.wgmma_groups.clear();
+  f.copies_open.clear();
+  f.copy_groups.clear();
   Prepare(f.context, f.stack, kStackBytes, FiberMain);
 }
 
@@ -566,10 +579,22 @@ void CopyAsync16(void* dst, const void* src, bool fill) {
     ReportFault("cp.async of 16 bytes between addresses not 16-byte aligned");
     return;
   }
-  if (fill) {
-    std::memcpy(dst, src, 16);
-  } else {
-    std::memset(dst, 0, 16);
+  Fiber::Copy copy{dst, {}};
+  if (fill) std::memcpy(copy.bytes.data(), src, 16);  // global memory: the same bytes until then
+  Self().copies_open.push_back(copy);
+}
+
+void CopyAsyncCommit() {
+  Fiber& f = Self();
+  f.copy_groups.push_back(std::move(f.copies_open));
+  f.copies_open.clear();
+}
+
+void CopyAsyncWait(int pending) {
+  Fiber& f = Self();
+  while (f.copy_groups.size() > static_cast<size_t>(std::max(pending, 0))) {
+    for (const Fiber::Copy& c : f.copy_groups.front()) std::memcpy(c.dst, c.bytes.data(), 16);
+    f.copy_groups.pop_front();
   }
 }
 

@@ -160,9 +160,15 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
 void WgmmaCommit();
 // Carries out the calling thread's oldest committed groups until at most `pending` remain.
 void WgmmaWait(int pending);
-// cp.async as a plain copy at issue time (wait_group is then a no-op): a barrier still has to
-// separate it from the other threads' reads, which the shuffled schedule checks.
+// cp.async of 16 bytes (zeros where !fill), landing as late as the GPU allows: when the calling
+// thread's cp.async.wait_group covers its commit group (or when the thread exits), so reading
+// the destination before that wait, or before a barrier after every writer's wait, reads stale
+// bytes. Faults on addresses not 16-byte aligned.
 void CopyAsync16(void* dst, const void* src, bool fill);
+// cp.async.commit_group: the copies issued since the last commit form a group (maybe empty).
+void CopyAsyncCommit();
+// cp.async.wait_group: lands the calling thread's oldest groups until at most `pending` remain.
+void CopyAsyncWait(int pending);
 
 // The first lane of the caller's width-lane segment.
 inline int SegmentStart(int lane, int width) { return lane - (lane & (width - 1)); }

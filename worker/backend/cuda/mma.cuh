@@ -42,9 +42,11 @@ void MmaM16N8K16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1
 inline void CpAsync16(void* dst, const void* src, bool fill) {
   emulation::CopyAsync16(dst, src, fill);
 }
-inline void CpAsyncCommit() {}
+inline void CpAsyncCommit() { emulation::CopyAsyncCommit(); }
 template <int kPending>
-void CpAsyncWait() {}
+void CpAsyncWait() {
+  emulation::CopyAsyncWait(kPending);
+}
 
 #else
 
