@@ -91,6 +91,30 @@ constexpr size_t kMaxDynamicShared = 227 << 10;  // sm_90's opt-in limit per blo
 
 enum class Wait { kNone, kSync, kWarp, kDone };
 
+// A thread's asynchronous operations of one kind: the ones not committed yet, then the
+// committed groups, oldest first; each carried out when a wait retires its group.
+struct AsyncOps {
+  std::vector<std::function<void()>> open;
+  std::deque<std::vector<std::function<void()>>> groups;
+
+  bool empty() const { return open.empty() && groups.empty(); }
+  void Clear() {
+    open.clear();
+    groups.clear();
+  }
+  void Commit() {
+    groups.push_back(std::move(open));
+    open.clear();
+  }
+  // Carries out the oldest groups until at most `pending` remain.
+  void Retire(int pending) {
+    while (groups.size() > static_cast<size_t>(std::max(pending, 0))) {
+      for (const std::function<void()>& op : groups.front()) op();
+      groups.pop_front();
+    }
+  }
+};
+
 struct Fiber {
   Context context;
   char* stack = nullptr;  // kStackBytes, in Stacks
@@ -104,17 +128,9 @@ struct Fiber {
   const void* gather_src = nullptr;
   size_t gather_bytes = 0;
   void* gather_dst = nullptr;
-  // wgmma operations issued and not yet carried out: the ones not committed yet, then the
-  // committed groups, oldest first.
-  std::vector<std::function<void()>> wgmma_open;
-  std::deque<std::vector<std::function<void()>>> wgmma_groups;
-  // cp.async copies issued and not yet landed, likewise: each with the 16 bytes it will write.
-  struct Copy {
-    void* dst;
-    std::array<unsigned char, 16> bytes;
-  };
-  std::vector<Copy> copies_open;
-  std::deque<std::vector<Copy>> copy_groups;
+  // wgmma operations and cp.async copies issued and not yet carried out.
+  AsyncOps wgmma;
+  AsyncOps copies;
 };
 
 // One mapping holding every fiber's stack, each above a guard page.
@@ -206,12 +222,10 @@ void FiberMain() {
   LaunchState& s = *active;
   (*s.body)();
   Fiber& f = *s.current;
-  if (!f.wgmma_open.empty() || !f.wgmma_groups.empty()) {
-    ReportFault("a thread exited with wgmma operations it never waited for");
-  }
+  if (!f.wgmma.empty()) ReportFault("a thread exited with wgmma operations it never waited for");
   // Copies still in flight land anyway, as on the GPU.
-  CopyAsyncCommit();
-  CopyAsyncWait(0);
+  f.copies.Commit();
+  f.copies.Retire(0);
   f.wait = Wait::kDone;
   Switch(f.context, s.scheduler);
   std::abort();  // a finished fiber is never resumed
@@ -314,10 +328,8 @@ bool RunBlock(LaunchState& s, std::string* error) {
 void StartFiber(Fiber& f, const Builtins& builtins) {
   f.builtins = builtins;
   f.wait = Wait::kNone;
-  f.wgmma_open.clear();
-  f.wgmma_groups.clear();
-  f.copies_open.clear();
-  f.copy_groups.clear();
+  f.wgmma.Clear();
+  f.copies.Clear();
   Prepare(f.context, f.stack, kStackBytes, FiberMain);
 }
 
@@ -513,7 +525,7 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
     ReportFault("wgmma with n " + std::to_string(n));
     return;
   }
-  f.wgmma_open.push_back([=] {
+  f.wgmma.open.push_back([=] {
     const int g = lane / 4, t = lane % 4;
     // The warp's A registers, lane l's in gathered[l], read now: they belong to the operation
     // until its wait, as its accumulators do.
@@ -557,19 +569,9 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
   });
 }
 
-void WgmmaCommit() {
-  Fiber& f = Self();
-  f.wgmma_groups.push_back(std::move(f.wgmma_open));
-  f.wgmma_open.clear();
-}
+void WgmmaCommit() { Self().wgmma.Commit(); }
 
-void WgmmaWait(int pending) {
-  Fiber& f = Self();
-  while (f.wgmma_groups.size() > static_cast<size_t>(std::max(pending, 0))) {
-    for (const std::function<void()>& op : f.wgmma_groups.front()) op();
-    f.wgmma_groups.pop_front();
-  }
-}
+void WgmmaWait(int pending) { Self().wgmma.Retire(pending); }
 
 void CopyAsync16(void* dst, const void* src, bool fill) {
   // cp.async of 16 bytes faults on the GPU ("misaligned address") unless both ends are 16-byte
@@ -579,24 +581,14 @@ void CopyAsync16(void* dst, const void* src, bool fill) {
     ReportFault("cp.async of 16 bytes between addresses not 16-byte aligned");
     return;
   }
-  Fiber::Copy copy{dst, {}};
-  if (fill) std::memcpy(copy.bytes.data(), src, 16);  // global memory: the same bytes until then
-  Self().copies_open.push_back(copy);
+  std::array<unsigned char, 16> bytes{};
+  if (fill) std::memcpy(bytes.data(), src, 16);  // global memory: the same bytes until then
+  Self().copies.open.push_back([dst, bytes] { std::memcpy(dst, bytes.data(), 16); });
 }
 
-void CopyAsyncCommit() {
-  Fiber& f = Self();
-  f.copy_groups.push_back(std::move(f.copies_open));
-  f.copies_open.clear();
-}
+void CopyAsyncCommit() { Self().copies.Commit(); }
 
-void CopyAsyncWait(int pending) {
-  Fiber& f = Self();
-  while (f.copy_groups.size() > static_cast<size_t>(std::max(pending, 0))) {
-    for (const Fiber::Copy& c : f.copy_groups.front()) std::memcpy(c.dst, c.bytes.data(), 16);
-    f.copy_groups.pop_front();
-  }
-}
+void CopyAsyncWait(int pending) { Self().copies.Retire(pending); }
 
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                    const std::function<void()>& body) {
