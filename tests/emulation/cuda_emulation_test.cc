@@ -357,6 +357,46 @@ TEST(CudaEmulationTest, MisalignedCopyFailsTheLaunch) {
   emulation::TakeLastError();
 }
 
+// wgmma reads shared memory through the async proxy: what cp.async wrote must be fenced by its
+// writer (fence.proxy.async) before the barrier that precedes the wgmma.
+__global__ void WgmmaAfterCopies(const uint16_t* tile, bool fence, float* out) {
+  PAGODA_DYNAMIC_SHARED(char, smem);
+  char* base = smem + (wgmma::kAtomBytes - wgmma::SharedAddress(smem) % wgmma::kAtomBytes);
+  const int tid = static_cast<int>(threadIdx.x);
+  for (int i = tid; i < 128 * 8; i += 128) {  // 128 rows of 8 16-byte pieces: A (64) then B (64)
+    mma::CpAsync16(base + wgmma::SwizzledOffset(i / 8, (i % 8) * 8), tile + 8 * i, true);
+  }
+  mma::CpAsyncCommit();
+  mma::CpAsyncWait<0>();
+  if (fence) wgmma::FenceProxyAsync();
+  __syncthreads();
+  float d[32];
+  const uint32_t a = wgmma::SharedAddress(base), b = a + 64 * wgmma::kRowBytes;
+  wgmma::Fence();
+  wgmma::MmaSS<__nv_bfloat16, false, 64>(d, wgmma::Descriptor(a, 16, wgmma::kAtomBytes),
+                                         wgmma::Descriptor(b, 16, wgmma::kAtomBytes), false);
+  wgmma::Commit();
+  wgmma::Wait<0>();
+  out[tid] = d[0];
+}
+
+TEST(CudaEmulationTest, WgmmaNeedsTheProxyFenceAfterCopies) {
+  std::vector<uint16_t> tile(128 * 64, 0x3f80);  // bf16 ones: each product sums 16 of them
+  std::vector<float> out(128, 0.0f);
+  const size_t smem = wgmma::kAtomBytes + 128 * wgmma::kRowBytes;
+  ASSERT_EQ(LaunchKernel(WgmmaAfterCopies, 1, 128, smem, nullptr,
+                         static_cast<const uint16_t*>(tile.data()), true, out.data()),
+            cudaSuccess)
+      << emulation::LastLaunchError();
+  for (float v : out) EXPECT_EQ(v, 16.0f);
+  EXPECT_EQ(LaunchKernel(WgmmaAfterCopies, 1, 128, smem, nullptr,
+                         static_cast<const uint16_t*>(tile.data()), false, out.data()),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("no fence.proxy.async"), std::string::npos)
+      << emulation::LastLaunchError();
+  emulation::TakeLastError();
+}
+
 // Threads that return early leave the barrier, as on the GPU.
 __global__ void EarlyExitThenBarrier(int* out) {
   __shared__ int total;

@@ -131,6 +131,9 @@ struct Fiber {
   // wgmma operations and cp.async copies issued and not yet carried out.
   AsyncOps wgmma;
   AsyncOps copies;
+  // 16-byte granules of dynamic shared memory this thread's cp.async copies wrote since its last
+  // fence.proxy.async (LaunchState::unfenced marks them for the whole block).
+  std::vector<size_t> unfenced;
 };
 
 // One mapping holding every fiber's stack, each above a guard page.
@@ -180,6 +183,9 @@ struct LaunchState {
   Fiber* current = nullptr;
   std::unique_ptr<char[]> dynamic_shared;
   size_t dynamic_shared_bytes = 0;
+  // Per 16-byte granule of dynamic shared memory: written by cp.async (the generic proxy) and not
+  // yet fenced by its writer, so invisible to wgmma (the async proxy) on the GPU.
+  std::vector<bool> unfenced;
   std::mt19937 rng;  // the fibers' order; seeded per launch (see Launch)
 };
 
@@ -330,6 +336,7 @@ void StartFiber(Fiber& f, const Builtins& builtins) {
   f.wait = Wait::kNone;
   f.wgmma.Clear();
   f.copies.Clear();
+  f.unfenced.clear();
   Prepare(f.context, f.stack, kStackBytes, FiberMain);
 }
 
@@ -495,6 +502,11 @@ class SwizzledOperand {
                   ", outside the block's dynamic shared memory");
       return false;
     }
+    if (s.unfenced[(addr - kDynamicSharedAddress) / 16]) {
+      ReportFault("wgmma read shared address " + std::to_string(addr) +
+                  ", written by cp.async with no fence.proxy.async by its writer since");
+      return false;
+    }
     uint16_t v;
     std::memcpy(&v, s.dynamic_shared.get() + (addr - kDynamicSharedAddress), 2);
     *bits = v;
@@ -583,7 +595,23 @@ void CopyAsync16(void* dst, const void* src, bool fill) {
   }
   std::array<unsigned char, 16> bytes{};
   if (fill) std::memcpy(bytes.data(), src, 16);  // global memory: the same bytes until then
-  Self().copies.open.push_back([dst, bytes] { std::memcpy(dst, bytes.data(), 16); });
+  Self().copies.open.push_back([dst, bytes] {
+    std::memcpy(dst, bytes.data(), 16);
+    LaunchState& s = *active;
+    const char* base = s.dynamic_shared.get();
+    const char* c = static_cast<const char*>(dst);
+    if (c >= base && c < base + s.dynamic_shared_bytes) {
+      const size_t granule = static_cast<size_t>(c - base) / 16;
+      s.unfenced[granule] = true;
+      Self().unfenced.push_back(granule);
+    }
+  });
+}
+
+void FenceProxyAsync() {
+  Fiber& f = Self();
+  for (size_t granule : f.unfenced) active->unfenced[granule] = false;
+  f.unfenced.clear();
 }
 
 void CopyAsyncCommit() { Self().copies.Commit(); }
@@ -614,6 +642,7 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
       for (unsigned bx = 0; ok && bx < grid.x; ++bx) {
         // Shared memory starts undefined on the GPU: poison the dynamic part (NaN as floats).
         std::memset(s.dynamic_shared.get(), 0xff, dynamic_shared_bytes);
+        s.unfenced.assign((dynamic_shared_bytes + 15) / 16, false);
         for (unsigned t = 0; t < threads; ++t) {
           const uint3 thread_idx =
               make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));

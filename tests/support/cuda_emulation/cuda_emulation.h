@@ -169,6 +169,10 @@ void CopyAsync16(void* dst, const void* src, bool fill);
 void CopyAsyncCommit();
 // cp.async.wait_group: lands the calling thread's oldest groups until at most `pending` remain.
 void CopyAsyncWait(int pending);
+// fence.proxy.async: what the calling thread's cp.async copies wrote to shared memory so far
+// becomes visible to wgmma (the async proxy); a wgmma that reads such bytes before the writer's
+// fence faults, where the GPU may read stale ones.
+void FenceProxyAsync();
 
 // The first lane of the caller's width-lane segment.
 inline int SegmentStart(int lane, int width) { return lane - (lane & (width - 1)); }

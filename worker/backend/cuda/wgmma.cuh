@@ -55,7 +55,7 @@ __host__ __device__ constexpr uint64_t Descriptor(uint32_t addr, uint32_t leadin
 
 inline uint32_t SharedAddress(const void* p) { return emulation::SharedWindowAddress(p); }
 inline void Fence() {}
-inline void FenceProxyAsync() {}
+inline void FenceProxyAsync() { emulation::FenceProxyAsync(); }
 inline void Commit() { emulation::WgmmaCommit(); }
 template <int kPending>
 void Wait() {
