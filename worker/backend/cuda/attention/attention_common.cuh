@@ -27,12 +27,13 @@ __host__ __device__ constexpr int DivUp(int a, int b) { return (a + b - 1) / b; 
 inline constexpr int kMaxGridYZ = 65535;
 inline constexpr int kMaxHeadDimArg = 256;  // kMaxHeadDim, before the kernels' headers define it
 
-// The rules both launchers share: the shape, the batch size against the grid, and the tensors,
-// `alignment`-byte aligned.
+// Whether p is a multiple of `bytes`: the tensor-core and fast paths need 16-byte copies.
 inline bool Aligned(const void* p, size_t bytes) {
   return reinterpret_cast<uintptr_t>(p) % bytes == 0;
 }
 
+// The rules both launchers share: the shape, the batch size against the grid, and the tensors,
+// `alignment`-byte aligned.
 inline void CheckAttentionArgs(ArgCheck& check, const AttentionShape& s, const AttentionBatch& b,
                                const void* q, const void* k_cache, const void* v_cache,
                                const void* out, uintptr_t alignment) {
