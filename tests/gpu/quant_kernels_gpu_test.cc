@@ -100,6 +100,45 @@ class QuantKernelsTest : public ::testing::TestWithParam<std::tuple<GgmlType, DT
   }
 };
 
+// A product's output: `tokens` rows of ld floats, NaN (poison) but for columns [first,
+// first + rows), which hold values from `normal` when the product accumulates onto them.
+std::vector<float> PoisonedOutput(int tokens, int ld, int first, int rows, bool accumulate,
+                                  std::normal_distribution<float>& normal, std::mt19937& rng) {
+  std::vector<float> out(size_t(tokens) * ld, NAN);
+  for (int t = 0; t < tokens && accumulate; ++t) {
+    for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
+  }
+  return out;
+}
+
+std::string Mismatch(float got, double want) {
+  return (::testing::Message() << got << ", expected " << want).GetString();
+}
+
+// Walks a product's output (`tokens` rows of ld floats): each column of [first, first + rows)
+// goes to check(t, o, value), o its row of the product, which returns "" or what is wrong;
+// every other column must still be NaN. Reports the first five failures.
+template <typename Check>
+void CheckOutputs(const std::vector<float>& out, int tokens, int ld, int first, int rows,
+                  Check check) {
+  int bad = 0;
+  for (int t = 0; t < tokens; ++t) {
+    for (int c = 0; c < ld; ++c) {
+      const float got = out[size_t(t) * ld + c];
+      const int o = c - first;
+      if (o < 0 || o >= rows) {
+        if (!std::isnan(got) && bad++ < 5) {
+          ADD_FAILURE() << "token " << t << " column " << c << " was written";
+        }
+        continue;
+      }
+      const std::string wrong = check(t, o, got);
+      if (!wrong.empty() && bad++ < 5)
+        ADD_FAILURE() << "token " << t << " row " << o << ": " << wrong;
+    }
+  }
+}
+
 using Launcher = absl::Status (*)(const QuantGemvParams&, cudaStream_t);
 
 // x in 8-bit blocks of 32, as LaunchQuantizeQ8Blocks writes them: d = max|x| / 127, q =
@@ -146,10 +185,7 @@ void CheckOneProduct(Launcher launch, const DeviceMatrix& w, const std::vector<f
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<uint16_t> x(size_t(n) * cols);
   for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
-  std::vector<float> out(size_t(n) * ld, NAN);
-  for (int t = 0; t < n && accumulate; ++t) {
-    for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
-  }
+  std::vector<float> out = PoisonedOutput(n, ld, first, rows, accumulate, normal, rng);
   const std::vector<float> before = out;
   std::vector<float> x_ref(x.size());
   for (size_t i = 0; i < x.size(); ++i) x_ref[i] = FromBits(x[i], dtype);
@@ -159,28 +195,15 @@ void CheckOneProduct(Launcher launch, const DeviceMatrix& w, const std::vector<f
   ASSERT_EQ(d_out.Upload(out), cudaSuccess);
   ASSERT_OK(launch({d_x.get(), w, d_out.as<float>() + first, ld, n, accumulate, dtype}, nullptr));
   ASSERT_EQ(d_out.Download(out), cudaSuccess);
-  int bad = 0;
-  for (int t = 0; t < n; ++t) {
-    for (int c = 0; c < ld; ++c) {
-      const float got = out[size_t(t) * ld + c];
-      const int o = c - first;
-      if (o < 0 || o >= rows) {
-        if (!std::isnan(got) && bad++ < 5) {
-          ADD_FAILURE() << "token " << t << " column " << c << " was written";
-        }
-        continue;
-      }
-      double ref = accumulate ? before[size_t(t) * ld + c] : 0.0, magnitude = 0;
-      for (int i = 0; i < cols; ++i) {
-        const double p = double(w_values[size_t(o) * cols + i]) * x_ref[size_t(t) * cols + i];
-        ref += p;
-        magnitude += std::fabs(p);
-      }
-      if (!(std::fabs(got - ref) <= rel_tol * magnitude + 1e-5) && bad++ < 5) {
-        ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
-      }
+  CheckOutputs(out, n, ld, first, rows, [&](int t, int o, float got) {
+    double ref = accumulate ? before[size_t(t) * ld + first + o] : 0.0, magnitude = 0;
+    for (int i = 0; i < cols; ++i) {
+      const double p = double(w_values[size_t(o) * cols + i]) * x_ref[size_t(t) * cols + i];
+      ref += p;
+      magnitude += std::fabs(p);
     }
-  }
+    return std::fabs(got - ref) <= rel_tol * magnitude + 1e-5 ? std::string() : Mismatch(got, ref);
+  });
 }
 
 // `launch` against the product of the CPU's dequantized rows, for each token count of `tokens`,
@@ -469,10 +492,7 @@ TEST_P(Fp8Test, GemmMatchesTheScaledFp8Product) {
       std::vector<float> xf(x.size());
       for (size_t i = 0; i < x.size(); ++i) xf[i] = FromBits(x[i], dtype);
       const HostFp8 xq = QuantizeRowsOnHost(xf, tokens, cols);
-      std::vector<float> out(size_t(tokens) * ld, NAN);
-      for (int t = 0; t < tokens && accumulate; ++t) {
-        for (int o = 0; o < rows; ++o) out[size_t(t) * ld + first + o] = normal(rng);
-      }
+      std::vector<float> out = PoisonedOutput(tokens, ld, first, rows, accumulate, normal, rng);
       const std::vector<float> before = out;
       DeviceArray d_x(x.size() * 2), d_out(out.size() * 4);
       ASSERT_EQ(d_x.Upload(x), cudaSuccess);
@@ -480,31 +500,22 @@ TEST_P(Fp8Test, GemmMatchesTheScaledFp8Product) {
       ASSERT_OK((*gemm)->Run(d_x.get(), m, d_out.as<float>() + first, ld, tokens, accumulate));
       ASSERT_EQ(d_out.Download(out), cudaSuccess);
       double err = 0, norm = 0;
-      int bad = 0;
-      for (int t = 0; t < tokens; ++t) {
-        for (int c = 0; c < ld; ++c) {
-          const float got = out[size_t(t) * ld + c];
-          const int o = c - first;
-          if (o < 0 || o >= rows) {
-            if (!std::isnan(got) && bad++ < 5) ADD_FAILURE() << "column " << c << " written";
-            continue;
-          }
-          double fp8 = 0, exact = 0, magnitude = 0;
-          for (int i = 0; i < cols; ++i) {
-            fp8 += double(E4M3ToFloat(wq.q[size_t(o) * cols + i])) *
-                   E4M3ToFloat(xq.q[size_t(t) * cols + i]);
-            exact += double(w[size_t(o) * cols + i]) * xf[size_t(t) * cols + i];
-            magnitude += std::fabs(double(w[size_t(o) * cols + i]) * xf[size_t(t) * cols + i]);
-          }
-          const double base = accumulate ? before[size_t(t) * ld + c] : 0.0;
-          const double ref = base + fp8 * wq.scales[o] * xq.scales[t];
-          if (!(std::fabs(got - ref) <= 1e-5 * (magnitude + std::fabs(base)) + 1e-6) && bad++ < 5) {
-            ADD_FAILURE() << "token " << t << " row " << o << ": " << got << ", expected " << ref;
-          }
-          err += (got - base - exact) * (got - base - exact);
-          norm += exact * exact;
+      CheckOutputs(out, tokens, ld, first, rows, [&](int t, int o, float got) {
+        double fp8 = 0, exact = 0, magnitude = 0;
+        for (int i = 0; i < cols; ++i) {
+          fp8 += double(E4M3ToFloat(wq.q[size_t(o) * cols + i])) *
+                 E4M3ToFloat(xq.q[size_t(t) * cols + i]);
+          exact += double(w[size_t(o) * cols + i]) * xf[size_t(t) * cols + i];
+          magnitude += std::fabs(double(w[size_t(o) * cols + i]) * xf[size_t(t) * cols + i]);
         }
-      }
+        const double base = accumulate ? before[size_t(t) * ld + first + o] : 0.0;
+        const double ref = base + fp8 * wq.scales[o] * xq.scales[t];
+        err += (got - base - exact) * (got - base - exact);
+        norm += exact * exact;
+        return std::fabs(got - ref) <= 1e-5 * (magnitude + std::fabs(base)) + 1e-6
+                   ? std::string()
+                   : Mismatch(got, ref);
+      });
       const double rel = std::sqrt(err / norm);
       EXPECT_LT(rel, 0.06) << "FP8 against the float product";
       if (tokens == 21 && !accumulate) std::printf("FP8 product: %.4f relative error\n", rel);
