@@ -1,7 +1,8 @@
-// The emulator's scheduler: every thread of a block is a fiber on the launching thread; the
-// scheduler runs the runnable fibers (in a shuffled order), then completes the warp collectives and
-// block barriers whose participants have all arrived, until every fiber has returned or none can
-// move.
+// The emulator's scheduler: every thread of a block is a fiber on the launching thread. Each round
+// runs the runnable fibers in a shuffled order, each fiber handing the host thread straight to the
+// next when it blocks (one stack switch per fiber, not two through the scheduler); then the
+// scheduler completes the warp collectives and block barriers whose participants have all
+// arrived, until every fiber has returned or none can move.
 #include "tests/support/cuda_emulation/cuda_emulation.h"
 
 #include <sys/mman.h>
@@ -15,8 +16,6 @@
 #include <deque>
 #include <memory>
 #include <mutex>
-#include <numeric>
-#include <random>
 #include <vector>
 
 namespace pagoda::worker::cuda::emulation {
@@ -120,10 +119,11 @@ struct Fiber {
   char* stack = nullptr;  // kStackBytes, in Stacks
   Builtins builtins;
   Wait wait = Wait::kNone;
-  unsigned mask = 0;            // kWarp: the collective's lane mask
-  uint64_t posted = 0;          // kWarp: this lane's value
-  uint64_t* all = nullptr;      // kWarp: where the lanes' values go
-  unsigned* arrived = nullptr;  // kWarp: where the mask of posting lanes goes
+  unsigned mask = 0;    // kWarp: the collective's lane mask
+  uint64_t posted = 0;  // kWarp: this lane's value
+  // kWarp, once released: the collective's values (in LaunchState::values) and its posting lanes.
+  const uint64_t* values = nullptr;
+  unsigned arrived = 0;
   // kWarp, a gather (WarpGather): this lane's bytes, and where every lane's go.
   const void* gather_src = nullptr;
   size_t gather_bytes = 0;
@@ -186,7 +186,14 @@ struct LaunchState {
   // Per 16-byte granule of dynamic shared memory: written by cp.async (the generic proxy) and not
   // yet fenced by its writer, so invisible to wgmma (the async proxy) on the GPU.
   std::vector<bool> unfenced;
-  std::mt19937 rng;  // the fibers' order; seeded per launch (see Launch)
+  // The released warp collectives' values, each in the row of its lowest posting lane: a lane
+  // reads them as it resumes, in the round after the release, before the next release can
+  // reuse the row.
+  std::vector<std::array<uint64_t, 32>> values;
+  // This round's runnable fibers in their shuffled order, and the next one to run.
+  std::vector<Fiber*> round;
+  size_t next = 0;
+  uint64_t rng = 0;  // the rounds' orders (ShuffleOrder); seeded per launch (see Launch)
 };
 
 // Global by necessity (see the header): __shared__ variables are statics, so launches are
@@ -209,6 +216,12 @@ void SetError(cudaError_t err, std::string message) {
   if (!last_message.empty()) std::fprintf(stderr, "cuda emulation: %s\n", last_message.c_str());
 }
 
+// The running fiber, and its built-ins for Current().
+void SetCurrent(LaunchState& s, Fiber* f) {
+  s.current = f;
+  current_builtins = f != nullptr ? &f->builtins : nullptr;
+}
+
 Fiber& Self() {
   if (active == nullptr || active->current == nullptr) {
     std::fprintf(stderr, "cuda emulation: a device built-in used outside a kernel\n");
@@ -217,10 +230,24 @@ Fiber& Self() {
   return *active->current;
 }
 
-// Back to the scheduler until it resumes this fiber.
+// Hands the host thread from `f`, which has just blocked or returned, to the round's next fiber,
+// or back to the scheduler after the round's last.
+void Yield(Fiber& f) {
+  LaunchState& s = *active;
+  if (s.next < s.round.size()) {
+    Fiber& to = *s.round[s.next++];
+    SetCurrent(s, &to);
+    Switch(f.context, to.context);
+  } else {
+    SetCurrent(s, nullptr);
+    Switch(f.context, s.scheduler);
+  }
+}
+
+// Suspends the running fiber until the scheduler releases what it waits for.
 void Block(Fiber& f, Wait wait) {
   f.wait = wait;
-  Switch(f.context, active->scheduler);
+  Yield(f);
 }
 
 // A fiber's entry: the kernel, then back to the scheduler for good.
@@ -230,10 +257,12 @@ void FiberMain() {
   Fiber& f = *s.current;
   if (!f.wgmma.empty()) ReportFault("a thread exited with wgmma operations it never waited for");
   // Copies still in flight land anyway, as on the GPU.
-  f.copies.Commit();
-  f.copies.Retire(0);
+  if (!f.copies.empty()) {
+    f.copies.Commit();
+    f.copies.Retire(0);
+  }
   f.wait = Wait::kDone;
-  Switch(f.context, s.scheduler);
+  Yield(f);
   std::abort();  // a finished fiber is never resumed
 }
 
@@ -274,20 +303,20 @@ void ReleaseWarps(LaunchState& s, bool* released) {
       }
       pending &= ~posting;
       if (!complete) continue;
-      uint64_t all[32] = {};
-      for (size_t l = 0; l < lanes; ++l) {
-        if (posting >> l & 1u) all[l] = s.fibers[w0 + l].posted;
+      std::array<uint64_t, 32>& all = s.values[w0 + std::countr_zero(posting)];
+      for (size_t l = 0; l < 32; ++l) {
+        all[l] = (posting >> l & 1u) != 0 ? s.fibers[w0 + l].posted : 0;
       }
       for (size_t l = 0; l < lanes; ++l) {
         if ((posting >> l & 1u) == 0) continue;
         Fiber& f = s.fibers[w0 + l];
-        std::memcpy(f.all, all, sizeof(all));
+        f.values = all.data();
         for (size_t src = 0; src < lanes && f.gather_bytes > 0; ++src) {
           if ((posting >> src & 1u) == 0) continue;
           std::memcpy(static_cast<char*>(f.gather_dst) + src * f.gather_bytes,
                       s.fibers[w0 + src].gather_src, f.gather_bytes);
         }
-        *f.arrived = posting;
+        f.arrived = posting;
         f.wait = Wait::kNone;
       }
       *released = true;
@@ -295,19 +324,34 @@ void ReleaseWarps(LaunchState& s, bool* released) {
   }
 }
 
+// Shuffles a round's order (Fisher-Yates on splitmix64 draws, each bounded by Lemire's multiply,
+// whose bias is below 2^-53 here): it runs every round, and this costs a fraction of
+// std::shuffle over std::mt19937.
+void ShuffleOrder(std::vector<Fiber*>& v, uint64_t& state) {
+  for (size_t i = v.size(); i > 1; --i) {
+    uint64_t z = (state += 0x9e3779b97f4a7c15u);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    z ^= z >> 31;
+    const size_t j = static_cast<size_t>((static_cast<unsigned __int128>(z) * i) >> 64);
+    std::swap(v[i - 1], v[j]);
+  }
+}
+
 // Runs one block's fibers to completion; false (with *error) on a deadlock.
 bool RunBlock(LaunchState& s, std::string* error) {
-  std::vector<size_t> order(s.fibers.size());
-  std::iota(order.begin(), order.end(), size_t{0});
   for (;;) {
-    std::shuffle(order.begin(), order.end(), s.rng);
-    for (size_t i : order) {
-      Fiber& f = s.fibers[i];
-      if (f.wait != Wait::kNone) continue;
-      s.current = &f;
-      Switch(s.scheduler, f.context);
+    s.round.clear();
+    for (Fiber& f : s.fibers) {
+      if (f.wait == Wait::kNone) s.round.push_back(&f);
     }
-    s.current = nullptr;
+    ShuffleOrder(s.round, s.rng);
+    if (!s.round.empty()) {
+      s.next = 1;
+      SetCurrent(s, s.round[0]);
+      Switch(s.scheduler, s.round[0]->context);
+    }
+    SetCurrent(s, nullptr);
     bool released = false;
     ReleaseWarps(s, &released);
     if (released) continue;
@@ -359,26 +403,29 @@ void ReportFault(const std::string& message) {
             std::to_string(b.block_idx.z) + "))";
 }
 
-const Builtins& Current() { return Self().builtins; }
+constinit thread_local const Builtins* current_builtins = nullptr;
+
+const Builtins& OutsideKernel() {
+  std::fprintf(stderr, "cuda emulation: a device built-in used outside a kernel\n");
+  std::abort();
+}
 
 void SyncThreads() { Block(Self(), Wait::kSync); }
 
 void* DynamicShared() { return active->dynamic_shared.get(); }
 
-unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]) {
+const uint64_t* WarpExchange(unsigned mask, uint64_t value, unsigned* posted) {
   Fiber& f = Self();
-  unsigned arrived = 0;
   if ((mask >> LaneId() & 1u) == 0) {
     std::fprintf(stderr, "cuda emulation: a warp collective called by a lane outside its mask\n");
     std::abort();
   }
   f.mask = mask;
   f.posted = value;
-  f.all = all;
-  f.arrived = &arrived;
   Block(f, Wait::kWarp);
   f.gather_bytes = 0;
-  return arrived;
+  *posted = f.arrived;
+  return f.values;
 }
 
 unsigned WarpGather(unsigned mask, const void* mine, size_t bytes, void* all) {
@@ -386,13 +433,14 @@ unsigned WarpGather(unsigned mask, const void* mine, size_t bytes, void* all) {
   f.gather_src = mine;
   f.gather_bytes = bytes;
   f.gather_dst = all;
-  uint64_t unused[32];
-  return WarpExchange(mask, 0, unused);
+  unsigned posted = 0;
+  WarpExchange(mask, 0, &posted);
+  return posted;
 }
 
 void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
-  uint64_t rows[32];
-  const unsigned posted = WarpExchange(0xffffffffu, reinterpret_cast<uintptr_t>(row), rows);
+  unsigned posted = 0;
+  const uint64_t* rows = WarpExchange(0xffffffffu, reinterpret_cast<uintptr_t>(row), &posted);
   r[0] = r[1] = r[2] = r[3] = 0;
   if (posted != 0xffffffffu) {
     ReportFault("ldmatrix called with lanes that have exited");
@@ -418,10 +466,20 @@ void LdMatrixX4(uint32_t (&r)[4], const void* row, bool trans) {
 
 namespace {
 
-// A 16-bit element's value.
-float ElementToFloat(uint32_t bits, bool bf16) {
+// A 16-bit element's value. fp16 is rescaled in float arithmetic, not by __half2float's
+// branches, as the wgmma operands convert millions of elements per test; the result equals
+// __half2float's for every input (NaNs included, as its canonical NaN).
+inline float ElementToFloat(uint32_t bits, bool bf16) {
   if (bf16) return std::bit_cast<float>(bits << 16);
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
+  // The half's exponent and mantissa moved to a float's places: times 2^112 (the exponent
+  // biases' difference) that is the half's magnitude, subnormals included, exactly.
+  const uint32_t magnitude = (bits & 0x7fffu) << 13;
+  float f = std::bit_cast<float>(magnitude) * 0x1p112f;
+  if ((bits & 0x7c00u) == 0x7c00u) {
+    if ((bits & 0x3ffu) != 0) return std::bit_cast<float>(0x7fffffffu);
+    f = std::bit_cast<float>(0x7f800000u);
+  }
+  return (bits & 0x8000u) != 0 ? -f : f;
 }
 
 }  // namespace
@@ -488,16 +546,22 @@ class SwizzledOperand {
     return true;
   }
 
-  // The 16 bits of element (mn, k); false (after a fault) outside the dynamic shared memory.
-  bool Read(int mn, int k, uint32_t* bits) const {
+  bool mn_major() const { return mn_major_; }
+
+  // The eight elements of one 16-byte chunk: (mn, k..k + 7) K-major, (mn..mn + 7, k) MN-major,
+  // where k (K-major) or mn (MN-major) is a multiple of 8. Both layouts
+  // keep such a run in one chunk (the swizzle permutes whole chunks), which is also one
+  // fence-tracking granule. False (after a fault) outside the dynamic shared memory or where
+  // cp.async wrote and its writer has not fenced since.
+  bool ReadChunk(int mn, int k, uint16_t (&out)[8]) const {
     const uint32_t m = static_cast<uint32_t>(mn), kk = static_cast<uint32_t>(k);
-    uint32_t addr =
-        mn_major_
-            ? start_ + (m % 64) * 2 + (m / 64) * leading_ + (kk % 8) * 128 + (kk / 8) * stride_
-            : start_ + (m % 8) * 128 + (m / 8) * stride_ + (kk % 8) * 2 + (kk / 8) * 16;
+    uint32_t addr = mn_major_ ? start_ + (m % 64) * 2 + (m / 64) * leading_ + (kk % 8) * 128 +
+                                    (kk / 8) * stride_
+                              : start_ + (m % 8) * 128 + (m / 8) * stride_ + (kk / 8) * 16;
     addr ^= (addr >> 7 & 7) << 4;  // Swizzle<3,4,3>: the 16-byte chunk XOR the row within 8
     const LaunchState& s = *active;
-    if (addr < kDynamicSharedAddress || addr + 2 > kDynamicSharedAddress + s.dynamic_shared_bytes) {
+    if (addr < kDynamicSharedAddress ||
+        addr + 16 > kDynamicSharedAddress + s.dynamic_shared_bytes) {
       ReportFault("wgmma read shared address " + std::to_string(addr) +
                   ", outside the block's dynamic shared memory");
       return false;
@@ -507,9 +571,7 @@ class SwizzledOperand {
                   ", written by cp.async with no fence.proxy.async by its writer since");
       return false;
     }
-    uint16_t v;
-    std::memcpy(&v, s.dynamic_shared.get() + (addr - kDynamicSharedAddress), 2);
-    *bits = v;
+    std::memcpy(out, s.dynamic_shared.get() + (addr - kDynamicSharedAddress), 16);
     return true;
   }
 
@@ -528,8 +590,9 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
       (b.thread_idx.z * b.block_dim.y + b.thread_idx.y) * b.block_dim.x + b.thread_idx.x;
   const int warp = static_cast<int>(linear / 32 % 4), lane = static_cast<int>(linear % 32);
   // Every lane of the warp issues together (.sync.aligned): a collective.
-  uint64_t unused[32];
-  if (WarpExchange(0xffffffffu, 0, unused) != 0xffffffffu) {
+  unsigned posted = 0;
+  WarpExchange(0xffffffffu, 0, &posted);
+  if (posted != 0xffffffffu) {
     ReportFault("wgmma called with lanes that have exited");
     return;
   }
@@ -550,29 +613,38 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
     if ((a_regs == nullptr && !a_op.Decode(a_desc, false)) || !b_op.Decode(b_desc, trans_b)) return;
     // A's two rows of this thread, converted once.
     float a[2][16];
+    uint16_t chunk[8];
     for (int h = 0; h < 2; ++h) {
-      for (int k = 0; k < 16; ++k) {
-        uint32_t bits;
+      for (int k = 0; k < 16; k += 8) {
         if (a_regs != nullptr) {
-          bits = gathered[4 * g + (k % 8) / 2][h + 2 * (k / 8)] >> (16 * (k % 2)) & 0xffffu;
-        } else if (!a_op.Read(16 * warp + g + 8 * h, k, &bits)) {
-          return;
+          for (int i = k; i < k + 8; ++i) {
+            a[h][i] = ElementToFloat(
+                gathered[4 * g + (i % 8) / 2][h + 2 * (i / 8)] >> (16 * (i % 2)) & 0xffffu, bf16);
+          }
+          continue;
         }
-        a[h][k] = ElementToFloat(bits, bf16);
+        if (!a_op.ReadChunk(16 * warp + g + 8 * h, k, chunk)) return;
+        for (int i = 0; i < 8; ++i) a[h][k + i] = ElementToFloat(chunk[i], bf16);
       }
     }
-    // B's columns 8 j + 2 t + e, one at a time.
+    // B's columns 8 j + 2 t + e, two at a time.
     for (int j = 0; j < n / 8; ++j) {
-      for (int e = 0; e < 2; ++e) {
-        float col[16];
-        for (int k = 0; k < 16; ++k) {
-          uint32_t bits;
-          if (!b_op.Read(8 * j + 2 * t + e, k, &bits)) return;
-          col[k] = ElementToFloat(bits, bf16);
+      float col[2][16];
+      for (int e = 0; e < 2 && !b_op.mn_major(); ++e) {
+        for (int k = 0; k < 16; k += 8) {
+          if (!b_op.ReadChunk(8 * j + 2 * t + e, k, chunk)) return;
+          for (int i = 0; i < 8; ++i) col[e][k + i] = ElementToFloat(chunk[i], bf16);
         }
+      }
+      for (int k = 0; k < 16 && b_op.mn_major(); ++k) {
+        if (!b_op.ReadChunk(8 * j, k, chunk)) return;  // B[k][8 j .. 8 j + 7]
+        col[0][k] = ElementToFloat(chunk[2 * t], bf16);
+        col[1][k] = ElementToFloat(chunk[2 * t + 1], bf16);
+      }
+      for (int e = 0; e < 2; ++e) {
         for (int h = 0; h < 2; ++h) {
           float sum = 0.0f;
-          for (int k = 0; k < 16; ++k) sum += a[h][k] * col[k];
+          for (int k = 0; k < 16; ++k) sum += a[h][k] * col[e][k];
           float& out = d[4 * j + 2 * h + e];
           out = accumulate ? out + sum : sum;
         }
@@ -626,10 +698,11 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   }
   std::lock_guard<std::mutex> lock(launch_mutex);
   LaunchState s;
-  s.rng.seed(static_cast<uint32_t>(++launches));
+  s.rng = ++launches;
   s.body = &body;
   const unsigned threads = block.x * block.y * block.z;
   s.fibers.resize(threads);
+  s.values.resize(threads);
   Stacks& stacks = StacksFor(threads);
   for (unsigned t = 0; t < threads; ++t) s.fibers[t].stack = stacks.Stack(t);
   s.dynamic_shared.reset(new char[std::max<size_t>(dynamic_shared_bytes, 16)]);

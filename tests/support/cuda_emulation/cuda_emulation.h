@@ -52,7 +52,14 @@ struct Builtins {
   dim3 block_dim;
   dim3 grid_dim;
 };
-const Builtins& Current();
+// The running thread's, set by the scheduler as it switches fibers (null outside a kernel).
+extern constinit thread_local const Builtins* current_builtins;
+// Aborts with a message: a built-in read outside a kernel.
+[[noreturn]] const Builtins& OutsideKernel();
+inline const Builtins& Current() {
+  const Builtins* b = current_builtins;
+  return b != nullptr ? *b : OutsideKernel();
+}
 
 // Runs `body` once per thread of a grid x block launch; `dynamic_shared_bytes` of
 // DynamicShared() per block. Returns cudaErrorInvalidConfiguration for an empty grid or block,
@@ -84,10 +91,10 @@ cudaError_t PeekLastError();
 // Kernel-side primitives (only valid inside Launch's body).
 void SyncThreads();
 void* DynamicShared();
-// Every lane of `mask` that has not exited posts `value`; returns once all of them have, with
-// the values posted by lanes 0..31 in `all` (0 for the others) and the mask of the lanes that
-// posted.
-unsigned WarpExchange(unsigned mask, uint64_t value, uint64_t (&all)[32]);
+// Every lane of `mask` that has not exited posts `value`; returns once all of them have, with the
+// mask of the lanes that posted in *posted and the values of lanes 0..31 (0 for the others) at the
+// returned pointer, which stays valid until the caller's next collective.
+const uint64_t* WarpExchange(unsigned mask, uint64_t value, unsigned* posted);
 // The same collective for more than 8 bytes: each lane of `mask` posts `bytes` at `mine`, and
 // `all` (32 x bytes) receives lane l's at l * bytes (untouched for lanes that did not post).
 unsigned WarpGather(unsigned mask, const void* mine, size_t bytes, void* all);
@@ -122,8 +129,8 @@ T FromWord(uint64_t w) {
 // or is not in `mask` is undefined on the GPU: a fault here.
 template <typename T>
 T Shuffle(unsigned mask, T v, int src) {
-  uint64_t all[32];
-  const unsigned posted = WarpExchange(mask, ToWord(v), all);
+  unsigned posted = 0;
+  const uint64_t* all = WarpExchange(mask, ToWord(v), &posted);
   if (src < 0) return v;
   if ((posted >> src & 1u) == 0) {
     ReportFault("a shuffle read lane " + std::to_string(src) +
@@ -215,9 +222,9 @@ T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
   return emu::Shuffle(mask, v, src < emu::SegmentStart(lane, width) ? -1 : src);
 }
 inline unsigned __ballot_sync(unsigned mask, int predicate) {
-  uint64_t all[32];
-  const unsigned posted =
-      ::pagoda::worker::cuda::emulation::WarpExchange(mask, predicate != 0 ? 1 : 0, all);
+  unsigned posted = 0;
+  const uint64_t* all =
+      ::pagoda::worker::cuda::emulation::WarpExchange(mask, predicate != 0 ? 1 : 0, &posted);
   unsigned bits = 0;
   for (int i = 0; i < 32; ++i) bits |= (posted >> i & 1u) != 0 && all[i] != 0 ? 1u << i : 0u;
   return bits;
