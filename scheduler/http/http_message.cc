@@ -61,7 +61,9 @@ std::optional<ApiError> ParseHttpRequest(std::string_view bytes, const HttpLimit
     }
   }
   if (!ec && !parser.is_done()) {
-    parser.put_eof(ec);
+    // put_eof requires that the parser has seen a byte (Beast asserts it): no bytes at all are
+    // a partial message too.
+    if (parser.got_some()) parser.put_eof(ec);
     if (!ec && !parser.is_done()) ec = beast::http::error::partial_message;
   }
   if (ec) return ParseError(ec, limits);

@@ -52,6 +52,12 @@ bool AmxUsable() {
   return usable;
 }
 
+// F16C (leaf 1, ECX bit 29); clang 14's __builtin_cpu_supports does not know "f16c".
+bool F16cSupported() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && ((ecx >> 29) & 1) != 0;
+}
+
 // AMX-BF16 (leaf 7, EDX bit 22) and AVX512-BF16 (leaf 7 sub-leaf 1, EAX bit 5): the AMX table's
 // BF16 products.
 bool AmxBf16Usable() {
@@ -80,8 +86,7 @@ bool IsaSupported(CpuIsa isa) {
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
              IsaSupported(CpuIsa::kAvx2);
     case CpuIsa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && F16cSupported();
     default:
       return true;
   }

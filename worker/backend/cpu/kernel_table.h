@@ -109,7 +109,8 @@ struct GemmPanelArgs {
   const float* x;  // [num_tokens][ldx], at the block's first k
   const float* w;  // [rows][ldw], at the block's first k
   float* out;      // [num_tokens][ldo], columns [0, rows) written when `finish`
-  float* lanes;    // [num_tokens][rows][kMaxLanes]: lane sums carried between blocks
+  float* lanes;    // [num_tokens][rows][kMaxLanes]: lane sums carried between blocks (may be
+                   // null for a single block: !resume && finish)
   int num_tokens;
   int rows;
   int k;  // the block's length

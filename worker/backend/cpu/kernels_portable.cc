@@ -31,16 +31,15 @@ void DequantizeRowPortable(common::GgmlType type, const uint8_t* row, int n, flo
 void GemmPanelPortable(const GemmPanelArgs& a) {
   for (int t = 0; t < a.num_tokens; ++t) {
     const float* x = a.x + static_cast<size_t>(t) * a.ldx;
-    float* out = a.out + static_cast<size_t>(t) * a.ldo;
     for (int r = 0; r < a.rows; ++r) {
       float acc[kLanes] = {};
-      float* lanes = LaneSums(a, r, t);
-      if (a.resume) std::memcpy(acc, lanes, sizeof(acc));
+      // `lanes` (and `out` before the last block) may be null: only what is used is indexed.
+      if (a.resume) std::memcpy(acc, LaneSums(a, r, t), sizeof(acc));
       AccumulateLanes(x, a.w + static_cast<size_t>(r) * a.ldw, a.k, acc);
       if (a.finish) {
-        out[r] = ReduceLanes(acc);
+        a.out[static_cast<size_t>(t) * a.ldo + r] = ReduceLanes(acc);
       } else {
-        std::memcpy(lanes, acc, sizeof(acc));
+        std::memcpy(LaneSums(a, r, t), acc, sizeof(acc));
       }
     }
   }
