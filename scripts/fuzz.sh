@@ -1,37 +1,42 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (tests/fuzz) with clang in their own build directory and runs each
-# for a bounded time on a copy of its seed corpus. Fails when a target crashes, leaks, times out
-# (-timeout) or allocates beyond the limits (-malloc_limit_mb, -rss_limit_mb); the failing input
-# is kept under $FUZZ_BUILD_DIR/fuzz-work/artifacts/ and the reproduce command is printed.
+# Builds the libFuzzer targets (tests/fuzz) in the sanitizer tree (clang, ASan + UBSan: what
+# scripts/build.sh configures for PAGODA_SANITIZE=address,undefined) and runs each for a bounded
+# time on a copy of its seed corpus. Fails when a target crashes, leaks, times out (-timeout) or
+# allocates beyond the limits (-malloc_limit_mb, -rss_limit_mb); the failing input is kept under
+# $FUZZ_BUILD_DIR/fuzz-work/artifacts/ and the reproduce command is printed.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]     (default 60)
 #
-# Environment: FUZZ_BUILD_DIR (default build-fuzz/), FUZZ_TARGETS (default: all six; only the
-# named ones are built).
+# Environment: FUZZ_BUILD_DIR (default build-asan/, the tree of scripts/test.sh --sanitize),
+# FUZZ_TARGETS (default: all six; only the named ones are built), FUZZ_PREBUILT=1 (build
+# nothing: the ctest test fuzz_bounded, whose tree scripts/test.sh has built).
 # Installs clang and its sanitizer/libFuzzer runtime when missing (scripts/install-deps.sh build
 # clang).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 seconds="${1:-60}"
-build_dir="${FUZZ_BUILD_DIR:-$root/build-fuzz}"
+build_dir="${FUZZ_BUILD_DIR:-$root/build-asan}"
 targets=(${FUZZ_TARGETS:-gguf_reader tokenizer validation chat_template http_request grammar})
 if ! [[ "$seconds" =~ ^[0-9]+$ ]] || [ "$seconds" -lt 1 ]; then
   echo "usage: scripts/fuzz.sh [SECONDS_PER_TARGET]   (a positive integer)" >&2
   exit 2
 fi
 
-"$root/scripts/install-deps.sh" build clang
 start=$(date +%s)
-
-# Build type Fuzz: -O1 with line tables only, as libFuzzer's sanitizer builds usually are; it
-# compiles in about 85% of -O2 -g's time, and the reports still name every frame's line.
-CC=clang CXX=clang++ cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_CXX_COMPILER=clang++ \
-  -DCMAKE_BUILD_TYPE=Fuzz -DCMAKE_CXX_FLAGS_FUZZ="-O1 -gline-tables-only -DNDEBUG" \
-  -DCMAKE_C_FLAGS_FUZZ="-O1 -gline-tables-only -DNDEBUG" \
-  -DPAGODA_FUZZ=ON -DPAGODA_ENABLE_CUDA=OFF -DPAGODA_BUILD_TESTS=OFF >/dev/null
 build_targets=(pagoda-fuzz-seeds)
 for t in "${targets[@]}"; do build_targets+=("${t}_fuzz"); done
-cmake --build "$build_dir" --target "${build_targets[@]}" -j "$(nproc)"
+if [ "${FUZZ_PREBUILT:-0}" = 1 ]; then
+  for b in "${build_targets[@]}"; do
+    if [ ! -x "$build_dir/bin/$b" ]; then
+      echo "fuzz: $build_dir/bin/$b is not built (scripts/test.sh --sanitize builds the" \
+           "pagoda_fuzz target; or run scripts/fuzz.sh without FUZZ_PREBUILT)" >&2
+      exit 1
+    fi
+  done
+else
+  PAGODA_SANITIZE=address,undefined BUILD_DIR="$build_dir" BUILD_TYPE=Sanitize \
+    "$root/scripts/build.sh" "${build_targets[@]}"
+fi
 built=$(date +%s)
 
 # The working corpus: the committed seeds plus the generated ones; new inputs land here too.

@@ -9,7 +9,8 @@
 #                                            arguments (e.g. -L e2e); no sanitizer tier
 #   scripts/test.sh --quick [CTEST_ARGS...]  the quick tier (ctest -L quick): unit tests and
 #                                            static checks; installs no clang, Node or Prometheus
-#   scripts/test.sh --sanitize               the sanitizer tier alone: the quick tier built with
+#   scripts/test.sh --sanitize               the sanitizer tier alone: the quick tier and the
+#                                            bounded fuzzing (15 s per target) built by clang with
 #                                            ASan + UBSan in build-asan/; the unit tests that run
 #                                            threads and five e2e tests with TSan in build-tsan/
 set -euo pipefail
@@ -20,11 +21,13 @@ jobs="$(nproc)"
 # The sanitizer tier (docs/testing.md). Every finding fails its test: ASan and UBSan abort on the
 # first report, TSan stops the process that races (halt_on_error).
 sanitize() {
+  # The fuzzers share the ASan tree's libraries (scripts/fuzz.sh); fuzz_bounded starts first and
+  # runs beside the quick tests.
   PAGODA_SANITIZE=address,undefined BUILD_DIR="$root/build-asan" BUILD_TYPE=Sanitize \
-    "$root/scripts/build.sh" pagoda_quick_tests
+    "$root/scripts/build.sh" pagoda_quick_tests pagoda_fuzz
   ASAN_OPTIONS="abort_on_error=1:detect_leaks=1:strict_string_checks=1" \
     UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1" \
-    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" --timeout 600 -L quick
+    ctest --test-dir "$root/build-asan" --output-on-failure -j "$jobs" --timeout 600 -L 'quick|fuzz'
 
   PAGODA_SANITIZE=thread BUILD_DIR="$root/build-tsan" BUILD_TYPE=Sanitize \
     "$root/scripts/build.sh" pagoda_thread_tests
@@ -51,7 +54,7 @@ case "${1:-}" in
     exec ctest --test-dir "$build_dir" --output-on-failure -j "$jobs" --timeout 600 -L quick "$@"
     ;;
   --sanitize)
-    "$root/scripts/install-deps.sh" build
+    "$root/scripts/install-deps.sh" build clang
     sanitize
     ;;
   *)

@@ -4,7 +4,7 @@
 // GGUF seeds are never committed (GGUF files stay out of git): scripts/fuzz.sh runs this into
 // its working corpus each time, the random-weight model (~14 KB, a complete llama GGUF with
 // its tokenizer) included. The validation seeds are also committed under tests/fuzz/corpus/;
-// regenerate them with `build-fuzz/bin/pagoda-fuzz-seeds tests/fuzz/corpus --no-model`.
+// regenerate them with `build-asan/bin/pagoda-fuzz-seeds tests/fuzz/corpus --no-model`.
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
