@@ -26,6 +26,25 @@ int32_t Argmax(std::span<const float> logits) {
   return std::max(best, 0);
 }
 
+// The largest logit, NaN skipped (-inf when all are NaN). Eight running maxima, which the
+// compiler keeps in one vector register, instead of one chain through 150k logits: a maximum
+// does not depend on the order it is taken in (+0 and -0 may trade places, which no caller
+// can see: both subtract the same from every logit).
+float MaxLogit(std::span<const float> logits) {
+  constexpr size_t kLanes = 8;
+  float lanes[kLanes];
+  std::fill(std::begin(lanes), std::end(lanes), -INFINITY);
+  size_t i = 0;
+  for (; i + kLanes <= logits.size(); i += kLanes) {
+    for (size_t j = 0; j < kLanes; ++j)
+      lanes[j] = logits[i + j] > lanes[j] ? logits[i + j] : lanes[j];
+  }
+  float max = -INFINITY;
+  for (; i < logits.size(); ++i) max = logits[i] > max ? logits[i] : max;
+  for (float l : lanes) max = l > max ? l : max;
+  return max;
+}
+
 struct Candidate {
   float prob;
   int32_t id;
@@ -48,22 +67,26 @@ int32_t Sample(std::span<const float> logits, const SamplingParams& p, uint64_t 
   if (logits.empty()) return 0;
   if (!(p.temperature > 0) || p.top_k == 1) return Argmax(logits);
   // Softmax with temperature, computed in double for a stable, order-independent cut-off.
-  float max_logit = -INFINITY;
-  for (float l : logits) {
-    if (l > max_logit) max_logit = l;
-  }
+  const float max_logit = MaxLogit(logits);
   if (!std::isfinite(max_logit)) return Argmax(logits);
-  std::vector<Candidate> cands(logits.size());
+  // Only tokens of non-zero probability are candidates. A masked (-inf) or NaN logit, or one
+  // whose exp underflows, adds zero to every sum below, sorts after every other token and is
+  // never drawn, so leaving it out changes no result; and a grammar mask that allows a few
+  // hundred of a 150k vocabulary then costs a few hundred exps, not 150k.
+  std::vector<Candidate> cands;
+  cands.reserve(logits.size());
   for (size_t i = 0; i < logits.size(); ++i) {
-    const float l = std::isnan(logits[i]) ? -INFINITY : logits[i];
-    cands[i] = {static_cast<float>(std::exp((l - max_logit) / p.temperature)),
-                static_cast<int32_t>(i)};
+    const float l = logits[i];
+    if (!(l > -INFINITY)) continue;  // -inf or NaN
+    const float prob = std::exp((l - max_logit) / p.temperature);
+    if (prob > 0) cands.push_back({prob, static_cast<int32_t>(i)});
   }
   size_t keep = cands.size();
   const bool nucleus = p.top_p > 0 && p.top_p < 1;
   const bool min_p = p.min_p > 0;
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < keep) {
-    keep = static_cast<size_t>(p.top_k);
+  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < logits.size()) {
+    // Sorted even when no more than top_k tokens are left: the draw walks them by probability.
+    keep = std::min(keep, static_cast<size_t>(p.top_k));
     std::partial_sort(cands.begin(), cands.begin() + static_cast<ptrdiff_t>(keep), cands.end(),
                       Before);
   } else if (nucleus || min_p) {
@@ -103,8 +126,19 @@ void ApplyMask(std::span<float> logits, std::span<const uint32_t> allowed) {
   if (allowed.empty()) return;
   const size_t n = std::min(logits.size(), allowed.size() * 32);
   constexpr float kOff = -std::numeric_limits<float>::infinity();
-  for (size_t t = 0; t < n; ++t) {
-    if ((allowed[t / 32] >> (t % 32) & 1u) == 0) logits[t] = kOff;
+  // A word at a time: most words of a grammar's mask are all off (or all on).
+  for (size_t begin = 0; begin < n; begin += 32) {
+    const uint32_t bits = allowed[begin / 32];
+    if (bits == ~0u) continue;
+    const size_t end = std::min(n, begin + 32);
+    if (bits == 0) {
+      std::fill(logits.begin() + static_cast<std::ptrdiff_t>(begin),
+                logits.begin() + static_cast<std::ptrdiff_t>(end), kOff);
+      continue;
+    }
+    for (size_t t = begin; t < end; ++t) {
+      if ((bits >> (t - begin) & 1u) == 0) logits[t] = kOff;
+    }
   }
   std::fill(logits.begin() + static_cast<std::ptrdiff_t>(n), logits.end(), kOff);
 }

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -52,6 +53,57 @@ TEST(Sampler, MaskedTokensAreNeverDrawn) {
   std::vector<float> untouched = {1.0f, 2.0f};
   ApplyMask(untouched, {});
   EXPECT_EQ(untouched, (std::vector<float>{1.0f, 2.0f}));
+}
+
+// A masked (-inf) or NaN token takes no part in a draw: over a random mask on a random
+// vocabulary, every kind of draw returns the token it returns on the vocabulary without the
+// masked ids (renumbered in order). Some logits sit far below the rest, so that their
+// probabilities underflow to zero at the lower temperatures.
+TEST(Sampler, MaskedTokensChangeNoDrawAmongTheOthers) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<SamplingParams> kinds = {
+      {.temperature = 1.0f},
+      {.temperature = 0.05f},
+      {.temperature = 0.7f, .top_k = 40},
+      {.temperature = 1.0f, .top_p = 0.9f},
+      {.temperature = 1.2f, .min_p = 0.05f},
+      {.temperature = 0.8f, .top_k = 20, .top_p = 0.8f},
+      {.temperature = 1.0f, .top_k = 5000},  // more than the vocabulary: no cut
+  };
+  for (int round = 0; round < 20; ++round) {
+    std::vector<float> full(1000);
+    std::vector<float> kept;
+    std::vector<int32_t> id_of;  // kept index -> full id
+    for (size_t i = 0; i < full.size(); ++i) {
+      full[i] = normal(rng) - (rng() % 8 == 0 ? 150.0f : 0.0f);
+      switch (rng() % 5) {
+        case 0:
+        case 1:
+        case 2:
+          full[i] = -std::numeric_limits<float>::infinity();
+          break;
+        case 3:
+          if (rng() % 4 == 0) full[i] = nan;
+          break;
+      }
+      if (full[i] > -std::numeric_limits<float>::infinity()) {
+        kept.push_back(full[i]);
+        id_of.push_back(static_cast<int32_t>(i));
+      }
+    }
+    ASSERT_GT(kept.size(), 100u);  // more than every top_k below the vocabulary's size
+    for (SamplingParams p : kinds) {
+      for (uint64_t index = 0; index < 25; ++index) {
+        p.seed = static_cast<uint64_t>(round);
+        const int32_t drawn = Sample(full, p, index);
+        EXPECT_EQ(drawn, id_of[static_cast<size_t>(Sample(kept, p, index))])
+            << "round " << round << " temperature " << p.temperature << " top_k " << p.top_k
+            << " top_p " << p.top_p << " min_p " << p.min_p << " index " << index;
+      }
+    }
+  }
 }
 
 TEST(Sampler, SameSeedAndIndexSameToken) {
