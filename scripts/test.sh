@@ -40,14 +40,11 @@ sanitize() {
   # from PAGODA_CHILD_TSAN_OPTIONS); the test clients themselves do not report. The npm-client
   # checks are left out: they drive the same paths as the e2e binaries at many times the cost
   # (structured_outputs samples 1,130 answers; responses_api runs the chat path's call under
-  # another answer format). So are the two KilledWorkerKeeps* tests (74 s under TSan): they
-  # take KilledWorkerLosesNoRequest's kill-and-move path, which runs here, with penalties or
-  # constraints, whose state the new worker rebuilds on its step thread (Runner::FirstSight);
-  # the constrained masks' threads run here in ConstrainedOutputsSurvivePreemption.
+  # another answer format).
   TSAN_OPTIONS="report_bugs=0" \
     PAGODA_CHILD_TSAN_OPTIONS="halt_on_error=1:suppressions=$root/scripts/tsan.supp" \
     ctest --test-dir "$root/build-tsan" --output-on-failure -j "$jobs" --timeout 900 \
-    -L '^e2e$' -E '^(openai_client|structured_outputs|responses_api)$|KilledWorkerKeeps'
+    -L '^e2e$' -E '^(openai_client|structured_outputs|responses_api)$'
 }
 
 case "${1:-}" in
