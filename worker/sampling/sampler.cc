@@ -36,8 +36,9 @@ float MaxLogit(std::span<const float> logits) {
   std::fill(std::begin(lanes), std::end(lanes), -INFINITY);
   size_t i = 0;
   for (; i + kLanes <= logits.size(); i += kLanes) {
-    for (size_t j = 0; j < kLanes; ++j)
+    for (size_t j = 0; j < kLanes; ++j) {
       lanes[j] = logits[i + j] > lanes[j] ? logits[i + j] : lanes[j];
+    }
   }
   float max = -INFINITY;
   for (; i < logits.size(); ++i) max = logits[i] > max ? logits[i] : max;
