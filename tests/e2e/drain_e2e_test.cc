@@ -3,7 +3,9 @@
 // requests still running are cut with UNAVAILABLE.
 //
 // A random model of realistic width on one worker thread makes a long generation last seconds,
-// so that the signal surely lands mid-stream.
+// so that the signal surely lands mid-stream. The request that must outlast a 1 s drain asks for
+// 30,000 tokens: a fast machine generates this model's tokens at about 2,000 a second, so 2,000
+// tokens were not enough.
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -74,12 +76,12 @@ v1::GenerateRequest LongRequest(const std::string& prompt, uint32_t max_tokens) 
 
 class DrainTest : public ::testing::Test {
  protected:
-  void StartCluster(const std::string& drain_timeout) {
+  void StartCluster(const std::string& drain_timeout, const std::string& context = "2048") {
     const std::string model = MakeTempDir("drain") + "/random.gguf";
     std::string error;
     ASSERT_TRUE(MakeRandomModel(model,
                                 {"--layers", "4", "--dim", "256", "--heads", "8", "--kv-heads", "4",
-                                 "--ffn-dim", "688", "--vocab", "2048", "--context", "2048"},
+                                 "--ffn-dim", "688", "--vocab", "2048", "--context", context},
                                 &error))
         << error;
     ClusterOptions options;
@@ -143,8 +145,8 @@ TEST_F(DrainTest, AdmittedRequestsFinishNewOnesAreRefusedAndTheSchedulerExitsZer
 }
 
 TEST_F(DrainTest, TimeoutCutsWhatIsLeftWithUnavailable) {
-  ASSERT_NO_FATAL_FAILURE(StartCluster("1"));
-  constexpr uint32_t kTokens = 2000;
+  ASSERT_NO_FATAL_FAILURE(StartCluster("1", "32768"));
+  constexpr uint32_t kTokens = 30000;
   BackgroundStream stream(*cluster_, LongRequest("Once upon a time", kTokens));
   ASSERT_TRUE(stream.WaitStarted(absl::Seconds(30)));
   const absl::Time signalled = absl::Now();
