@@ -4,11 +4,11 @@
 #
 #   scripts/install-deps.sh [GROUP...]      (default: build test)
 #
-#   build  compilers, CMake, gRPC, Protobuf, Abseil, GoogleTest, Google Benchmark,
-#          prometheus-cpp, openssl, PCRE2 and ICU (byte-level BPE pre-tokenizers and NFC),
-#          Boost (Asio and Beast: the HTTP API), SQLite (the Responses API's stored
-#          responses), OpenSSL's libcrypto and curl (the HTTP API's tests): what
-#          scripts/build.sh and the quick test tier need
+#   build  compilers, lld (links in a third of GNU ld's time), CMake, gRPC, Protobuf, Abseil,
+#          GoogleTest, Google Benchmark, prometheus-cpp, openssl, PCRE2 and ICU (byte-level
+#          BPE pre-tokenizers and NFC), Boost (Asio and Beast: the HTTP API), SQLite (the
+#          Responses API's stored responses), OpenSSL's libcrypto and curl (the HTTP API's
+#          tests): what scripts/build.sh and the quick test tier need
 #   test   what the full test tier adds: Prometheus (promtool checks the metrics exposition),
 #          gnuplot (pagoda-bench figures), clang-format (scripts/check-format.sh), Python's
 #          Jinja2 (scripts/check-chat-templates-jinja2.sh renders chat templates with it)
@@ -19,7 +19,7 @@ set -euo pipefail
 packages_of() {
   case "$1" in
     build)
-      echo cmake ninja-build g++ pkg-config \
+      echo cmake ninja-build g++ lld pkg-config \
         libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev \
         nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev prometheus-cpp-dev \
         openssl libssl-dev libsqlite3-dev libpcre2-dev libicu-dev libboost-dev curl ;;
