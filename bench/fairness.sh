@@ -89,7 +89,7 @@ stop() {
 }
 
 synthetic=(--backend synthetic --synthetic-step-ms "$step_ms" --kv-pages 65536 --page-size 16
-  --max-batch-tokens 4096)
+  --max-batch-tokens 2048)
 
 # bench NAME ARGS...: pagoda-bench against $addr, JSON in $out_dir/NAME.json.
 bench() {

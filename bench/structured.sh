@@ -107,7 +107,7 @@ PY
   addr="127.0.0.1:$(cat "$run_dir/port")"
   "$bin/pagoda-worker" --scheduler "$addr" --model "$model" --log-level warning \
     --backend synthetic --synthetic-step-ms "$step_ms" --kv-pages 65536 --page-size 16 \
-    --max-batch-tokens 4096 2>"$run_dir/worker.log" &
+    --max-batch-tokens 2048 2>"$run_dir/worker.log" &
   pids+=($!)
   run() {
     local name="$1"

@@ -45,9 +45,13 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:50051", "address to serve the API and worker link on");
 ABSL_FLAG(std::string, model, "", "GGUF model file (the workers must load the same file)");
-ABSL_FLAG(int32_t, max_batch_tokens, 2048, "input tokens per iteration per worker");
+ABSL_FLAG(int32_t, max_batch_tokens, 0,
+          "input tokens per iteration per worker, at most the worker's own --max-batch-tokens; "
+          "0 = the worker's");
 ABSL_FLAG(int32_t, max_running, 256, "running sequences per worker");
-ABSL_FLAG(int32_t, max_prefill_chunk, 512, "prefill tokens per sequence per iteration");
+ABSL_FLAG(int32_t, max_prefill_chunk, 0,
+          "prefill tokens per sequence per iteration; 0 = what the worker prefers (a CUDA "
+          "worker: its whole --max-batch-tokens), else 512");
 ABSL_FLAG(int32_t, max_queued_requests, 4096,
           "requests waiting at most; past it new requests get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int64_t, max_queued_prompt_tokens, int64_t{1} << 22,
@@ -293,12 +297,13 @@ int main(int argc, char** argv) {
   options.scheduler.max_plans_in_flight = absl::GetFlag(FLAGS_max_plans_in_flight);
   options.scheduler.enable_prefix_caching = absl::GetFlag(FLAGS_enable_prefix_caching);
   const auto& o = options.scheduler;
-  if (o.max_batch_tokens <= 0 || o.max_running <= 0 || o.max_prefill_chunk <= 0 ||
+  if (o.max_batch_tokens < 0 || o.max_running <= 0 || o.max_prefill_chunk < 0 ||
       o.max_queued_requests <= 0 || o.max_queued_prompt_tokens <= 0 ||
       o.max_preemptions_in_row <= 0) {
     return Fail(
-        "--max-batch-tokens, --max-running, --max-prefill-chunk, --max-queued-requests, "
-        "--max-queued-prompt-tokens and --max-preemptions-in-row must be positive");
+        "--max-running, --max-queued-requests, --max-queued-prompt-tokens and "
+        "--max-preemptions-in-row must be positive, --max-batch-tokens and --max-prefill-chunk "
+        ">= 0 (0: the worker's)");
   }
   if (o.max_plans_in_flight < 1 || o.max_plans_in_flight > 2) {
     return Fail("--max-plans-in-flight must be 1 (no overlap) or 2");

@@ -66,7 +66,9 @@ ABSL_FLAG(std::string, prefill_attention, "auto",
           "cuda: prefill attention's tensor-core kernel (head dims 64 and 128): auto (wgmma on "
           "compute capability 9.0, mma.sync elsewhere), mma_sync, or wgmma (9.0 only)");
 ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
-ABSL_FLAG(int32_t, max_batch_tokens, 2048, "most input tokens per plan");
+ABSL_FLAG(int32_t, max_batch_tokens, 0,
+          "most input tokens per plan; 0 = by the hardware: 8192 on a GPU of compute capability "
+          "9.0 or later with 70 GiB or more (--backend cuda), else 2048");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the forward pass; 0 = all cores");
 ABSL_FLAG(
     std::string, cpu_kernels, "",
@@ -90,6 +92,9 @@ ABSL_FLAG(std::string, metrics_port_file, "",
           "after binding, write the metrics port here (for --metrics-listen HOST:0)");
 
 namespace {
+
+// Input tokens per plan when neither the flag nor the backend sets them (the CPU backends).
+constexpr int32_t kDefaultMaxBatchTokens = 2048;
 
 int Fail(const std::string& message) {
   std::fprintf(stderr, "pagoda-worker: %s\n", message.c_str());
@@ -217,11 +222,11 @@ int main(int argc, char** argv) {
   absl::StatusOr<pagoda::common::TlsConfig> tls =
       pagoda::common::LoadTlsFromFlags(pagoda::common::TlsSide::kClient);
   if (!tls.ok()) return Fail(std::string(tls.status().message()));
-  if (page_size <= 0 || max_batch_tokens <= 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
+  if (page_size <= 0 || max_batch_tokens < 0 || absl::GetFlag(FLAGS_kv_pages) < 0 ||
       absl::GetFlag(FLAGS_kv_cache_mib) <= 0 || absl::GetFlag(FLAGS_swap_space_mib) < 0) {
     return Fail(
-        "--page-size, --max-batch-tokens and --kv-cache-mib must be positive, "
-        "--kv-pages and --swap-space-mib >= 0");
+        "--page-size and --kv-cache-mib must be positive, --max-batch-tokens, --kv-pages and "
+        "--swap-space-mib >= 0");
   }
 
   pw::HealthServer health;
@@ -285,7 +290,16 @@ int main(int argc, char** argv) {
   link.worker_name = absl::GetFlag(FLAGS_name).empty() ? DefaultName() : absl::GetFlag(FLAGS_name);
   link.model_fingerprint = loaded->fingerprint;
   link.backend_name = runner.backend().name();
-  link.max_batch_tokens = max_batch_tokens;
+  // A backend that sized memory for a token count (CUDA) registers that count.
+  const int backend_tokens = runner.backend().max_batch_tokens();
+  link.max_batch_tokens = backend_tokens > 0     ? backend_tokens
+                          : max_batch_tokens > 0 ? max_batch_tokens
+                                                 : kDefaultMaxBatchTokens;
+  link.max_prefill_chunk = runner.backend().preferred_prefill_chunk();
+  PAGODA_LOG(kInfo, "worker", "plans of up to %d input tokens; prefill chunks of %s",
+             link.max_batch_tokens,
+             link.max_prefill_chunk > 0 ? absl::StrFormat("%d tokens", link.max_prefill_chunk)
+                                        : std::string("the scheduler's size"));
   absl::StatusOr<std::string> token = pagoda::common::LoadLinkTokenFromFlags();
   if (!token.ok()) return Fail(std::string(token.status().message()));
   link.link_token = *std::move(token);

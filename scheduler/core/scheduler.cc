@@ -82,6 +82,13 @@ WorkerState* Scheduler::FindWorker(WorkerId id) {
   return it == workers_.end() ? nullptr : it->second.get();
 }
 
+std::pair<int32_t, int32_t> Scheduler::PlanLimits(WorkerId id) const {
+  auto it = workers_.find(id);
+  if (it == workers_.end()) return {0, 0};
+  const int32_t budget = BatchBudget(*it->second);
+  return {budget, std::min(budget, PrefillChunk(*it->second))};
+}
+
 Sequence* Scheduler::FindSeq(RequestId id) {
   auto it = seqs_.find(id);
   return it == seqs_.end() ? nullptr : it->second.get();
@@ -91,6 +98,17 @@ int32_t Scheduler::DecodeLimit(const Sequence& s) const {
   const int32_t limit =
       s.request.max_tokens > 0 ? s.num_prompt + s.request.max_tokens : options_.context_length;
   return std::min(limit, options_.context_length);
+}
+
+int32_t Scheduler::BatchBudget(const WorkerState& w) const {
+  const int32_t own = w.info.max_batch_tokens;
+  return std::max(1,
+                  options_.max_batch_tokens > 0 ? std::min(options_.max_batch_tokens, own) : own);
+}
+
+int32_t Scheduler::PrefillChunk(const WorkerState& w) const {
+  if (options_.max_prefill_chunk > 0) return options_.max_prefill_chunk;
+  return w.info.max_prefill_chunk > 0 ? w.info.max_prefill_chunk : kDefaultPrefillChunk;
 }
 
 int32_t Scheduler::MaxPositions(const Sequence& s) const {
@@ -294,7 +312,7 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
   Plan plan;
   plan.worker = worker;
   plan.steps.reserve(w->running.size() + 1);
-  Budget budget{std::min(options_.max_batch_tokens, w->info.max_batch_tokens)};
+  Budget budget{BatchBudget(*w)};
   building_ = {&plan, &budget};
   BuildSteps(*w, plan, budget, now);
   if (plan.steps.empty() && w->flight.empty() && !w->running.empty()) {
@@ -403,12 +421,12 @@ bool Scheduler::HasRoomToAdmit(const WorkerState& w, Sequence& s, const Budget& 
   const int32_t ps = w.info.page_size;
   if (s.swapped_on) {  // its swapped pages come back, plus what its first chunk needs
     const int32_t chunk = std::min({static_cast<int32_t>(s.tokens.size()) - s.swapped_positions,
-                                    budget.tokens, options_.max_prefill_chunk});
+                                    budget.tokens, PrefillChunk(w)});
     return CeilDiv(s.swapped_positions + chunk, ps) <= kv_.AvailablePages(w.id);
   }
   const PrefixHit hit = kv_.Lookup(w.id, s.request.id, s.tokens, s.request.cache_salt);
-  const int32_t chunk = std::min({static_cast<int32_t>(s.tokens.size()) - hit.tokens, budget.tokens,
-                                  options_.max_prefill_chunk});
+  const int32_t chunk = std::min(
+      {static_cast<int32_t>(s.tokens.size()) - hit.tokens, budget.tokens, PrefillChunk(w)});
   const int32_t pages = CeilDiv(hit.tokens + chunk, ps) - hit.tokens / ps;
   return pages <= kv_.AvailablePages(w.id) - hit.parked_pages;
 }
@@ -478,7 +496,7 @@ bool Scheduler::HasBurstShare(const WorkerState& w, Sequence& s) {
 
 bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt) {
   const int32_t unscheduled = s.unscheduled();
-  const int32_t chunk = std::min({unscheduled, budget.tokens, options_.max_prefill_chunk});
+  const int32_t chunk = std::min({unscheduled, budget.tokens, PrefillChunk(w)});
   if (chunk <= 0) return false;
   const int32_t known_plus_pending = static_cast<int32_t>(s.tokens.size()) + s.pending_samples;
   const bool sample = s.num_scheduled + chunk == known_plus_pending;

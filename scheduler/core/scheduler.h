@@ -58,6 +58,7 @@
 #include <string>
 #include <string_view>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -81,10 +82,16 @@ const char* PreemptionModeName(PreemptionMode mode);
 // digits, >= 1) after which the same request would likely be admitted.
 inline constexpr char kRetryAfterPayload[] = "pagoda.dev/retry-after-s";
 
+// Prefill tokens per sequence per iteration for a worker that states no preference.
+inline constexpr int32_t kDefaultPrefillChunk = 512;
+
 struct SchedulerOptions {
-  int32_t max_batch_tokens = 2048;             // input tokens per iteration per worker
-  int32_t max_running = 256;                   // sequences running per worker
-  int32_t max_prefill_chunk = 512;             // prefill tokens per sequence per iteration
+  // Input tokens per iteration per worker, at most the worker's own; 0: the worker's.
+  int32_t max_batch_tokens = 0;
+  int32_t max_running = 256;  // sequences running per worker
+  // Prefill tokens per sequence per iteration; 0: the worker's preference (the CUDA worker's
+  // whole budget), else kDefaultPrefillChunk.
+  int32_t max_prefill_chunk = 0;
   int32_t context_length = 0;                  // the model's; prompt + max_tokens must fit
   int32_t eos_id = -1;                         // the model's end-of-sequence token
   int32_t max_queued_requests = 4096;          // beyond: RESOURCE_EXHAUSTED
@@ -139,6 +146,9 @@ class Scheduler {
   void Finish(RequestId id, FinishReason reason, const std::string& message, double now);
 
   void AddWorker(WorkerId id, const WorkerInfo& info);
+  // The input tokens a plan for worker `id` carries at most, and the most prefill tokens of one
+  // sequence in it (the options where set, else what the worker registered); {0, 0} if unknown.
+  std::pair<int32_t, int32_t> PlanLimits(WorkerId id) const;
   // Forgets a worker; its sequences go back to the head of their classes and are recomputed.
   void RemoveWorker(WorkerId id);
 
@@ -228,6 +238,10 @@ class Scheduler {
   void ReleaseFromWorker(Sequence& s);
   int32_t MaxPositions(const Sequence& s) const;
   int32_t DecodeLimit(const Sequence& s) const;
+  // Input tokens one plan for `w` may carry (>= 1), and one sequence's prefill chunk in it:
+  // the options where set, else what the worker registered.
+  int32_t BatchBudget(const WorkerState& w) const;
+  int32_t PrefillChunk(const WorkerState& w) const;
 
   SchedulerOptions options_;
   KvCacheManager kv_;

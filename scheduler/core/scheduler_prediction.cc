@@ -115,8 +115,7 @@ double Scheduler::PredictFirstToken(const NewRequest& r, double now) {
   double pipeline = std::numeric_limits<double>::infinity();
   for (const auto& [id, w] : workers_) {
     if (!w->model.has_steps()) continue;
-    Load& load = loads.emplace_back(Load{
-        w.get(), std::max(1, std::min(options_.max_batch_tokens, w->info.max_batch_tokens)), 0, 0});
+    Load& load = loads.emplace_back(Load{w.get(), BatchBudget(*w), 0, 0});
     for (RequestId rid : w->running) {
       const Sequence& s = *seqs_.at(rid);
       const int32_t left = static_cast<int32_t>(s.tokens.size()) - s.num_computed;
@@ -149,8 +148,9 @@ double Scheduler::PredictFirstToken(const NewRequest& r, double now) {
   }
   // Step times, averaged over the workers: a decode step, and a step that also takes its
   // share of the backlog as prefill.
-  double prefill_rate = 0, decode_step = 0, full_step = 0;
+  double prefill_rate = 0, decode_step = 0, full_step = 0, chunk = 0;
   for (const Load& load : loads) {
+    chunk += PrefillChunk(*load.w);
     const int32_t prefill = std::max(1, load.budget - load.decodes);
     const double share = std::min<double>(prefill, backlog / static_cast<double>(loads.size()));
     prefill_rate += prefill;
@@ -162,10 +162,11 @@ double Scheduler::PredictFirstToken(const NewRequest& r, double now) {
   }
   decode_step /= static_cast<double>(loads.size());
   full_step /= static_cast<double>(loads.size());
+  chunk /= static_cast<double>(loads.size());
   const double prefill_steps = std::ceil(backlog / prefill_rate);
-  // Slots: each request ahead takes the earliest free slot for its prefill and output.
-  const double chunk_rate =
-      std::max(1.0, std::min<double>(options_.max_prefill_chunk, prefill_rate));
+  // Slots: each request ahead takes the earliest free slot for its prefill and output, at the
+  // workers' mean chunk.
+  const double chunk_rate = std::max(1.0, std::min(chunk, prefill_rate));
   size_t replayed = 0;
   for (const Sequence* s : ahead) {
     if (replayed == kMaxReplayed) break;

@@ -127,7 +127,7 @@ bool Scheduler::SwapIsCheaper(const WorkerState& w, int32_t positions) const {
   // on any hardware we run on.
   const double per_page = w.model.swap_seconds_per_page();
   if (!w.model.has_steps() || per_page <= 0) return true;
-  const int32_t budget = std::max(1, std::min(options_.max_batch_tokens, w.info.max_batch_tokens));
+  const int32_t budget = BatchBudget(w);
   double recompute = positions * w.model.mean_seconds() / budget;
   if (w.model.fitted()) {
     const std::array<double, 3> c = w.model.coefficients();

@@ -95,6 +95,7 @@ struct WorkerInfo {
   int32_t num_pages = 0;
   int32_t page_size = 0;
   int32_t max_batch_tokens = 0;
+  int32_t max_prefill_chunk = 0;     // prefill tokens per sequence per plan it prefers; 0: none
   int32_t num_swap_pages = 0;        // host swap space in pages; 0: recompute only
   double swap_seconds_per_page = 0;  // the worker's measured copy out + in of one page; 0: unknown
 };

@@ -120,16 +120,20 @@ void Engine::AttachWorker(WorkerId id, const std::string& name, const WorkerInfo
   Outgoing out;
   std::function<void(size_t)> callback;
   size_t count = 0;
+  std::pair<int32_t, int32_t> limits;
   {
     absl::MutexLock lock(&mu_);
     workers_[id] = AttachedWorker{name, info, std::make_shared<Outbox>(std::move(channel))};
     scheduler_.AddWorker(id, info);
+    limits = scheduler_.PlanLimits(id);
     PlanAndRouteLocked(&out);
     callback = workers_changed_;
     count = workers_.size();
   }
-  PAGODA_LOG(kInfo, "scheduler", "worker %d attached: %s, %d pages of %d tokens", id, name,
-             info.num_pages, info.page_size);
+  PAGODA_LOG(kInfo, "scheduler",
+             "worker %d attached: %s, %d pages of %d tokens; plans of up to %d tokens, prefill "
+             "chunks of up to %d",
+             id, name, info.num_pages, info.page_size, limits.first, limits.second);
   if (callback) callback(count);
   Deliver(std::move(out));
 }

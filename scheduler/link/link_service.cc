@@ -170,6 +170,7 @@ class LinkService::Link final
     info.num_pages = static_cast<int32_t>(reg.num_pages());
     info.page_size = static_cast<int32_t>(reg.page_size());
     info.max_batch_tokens = static_cast<int32_t>(reg.max_batch_tokens());
+    info.max_prefill_chunk = static_cast<int32_t>(reg.max_prefill_chunk());
     info.num_swap_pages = static_cast<int32_t>(reg.num_swap_pages());
     info.swap_seconds_per_page = reg.swap_seconds_per_page();
     id_ = service_->engine_->NextWorkerId();
@@ -255,11 +256,16 @@ grpc::Status LinkService::ValidateRegister(const wv1::Register& reg) const {
                                         "scheduler's %s: start both with the same model file",
                                         reg.model_fingerprint(), options_.model_fingerprint));
   }
-  if (reg.page_size() == 0 || reg.num_pages() == 0 || reg.max_batch_tokens() == 0) {
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                        absl::StrFormat("page_size (%d), num_pages (%d) and max_batch_tokens "
-                                        "(%d) must all be positive",
-                                        reg.page_size(), reg.num_pages(), reg.max_batch_tokens()));
+  constexpr uint32_t kMax = INT32_MAX;  // each becomes an int32_t
+  if (reg.page_size() == 0 || reg.num_pages() == 0 || reg.max_batch_tokens() == 0 ||
+      reg.page_size() > kMax || reg.num_pages() > kMax || reg.max_batch_tokens() > kMax ||
+      reg.max_prefill_chunk() > kMax) {
+    return grpc::Status(
+        grpc::StatusCode::INVALID_ARGUMENT,
+        absl::StrFormat("page_size (%u), num_pages (%u) and max_batch_tokens (%u) must be in [1, "
+                        "%d], max_prefill_chunk (%u) in [0, %d]",
+                        reg.page_size(), reg.num_pages(), reg.max_batch_tokens(), INT32_MAX,
+                        reg.max_prefill_chunk(), INT32_MAX));
   }
   if (reg.num_swap_pages() > static_cast<uint32_t>(INT32_MAX) ||
       !std::isfinite(reg.swap_seconds_per_page()) || reg.swap_seconds_per_page() < 0) {

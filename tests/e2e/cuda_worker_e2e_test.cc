@@ -3,6 +3,10 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <optional>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "tests/e2e/trained_model.h"
 #include "tests/support/status_assertions.h"
@@ -39,6 +43,17 @@ TEST_F(CudaWorkerTest, GoldenGreedyGenerations) {
       EXPECT_EQ(g.text, c["expected_text"].get<std::string>());
     }
     EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
+    // At the defaults the worker sizes its budget by the GPU's memory and asks for prefill
+    // chunks of all of it; the scheduler plans with both.
+    const std::optional<std::string> log =
+        cluster_->scheduler().WaitForLog("plans of up to ", absl::Seconds(10));
+    ASSERT_TRUE(log) << cluster_->Logs();
+    int budget = 0, chunk = 0;
+    ASSERT_EQ(std::sscanf(log->c_str(), "plans of up to %d tokens, prefill chunks of up to %d",
+                          &budget, &chunk),
+              2);
+    EXPECT_TRUE(budget == 2048 || budget == 8192) << budget;
+    EXPECT_EQ(chunk, budget);
     cluster_.reset();
   }
 }

@@ -30,6 +30,11 @@ TEST_F(TrainedModelTest, GoldenGreedyGenerations) {
     EXPECT_GE(g.finished.stats().e2e_seconds(), g.finished.stats().time_to_first_token_s());
   }
   EXPECT_TRUE(cluster_->WaitIdleAndFree(absl::Seconds(5)));
+  // Both processes at their defaults: the CPU worker's budget, and the scheduler's own chunk
+  // (the CPU worker states no preference).
+  EXPECT_TRUE(cluster_->scheduler().WaitForLog(
+      "plans of up to 2048 tokens, prefill chunks of up to 512", absl::Seconds(10)))
+      << cluster_->Logs();
 }
 
 // (b) 16 concurrent requests of mixed lengths, batched with chunked prefill and small pages,

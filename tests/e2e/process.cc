@@ -91,4 +91,15 @@ std::string ChildProcess::Log() const {
   return ss.str();
 }
 
+std::optional<std::string> ChildProcess::WaitForLog(std::string_view text,
+                                                    absl::Duration timeout) const {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    const std::string log = Log();
+    if (const size_t at = log.find(text); at != std::string::npos) return log.substr(at);
+    if (absl::Now() >= deadline) return std::nullopt;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
 }  // namespace pagoda::testing

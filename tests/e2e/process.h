@@ -8,6 +8,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -27,6 +28,9 @@ class ChildProcess {
   std::optional<int> Wait(absl::Duration timeout);
   bool Running();
   std::string Log() const;
+  // Polls the log until it holds `text` (a line another thread of the process may still be
+  // writing); returns the log from `text` on, or nullopt after `timeout`.
+  std::optional<std::string> WaitForLog(std::string_view text, absl::Duration timeout) const;
   pid_t pid() const { return pid_; }
 
  private:

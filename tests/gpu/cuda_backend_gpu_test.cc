@@ -260,6 +260,29 @@ INSTANTIATE_TEST_SUITE_P(
 // quantized file follow llama.cpp's server within the tolerance the CPU backend meets
 // (tests/worker/llama_cpp_top5.h), through the fused product (decode steps and 4-token prompts)
 // and, on a GPU, through the tensor-core product and the fused one with 8-bit activations too.
+// max_batch_tokens 0 takes the device's default, and the backend asks for prefill chunks of its
+// whole budget.
+TEST(CudaBackendGpuTest, ZeroMaxBatchTokensFollowsTheDevice) {
+  constexpr size_t kGiB = size_t{1} << 30;
+  EXPECT_EQ(DefaultMaxBatchTokens(80 * kGiB, 9), 8192);    // H100
+  EXPECT_EQ(DefaultMaxBatchTokens(141 * kGiB, 10), 8192);  // B200 class
+  EXPECT_EQ(DefaultMaxBatchTokens(80 * kGiB, 8), 2048);    // A100 80GB
+  EXPECT_EQ(DefaultMaxBatchTokens(24 * kGiB, 9), 2048);
+  SKIP_WITHOUT_GPU();
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 4, 2, 2, 5));
+  ASSERT_NE(model, nullptr);
+  auto gpu = MakeCuda(model, 16, 64, DType::kBf16, true, /*max_batch_tokens=*/0);
+  ASSERT_NE(gpu, nullptr);
+  cudaDeviceProp prop{};
+  ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+  EXPECT_EQ(gpu->max_batch_tokens(), DefaultMaxBatchTokens(prop.totalGlobalMem, prop.major));
+  EXPECT_EQ(gpu->preferred_prefill_chunk(), gpu->max_batch_tokens());
+  gpu = MakeCuda(model, 16, 64, DType::kBf16, true, /*max_batch_tokens=*/96);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->max_batch_tokens(), 96);
+  EXPECT_EQ(gpu->preferred_prefill_chunk(), 96);
+}
+
 TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
   SKIP_WITHOUT_GPU();
   PAGODA_SKIP_WITHOUT_TEST_MODELS(top5_path, "quant/llama_cpp_top5.json");

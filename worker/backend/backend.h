@@ -184,6 +184,12 @@ class Backend {
   virtual size_t kv_bytes() const = 0;  // bytes of the KV arena
   // Device (GPU) memory this backend holds: weights, workspace and KV arena; 0 on the CPU.
   virtual size_t device_bytes() const { return 0; }
+  // The most input tokens one Forward takes, where the backend sizes memory by it (the CUDA
+  // workspace); 0: any count (the worker's --max-batch-tokens, or its default, bounds plans).
+  virtual int max_batch_tokens() const { return 0; }
+  // Prefill tokens of one sequence per plan that suit the hardware; 0: no preference (the
+  // scheduler's default).
+  virtual int preferred_prefill_chunk() const { return 0; }
 
   // Moves the part times gathered since the last call into `totals` (adds them) and reports
   // whether this backend times its parts at all (the CPU backend does; the others do not).

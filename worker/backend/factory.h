@@ -18,8 +18,8 @@ namespace pagoda::worker {
 struct BackendOptions {
   std::string backend = "cpu";  // "cpu" or "cuda"
   int page_size = 16;
-  int num_pages = 0;            // 0: sized from kv_cache_mib (cpu) or gpu_memory_fraction (cuda)
-  int max_batch_tokens = 2048;  // most input tokens in one Forward
+  int num_pages = 0;         // 0: sized from kv_cache_mib (cpu) or gpu_memory_fraction (cuda)
+  int max_batch_tokens = 0;  // most input tokens in one Forward; 0: the backend's default
   // cpu
   int kv_cache_mib = 256;
   int threads = 0;                   // 0 = all cores

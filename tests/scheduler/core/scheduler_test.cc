@@ -74,6 +74,39 @@ TEST(SchedulerTest, ChunkedPrefillThenDecodeToLength) {
   EXPECT_EQ(plan->free_seq_ids, (std::vector<RequestId>{7}));
 }
 
+// The first plan's chunk of a 600-token prompt under `o`, on a worker that registers a budget
+// of `budget` tokens and prefers chunks of `preferred` (0: no preference).
+int32_t FirstChunk(const SchedulerOptions& o, int32_t preferred, int32_t budget = 128) {
+  Scheduler s(o);
+  WorkerInfo info = Worker(64, 16);
+  info.max_batch_tokens = budget;
+  info.max_prefill_chunk = preferred;
+  s.AddWorker(1, info);
+  EXPECT_OK(s.AddRequest(Request(1, 600, 4), 0));
+  const auto plan = s.Schedule(1, 0);
+  if (!plan.has_value() || plan->steps.size() != 1) return -1;
+  const auto chunk = static_cast<int32_t>(plan->steps[0].tokens.size());
+  EXPECT_EQ(s.PlanLimits(1).second, chunk);
+  return chunk;
+}
+
+TEST(SchedulerTest, ZeroBudgetAndChunkTakeTheWorkersOwn) {
+  SchedulerOptions o = Options(/*budget=*/0, /*chunk=*/0);
+  o.context_length = 1024;
+  EXPECT_EQ(FirstChunk(o, 96), 96);        // the worker's preference
+  EXPECT_EQ(FirstChunk(o, 0, 1024), 512);  // none: kDefaultPrefillChunk
+  EXPECT_EQ(FirstChunk(o, 0), 128);        // ... cut by the worker's budget
+  EXPECT_EQ(FirstChunk(o, 4096), 128);     // a preference past the budget is cut too
+  o.max_prefill_chunk = 40;                // the option overrides the worker
+  EXPECT_EQ(FirstChunk(o, 96), 40);
+  o.max_batch_tokens = 64;  // and caps the worker's budget
+  o.max_prefill_chunk = 0;
+  EXPECT_EQ(FirstChunk(o, 96), 64);
+  o.max_batch_tokens = 4096;  // never past the worker's own
+  EXPECT_EQ(FirstChunk(o, 0), 128);
+  EXPECT_EQ(Scheduler(o).PlanLimits(7), (std::pair<int32_t, int32_t>{0, 0}));
+}
+
 TEST(SchedulerTest, EosStopTokenAndContextFinishWithTheirReasons) {
   Scheduler s(Options());
   s.AddWorker(1, Worker(64));

@@ -41,9 +41,9 @@ absl::Status SelectDevice(int device) {
 }
 
 absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig& c) {
-  if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens <= 0) {
+  if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "CudaBackend page_size (%d) and max_batch_tokens (%d) must be positive, num_pages (%d) "
+        "CudaBackend page_size (%d) must be positive, max_batch_tokens (%d) and num_pages (%d) "
         ">= 0",
         o.page_size, o.max_batch_tokens, o.num_pages));
   }
@@ -62,6 +62,10 @@ absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig
 }
 
 }  // namespace
+
+int DefaultMaxBatchTokens(size_t device_memory, int major) {
+  return major >= 9 && device_memory >= (size_t{70} << 30) ? 8192 : 2048;
+}
 
 CudaBackend::CudaBackend(const CudaBackendOptions& options, DeviceWeights weights)
     : options_(options), weights_(std::move(weights)), dtype_(options.dtype) {}
@@ -119,6 +123,9 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(
       CudaStatus(cudaGetDeviceProperties(&prop, options_.device), "cudaGetDeviceProperties"));
   multiprocessors_ = prop.multiProcessorCount;
+  if (options_.max_batch_tokens == 0) {
+    options_.max_batch_tokens = DefaultMaxBatchTokens(prop.totalGlobalMem, prop.major);
+  }
   AttentionShape attention;
   attention.n_heads = c.n_heads;
   attention.n_kv_heads = c.n_kv_heads;
