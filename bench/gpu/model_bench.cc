@@ -16,8 +16,9 @@
 // same backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
-// chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (512 is its
-// default --max-prefill-chunk), the last chunk sampling the first token.
+// chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (at the defaults
+// a CUDA worker asks for chunks of its whole budget: counter default_chunk, 8192 on an H100),
+// the last chunk sampling the first token.
 // BM_PrefillGemmFloor/tokens:N/chunk:C: the same prompt's GEMMs alone, through the backend's own
 // cuBLAS wrapper on random weights of the same shapes (per chunk and layer QKV, output, gate/up
 // and down projections; the LM head once, for the last token). bench/gpu.sh adds PyTorch's
@@ -52,7 +53,9 @@ namespace pc = pagoda::worker::cuda;
 constexpr int kContext = 1024;  // positions per sequence already in the KV cache
 constexpr int kMaxBatch = 256;
 constexpr int kPageSize = 16;
-constexpr int kMaxChunk = 2048;  // prefill chunk sizes the benchmarks try: 512 and this
+// Prefill chunk sizes the benchmarks try: 512, 2048 and this, the per-sequence chunk the
+// scheduler plans on an H100-class GPU (DefaultMaxBatchTokens; 2048 on smaller ones).
+constexpr int kMaxChunk = 8192;
 
 common::ModelConfig Llama3_8B() {
   common::ModelConfig c;
@@ -266,6 +269,11 @@ void RunPrefill(benchmark::State& state, pc::CudaBackend& b, int tokens, int chu
   TimeMedian(state, "ttft_ms", prefill);
   state.counters["tokens"] = tokens;
   state.counters["chunk"] = chunk;
+  // The chunk the scheduler plans on this GPU at the worker's defaults.
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {
+    state.counters["default_chunk"] = pc::DefaultMaxBatchTokens(prop.totalGlobalMem, prop.major);
+  }
 }
 
 void BM_PrefillTtft(benchmark::State& state) {
@@ -329,7 +337,9 @@ void BM_PrefillGemmFloor(benchmark::State& state) {
 void PrefillArgs(benchmark::internal::Benchmark* b) {
   b->ArgNames({"tokens", "chunk"});
   for (int tokens : {1024, 8192, 32768}) {
-    for (int chunk : {512, kMaxChunk}) b->Args({tokens, chunk});
+    for (int chunk : {512, 2048, kMaxChunk}) {
+      if (chunk < kMaxChunk || tokens > 2048) b->Args({tokens, chunk});  // one row per plan
+    }
   }
 }
 BENCHMARK(BM_PrefillTtft)
@@ -377,7 +387,7 @@ const bool kWeightsRegistered = [] {
       if (path == Path::kGemvInt8 || path == Path::kDenseGemv) continue;
       benchmark::RegisterBenchmark(("BM_WeightsPrefill/" + name + "/tokens:2048").c_str(),
                                    [w, path](benchmark::State& state) {
-                                     RunPrefill(state, BackendFor(w, path), 2048, kMaxChunk);
+                                     RunPrefill(state, BackendFor(w, path), 2048, 2048);
                                    })
           ->UseManualTime()
           ->Iterations(5)
