@@ -122,7 +122,8 @@ if [[ -n ${GPU_BENCH_FILTER:-} ]]; then
   groups=("filtered=$GPU_BENCH_FILTER")
 else
   groups=("decode=^BM_Decode" "weights=^BM_Weights" "prefill_attention=$prefill_filter"
-          "ttft=^BM_Prefill(Ttft|GemmFloor)/" "other=-^BM_(Decode|Weights|Prefill)")
+          "ttft=^BM_Prefill(Ttft|GemmFloor)/" "phases=^BM_Phases"
+          "other=-^BM_(Decode|Weights|Prefill|Phases)")
 fi
 rm -f "$RESULTS"/gpu_bench-*.json
 for group in "${groups[@]}"; do
@@ -250,6 +251,21 @@ for b in runs:
 for k, v in sorted(prefill.items()):
     base = prefill.get("bf16/cublas")
     print("%-34s %-17s %10.0f tok/s %9.2f x bf16" % (k, "prefill 2048", v, v / base if base else float("nan")))
+# Where the time goes: each part's device time per prompt (prefill) or per step (decode), as ms
+# and as a share of the parts' sum, beside the wall time of the same eager passes.
+parts = ["embed", "norm", "qkv", "rope_kv", "attention", "output", "gate_up", "silu_mul", "down",
+         "head", "sample"]
+phased = [b for b in runs if b["name"].startswith("BM_Phases") and "parts_ms" in b]
+if phased:
+    print("\nparts of a pass (device ms; % of the parts' sum), eager, no launch gaps counted")
+    print("%-30s" % "pass" + "".join("%10s" % p for p in parts) + "%10s%10s" % ("sum", "wall"))
+    for b in phased:
+        name = b["name"].split("/iterations")[0].replace("BM_Phases", "")
+        wall = b.get("ttft_ms", b.get("real_time", float("nan")))
+        print("%-30s" % name + "".join("%10.3f" % b[p + "_ms"] for p in parts) +
+              "%10.3f%10.3f" % (b["parts_ms"], wall))
+        print("%-30s" % "" + "".join("%9.1f%%" % (100 * b[p + "_ms"] / b["parts_ms"])
+                                     for p in parts))
 PY
 for t in "${TESTS[@]}" "${CPU_TESTS[@]}" sanitizer-{memcheck,racecheck}-{attention,quant_kernels}; do
   printf '%-24s %s\n' "$t" "${verdict[$t]}"

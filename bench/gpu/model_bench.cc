@@ -23,6 +23,10 @@
 // cuBLAS wrapper on random weights of the same shapes (per chunk and layer QKV, output, gate/up
 // and down projections; the LM head once, for the last token). bench/gpu.sh adds PyTorch's
 // attention time for the prompt to make the TTFT floor.
+//
+// BM_PhasesPrefill and BM_PhasesDecode: the device time of each part of the pass (norms, each
+// projection, RoPE + KV write, attention, SiLU·mul, classifier, sampling), eager, with no
+// launch gaps counted (PhaseTimer): where the distance to the floor and the roofline lies.
 #include <benchmark/benchmark.h>
 #include <cuda_runtime.h>
 
@@ -43,6 +47,7 @@
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/gemm.h"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/phase_timer.h"
 #include "worker/backend/cuda/quant/quant_kernels.h"
 
 namespace pagoda::bench {
@@ -158,7 +163,18 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
 pc::CudaBackend& Backend() { return BackendFor(Weights::kBf16, Path::kDefault); }
 
 // Times decode steps of `batch` sequences on `b` (see BM_DecodeStep).
-void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch) {
+// Sets counter "<part>_ms" to each part's device time over `count` (PhaseTimer), and
+// "parts_ms" to their sum.
+void PhaseCounters(benchmark::State& state, const pc::PhaseTimer& timer, double count) {
+  for (int p = 0; p < pc::PhaseTimer::kPhases; ++p) {
+    state.counters[std::string(pc::PhaseTimer::Name(p)) + "_ms"] = timer.ms(p) / count;
+  }
+  state.counters["parts_ms"] = timer.total_ms() / count;
+}
+
+// With `timer`, the timed steps (not the warm-up) run with it: eager, parts timed.
+void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
+               pc::PhaseTimer* timer = nullptr) {
   const double copy_bw = CopyBandwidth();
   const common::ModelConfig& c = b.config();
   // Each sequence owns a shuffled run of pages, as after a while of serving.
@@ -182,16 +198,20 @@ void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch) {
       return;
     }
   }
+  b.set_phase_timer(timer);
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     auto s = b.ForwardSample(steps, samples, &out);
     const auto t1 = std::chrono::steady_clock::now();
     if (!s.ok()) {
+      b.set_phase_timer(nullptr);
       state.SkipWithError(std::string(s.message()).c_str());
       return;
     }
     state.SetIterationTime(std::chrono::duration<double>(t1 - t0).count());
   }
+  b.set_phase_timer(nullptr);
+  if (timer != nullptr) PhaseCounters(state, *timer, timer->passes());
   const double kv_bytes = double(batch) * (kContext + 1) * 2.0 * c.n_layers * c.kv_dim() * 2.0;
   const double roofline_s = (double(b.weight_bytes_per_step()) + kv_bytes) / copy_bw;
   state.counters["tokens_per_s"] =
@@ -239,8 +259,9 @@ void TimeMedian(benchmark::State& state, const char* name, Run run) {
 }
 
 // Prefills one `tokens`-token prompt on `b` in chunks of `chunk`, timed by TimeMedian into
-// counter "ttft_ms".
-void RunPrefill(benchmark::State& state, pc::CudaBackend& b, int tokens, int chunk) {
+// counter "ttft_ms"; with `timer`, the timed prompts (not the warm-up) run with it.
+void RunPrefill(benchmark::State& state, pc::CudaBackend& b, int tokens, int chunk,
+                pc::PhaseTimer* timer = nullptr) {
   const common::ModelConfig& c = b.config();
   const int num_pages = (tokens + kPageSize - 1) / kPageSize;
   if (num_pages > b.num_pages()) return state.SkipWithError("the KV arena is too small");
@@ -266,7 +287,10 @@ void RunPrefill(benchmark::State& state, pc::CudaBackend& b, int tokens, int chu
     return absl::OkStatus();
   };
   if (auto s = prefill(); !s.ok()) return Fail(state, s);  // warm-up
+  b.set_phase_timer(timer);
   TimeMedian(state, "ttft_ms", prefill);
+  b.set_phase_timer(nullptr);
+  if (timer != nullptr) PhaseCounters(state, *timer, static_cast<double>(state.iterations()));
   state.counters["tokens"] = tokens;
   state.counters["chunk"] = chunk;
   // The chunk the scheduler plans on this GPU at the worker's defaults.
@@ -352,6 +376,40 @@ BENCHMARK(BM_PrefillGemmFloor)
     ->UseManualTime()
     ->Iterations(3)
     ->Unit(benchmark::kMillisecond);
+
+// Where the time goes: BM_PhasesPrefill/tokens:N/chunk:C times the parts of one prompt's
+// prefill (per prompt), BM_PhasesDecode/<weights>/batch:B those of one decode step (per step),
+// with the stream held until each pass is enqueued, so no launch gap is counted (PhaseTimer).
+void BM_PhasesPrefill(benchmark::State& state) {
+  pc::PhaseTimer timer(/*hold=*/true);
+  RunPrefill(state, Backend(), static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+             &timer);
+}
+BENCHMARK(BM_PhasesPrefill)
+    ->ArgNames({"tokens", "chunk"})
+    ->Args({8192, kMaxChunk})
+    ->Args({32768, kMaxChunk})
+    ->UseManualTime()
+    ->Iterations(2)
+    ->Unit(benchmark::kMillisecond);
+
+const bool kPhasesRegistered = [] {
+  for (Weights w : {Weights::kBf16, Weights::kQ4_K_M}) {
+    for (int batch : {1, 64}) {
+      benchmark::RegisterBenchmark(
+          ("BM_PhasesDecode/" + std::string(WeightsName(w)) + "/batch:" + std::to_string(batch))
+              .c_str(),
+          [w, batch](benchmark::State& state) {
+            pc::PhaseTimer timer(/*hold=*/true);
+            RunDecode(state, BackendFor(w, Path::kDefault), batch, &timer);
+          })
+          ->UseManualTime()
+          ->Iterations(20)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return true;
+}();
 
 // Per weights and path (in an order that builds each backend once): decode at 1, 16, 64 and 256
 // sequences, then the prefill. For block weights: the default paths (fused FP32 product up to 8

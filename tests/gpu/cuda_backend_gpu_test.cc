@@ -319,6 +319,42 @@ TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
   }
 }
 
+// A phase timer splits each pass into its parts without changing what the pass samples: a
+// prefill and three decode steps give the same greedy tokens with and without one, and every
+// part of each pass gets time (on a GPU, with the stream held until each pass is enqueued).
+TEST(CudaBackendGpuTest, PhaseTimerTimesEveryPartAndChangesNothing) {
+  SKIP_WITHOUT_GPU();
+  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 4, 2, 2, 11));
+  ASSERT_NE(model, nullptr);
+  auto run = [&](PhaseTimer* timer) {
+    auto gpu = MakeCuda(model, 16, 16, DType::kBf16, /*graphs=*/true, /*max_batch_tokens=*/64);
+    EXPECT_NE(gpu, nullptr);
+    std::vector<int32_t> out;
+    if (gpu == nullptr) return out;
+    gpu->set_phase_timer(timer);
+    std::vector<int32_t> tokens = {5, 77, 200, 12, 9, 41, 2, 88, 100, 31, 7, 64};
+    const std::vector<int32_t> pages = {3, 7};
+    for (int step = 0; step < 4; ++step) {
+      const int start = step == 0 ? 0 : static_cast<int>(tokens.size()) - 1;
+      const SeqInput in{std::span<const int32_t>(tokens).subspan(start), start, pages, true};
+      const SampleInput greedy{SamplingParams{}, 0};
+      std::vector<int32_t> sampled;
+      EXPECT_OK(gpu->ForwardSample({&in, 1}, {&greedy, 1}, &sampled));
+      if (sampled.size() != 1) return out;
+      tokens.push_back(sampled[0]);
+      out.push_back(sampled[0]);
+    }
+    return out;
+  };
+  PhaseTimer timer(/*hold=*/!kEmulated);
+  const std::vector<int32_t> timed = run(&timer);
+  EXPECT_EQ(timed, run(nullptr));
+  EXPECT_EQ(timer.passes(), 4);
+  for (int p = 0; p < PhaseTimer::kPhases; ++p) {
+    EXPECT_GT(timer.ms(p), 0.0) << PhaseTimer::Name(p);
+  }
+}
+
 // Benchmark models: random weights made on the device in quantized formats (a llama.cpp-style
 // mix: Q4_K, Q6_K for V, down and the classifier) give finite logits, and a step reads the
 // formats' bytes.

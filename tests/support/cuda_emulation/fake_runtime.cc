@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -35,6 +36,10 @@ struct Stream {
 };
 struct Graph {
   std::vector<emulation::StreamWork> work;
+};
+struct Event {
+  std::chrono::steady_clock::time_point at;
+  bool recorded = false;
 };
 
 Stream* AsStream(cudaStream_t s) { return reinterpret_cast<Stream*>(s); }
@@ -66,6 +71,7 @@ constexpr ErrorText kErrors[] = {
      "unspecified launch failure (emulation: see the message on stderr)"},
     {cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
     {cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+    {cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
 };
 
 ErrorText Describe(cudaError_t error) {
@@ -272,6 +278,43 @@ cudaError_t CUDARTAPI cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream)
     if (work() != cudaSuccess) break;  // the error is sticky: the next synchronize reports it
   }
   return cudaSuccess;
+}
+
+// Events hold the host clock at the point the stream reaches them: the emulator runs work as it
+// is enqueued, so an interval between two events is the host time of the work between them.
+cudaError_t CUDARTAPI cudaEventCreate(cudaEvent_t* event) {
+  *event = reinterpret_cast<cudaEvent_t>(new Event);
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventDestroy(cudaEvent_t event) {
+  delete reinterpret_cast<Event*>(event);
+  return cudaSuccess;
+}
+
+cudaError_t CUDARTAPI cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
+  auto* e = reinterpret_cast<Event*>(event);
+  return emulation::Enqueue(stream, [e] {
+    e->at = std::chrono::steady_clock::now();
+    e->recorded = true;
+    return cudaSuccess;
+  });
+}
+
+cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  const auto* a = reinterpret_cast<const Event*>(start);
+  const auto* b = reinterpret_cast<const Event*>(end);
+  if (!a->recorded || !b->recorded) return cudaErrorInvalidResourceHandle;
+  *ms = std::chrono::duration<float, std::milli>(b->at - a->at).count();
+  return cudaSuccess;
+}
+
+// Runs `fn` when the stream reaches it, as the driver's callback thread would.
+cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
+  return emulation::Enqueue(stream, [fn, data] {
+    fn(data);
+    return cudaSuccess;
+  });
 }
 
 cudaError_t CUDARTAPI cudaGraphDestroy(cudaGraph_t graph) {

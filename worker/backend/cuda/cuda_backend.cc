@@ -279,7 +279,9 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
 
   RETURN_IF_ERROR(LaunchRmsNormCast(
       {x_.get<float>(), nullptr, w.attn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
+  Mark(PhaseTimer::kNorm);
   RETURN_IF_ERROR(products_->Run(xn_.get(), w.wqkv, qkv_.get<float>(), T, false));
+  Mark(PhaseTimer::kQkv);
   RETURN_IF_ERROR(LaunchQkvHooks({qkv_.get<float>(), w.bqkv, w.q_norm, w.k_norm, T, c.n_heads,
                                   c.n_kv_heads, c.head_dim, c.rms_eps},
                                  stream_));
@@ -300,6 +302,7 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
   rope.page_size = options_.page_size;
   rope.dtype = dtype_;
   RETURN_IF_ERROR(LaunchRopeKvWrite(rope, stream_));
+  Mark(PhaseTimer::kRope);
 
   AttentionShape shape;
   shape.n_heads = c.n_heads;
@@ -343,12 +346,19 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     p.kernel = options_.prefill_kernel;
     RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));
   }
+  Mark(PhaseTimer::kAttention);
   RETURN_IF_ERROR(products_->Run(attn_.get(), w.wo, x_.get<float>(), T, true));
+  Mark(PhaseTimer::kOutput);
   RETURN_IF_ERROR(LaunchRmsNormCast(
       {x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
+  Mark(PhaseTimer::kNorm);
   RETURN_IF_ERROR(products_->Run(xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, false));
+  Mark(PhaseTimer::kGateUp);
   RETURN_IF_ERROR(LaunchSiluMul({gate_up_.get<float>(), h_.get(), T, c.ffn_dim, dtype_}, stream_));
-  return products_->Run(h_.get(), w.w_down, x_.get<float>(), T, true);
+  Mark(PhaseTimer::kSiluMul);
+  RETURN_IF_ERROR(products_->Run(h_.get(), w.w_down, x_.get<float>(), T, true));
+  Mark(PhaseTimer::kDown);
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool sample) {
@@ -371,6 +381,7 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   RETURN_IF_ERROR(LaunchRopeTable({in + o.positions, rope_.get<float2>(), s.num_tokens, c.head_dim,
                                    c.rope_base, weights_.rope_inv_freq()},
                                   stream_));
+  Mark(PhaseTimer::kEmbed);
   // Decode attention's grid, the same for every layer: partitions of 512 positions, cut shorter
   // when that fills the GPU's waves better (DecodePartitionSplit).
   const int split = DecodePartitionSplit(s.num_decodes, c.n_kv_heads, partitions, multiprocessors_,
@@ -383,6 +394,7 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
                                      xn_.get(), R, c.dim, c.rms_eps, dtype_},
                                     stream_));
   RETURN_IF_ERROR(products_->Run(xn_.get(), weights_.output(), logits_.get<float>(), R, false));
+  Mark(PhaseTimer::kHead);
   if (!sample || R == 0) return absl::OkStatus();
   const auto* row_params =
       reinterpret_cast<const SampleRowParams*>(inputs_.get<char>() + samples_offset_);
@@ -419,7 +431,9 @@ absl::Status CudaBackend::Enqueue(const StepInputs& s, int partitions, bool samp
   sp.rows = R;
   sp.vocab = c.vocab_size;
   sp.workspace = sample_ws_.get();
-  return LaunchSample(sp, stream_);
+  RETURN_IF_ERROR(LaunchSample(sp, stream_));
+  Mark(PhaseTimer::kSample);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<cudaGraphExec_t> CudaBackend::GraphFor(const GraphShape& shape,
@@ -487,7 +501,7 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
     ASSIGN_OR_RETURN(mask_, DeviceBuffer::Allocate(mask_bytes * 2, "token masks"));
   }
   GraphShape graph;
-  if (sample && options_.cuda_graphs && !extras) {
+  if (sample && options_.cuda_graphs && !extras && timer_ == nullptr) {
     graph = ChooseGraph(batch, options_.page_size, options_.max_graph_seqs,
                         std::min(options_.max_graph_context, config().context_length));
     if (int64_t{graph.seqs} * graph.partitions > limits_.max_decode_units ||
@@ -508,6 +522,7 @@ absl::Status CudaBackend::RunMicroBatch(std::span<const SeqInput> batch,
   std::memcpy(staging + samples_offset_, s.samples.data(),
               s.samples.size() * sizeof(SampleRowParams));
   absl::Status status = Launch(graph, partitions, sample, tokens, logits, logprobs);
+  if (status.ok() && timer_ != nullptr) status = timer_->Collect();  // the pass has synchronized
   if (!status.ok()) {
     // Work may still be queued (a copy out of staging_ among it): let it drain before the next
     // step rewrites staging_.
@@ -557,7 +572,12 @@ absl::Status CudaBackend::Launch(const GraphShape& graph, int partitions, bool s
       options_.cuda_graphs = false;
     }
   }
-  if (!replayed) RETURN_IF_ERROR(Enqueue(s, partitions, sample));
+  if (!replayed) {
+    if (timer_ != nullptr) RETURN_IF_ERROR(timer_->Begin(stream_));
+    const absl::Status enqueued = Enqueue(s, partitions, sample);
+    if (timer_ != nullptr) timer_->Release();
+    RETURN_IF_ERROR(enqueued);
+  }
   const int rows = s.real_logit_rows;
   if (sample) {
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(tokens_host_.get(), tokens_.get(), size_t(rows) * 4,

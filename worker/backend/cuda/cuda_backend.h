@@ -42,6 +42,7 @@
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/device_weights.h"
 #include "worker/backend/cuda/dtype.h"
+#include "worker/backend/cuda/phase_timer.h"
 #include "worker/backend/cuda/sampling/logprobs.h"
 #include "worker/backend/cuda/step_plan.h"
 #include "worker/backend/cuda/weight_products.h"
@@ -124,6 +125,10 @@ class CudaBackend : public Backend {
   // The whole micro-batch: a GPU's GEMMs reach their rate only past a thousand or so tokens.
   int preferred_prefill_chunk() const override { return options_.max_batch_tokens; }
 
+  // Benchmarks: times the parts of every following pass into `timer` (null: stops), which runs
+  // them without CUDA graphs (phase_timer.h). The timer outlives its use here.
+  void set_phase_timer(PhaseTimer* timer) { timer_ = timer; }
+
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
   const KvArenaLayout& kv_layout() const { return layout_; }
@@ -151,6 +156,10 @@ class CudaBackend : public Backend {
   absl::Status Enqueue(const StepInputs& s, int partitions, bool sample);  // the forward pass
   // partitions: of partition_tokens positions each (decode attention's grid).
   absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions, int partition_tokens);
+  // Ends `phase` of the pass being enqueued, when a phase timer is set.
+  void Mark(PhaseTimer::Phase phase) {
+    if (timer_ != nullptr) timer_->Mark(phase, stream_);
+  }
   absl::StatusOr<cudaGraphExec_t> GraphFor(const GraphShape& shape, const StepInputs& s);
   // Copies between pages and swap slots (out: page -> slot) on swap_stream_, and waits for them.
   absl::Status Swap(std::span<const SwapCopy> copies, bool out);
@@ -205,7 +214,8 @@ class CudaBackend : public Backend {
   StepInputs step_;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;  // (seqs, partitions) -> graph
   int graph_replays_ = 0;
-  size_t device_bytes_ = 0;  // every device allocation above, the weights included
+  PhaseTimer* timer_ = nullptr;  // set_phase_timer
+  size_t device_bytes_ = 0;      // every device allocation above, the weights included
 };
 
 }  // namespace pagoda::worker::cuda
