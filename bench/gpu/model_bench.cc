@@ -12,8 +12,9 @@
 // auto), each beside its own roofline and with the device memory the backend holds; block
 // products past 8 tokens on tensor cores (tensor_cores) or decoded ahead of cuBLAS
 // (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8); BF16 at batch 1 also
-// through our own GEMV instead of cuBLAS (bf16/gemv). BM_WeightsPrefill: the
-// same backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
+// through our own GEMV instead of cuBLAS (bf16/gemv); FP8 through our GEMV up to 8 tokens
+// (fp8/gemv_cublaslt) and at batch 1 also through cuBLASLt (fp8/cublaslt). BM_WeightsPrefill:
+// the same backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
 // chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (at the defaults
@@ -119,15 +120,26 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
   return f;
 }
 
-// How block weights are multiplied: the defaults (the fused FP32 product up to 8 tokens, tensor
-// cores beyond), decoded ahead of cuBLAS beyond 8 tokens, or the fused product with 8-bit
-// activations; dense weights for a few tokens through our GEMV (LaunchDenseGemv), not cuBLAS.
-enum class Path { kDefault, kDecodeCublas, kGemvInt8, kDenseGemv };
-const char* PathName(Path p) {
-  return p == Path::kDefault        ? "tensor_cores"
-         : p == Path::kDecodeCublas ? "decode_cublas"
-         : p == Path::kGemvInt8     ? "gemv_int8"
-                                    : "gemv";
+// How weights are multiplied. The defaults: BF16 through cuBLAS ("cublas"); FP8 through our GEMV
+// up to 8 tokens, cuBLASLt beyond ("gemv_cublaslt"); blocks through the fused FP32 product up
+// to 8 tokens, tensor cores beyond ("tensor_cores"). The others: blocks decoded ahead of cuBLAS
+// beyond 8 tokens, or the fused product with 8-bit activations; BF16 for a few tokens through
+// our GEMV (LaunchDenseGemv); FP8 through cuBLASLt for a few tokens too.
+enum class Path { kDefault, kDecodeCublas, kGemvInt8, kDenseGemv, kCublasLt };
+const char* PathName(Path p, Weights w) {
+  switch (p) {
+    case Path::kDefault:
+      return w == Weights::kBf16 ? "cublas" : w == Weights::kFp8 ? "gemv_cublaslt" : "tensor_cores";
+    case Path::kDecodeCublas:
+      return "decode_cublas";
+    case Path::kGemvInt8:
+      return "gemv_int8";
+    case Path::kDenseGemv:
+      return "gemv";
+    case Path::kCublasLt:
+      return "cublaslt";
+  }
+  return "?";
 }
 
 // The one backend alive: created for (weights, path), replacing the previous.
@@ -145,6 +157,7 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
   o.dense_gemv_max_tokens = path == Path::kDenseGemv ? pc::kQuantGemvMaxTokens : 0;
+  o.fp8_gemv_max_tokens = path == Path::kCublasLt ? 0 : pc::kQuantGemvMaxTokens;
   o.prefill_kernel = BenchPrefillKernel();
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
@@ -378,7 +391,8 @@ BENCHMARK(BM_PrefillGemmFloor)
     ->Unit(benchmark::kMillisecond);
 
 // Where the time goes: BM_PhasesPrefill/tokens:N/chunk:C times the parts of one prompt's
-// prefill (per prompt), BM_PhasesDecode/<weights>/batch:B those of one decode step (per step),
+// prefill (per prompt), BM_PhasesDecode/<weights>/batch:B those of one decode step (per step;
+// BF16, FP8 and Q4_K_M at their defaults),
 // with the stream held until each pass is enqueued, so no launch gap is counted (PhaseTimer).
 void BM_PhasesPrefill(benchmark::State& state) {
   pc::PhaseTimer timer(/*hold=*/true);
@@ -394,7 +408,7 @@ BENCHMARK(BM_PhasesPrefill)
     ->Unit(benchmark::kMillisecond);
 
 const bool kPhasesRegistered = [] {
-  for (Weights w : {Weights::kBf16, Weights::kQ4_K_M}) {
+  for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ4_K_M}) {
     for (int batch : {1, 64}) {
       benchmark::RegisterBenchmark(
           ("BM_PhasesDecode/" + std::string(WeightsName(w)) + "/batch:" + std::to_string(batch))
@@ -417,21 +431,21 @@ const bool kPhasesRegistered = [] {
 // and gemv_int8 where that differs (batch 1).
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
-    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8, Path::kDenseGemv}) {
+    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8, Path::kDenseGemv,
+                      Path::kCublasLt}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
-      if (path == Path::kDenseGemv ? w != Weights::kBf16 : !blocks && path != Path::kDefault) {
-        continue;
-      }
-      const std::string name = std::string(WeightsName(w)) + "/" +
-                               (path != Path::kDefault || blocks ? PathName(path)
-                                : w == Weights::kBf16            ? "cublas"
-                                                                 : "cublaslt");
+      const bool applies = path == Path::kDefault ||
+                           (blocks && (path == Path::kDecodeCublas || path == Path::kGemvInt8)) ||
+                           (path == Path::kDenseGemv && w == Weights::kBf16) ||
+                           (path == Path::kCublasLt && w == Weights::kFp8);
+      if (!applies) continue;
+      // The alternatives to a default's small-batch product run only where they differ from it.
+      const bool small_only =
+          path == Path::kGemvInt8 || path == Path::kDenseGemv || path == Path::kCublasLt;
+      const std::string name = std::string(WeightsName(w)) + "/" + PathName(path, w);
       for (int batch : {1, 16, 64, 256}) {
         const bool fused = batch <= pc::kQuantGemvMaxTokens;
-        if ((path == Path::kDecodeCublas && fused) ||
-            ((path == Path::kGemvInt8 || path == Path::kDenseGemv) && !fused)) {
-          continue;
-        }
+        if ((path == Path::kDecodeCublas && fused) || (small_only && !fused)) continue;
         benchmark::RegisterBenchmark(
             ("BM_WeightsDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),
             [w, path, batch](benchmark::State& state) {
@@ -441,8 +455,8 @@ const bool kWeightsRegistered = [] {
             ->MinTime(1.0)
             ->Unit(benchmark::kMillisecond);
       }
-      // A 2048-token prefill never takes the fused products.
-      if (path == Path::kGemvInt8 || path == Path::kDenseGemv) continue;
+      // A 2048-token prefill never takes the small-batch products.
+      if (small_only) continue;
       benchmark::RegisterBenchmark(("BM_WeightsPrefill/" + name + "/tokens:2048").c_str(),
                                    [w, path](benchmark::State& state) {
                                      RunPrefill(state, BackendFor(w, path), 2048, 2048);

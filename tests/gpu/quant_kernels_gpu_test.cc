@@ -523,6 +523,34 @@ TEST_P(Fp8Test, GemmMatchesTheScaledFp8Product) {
   }
 }
 
+// LaunchFp8Gemv against the host's product of the same E4M3 values and row scales with x in
+// its dtype, for 1, 3 and 8 tokens, plain and accumulating, into a column range of a wider
+// output left poisoned elsewhere; widths below, at and across its pass of 2048 columns and its
+// steps of 512.
+TEST_P(Fp8Test, GemvMatchesTheScaledFp8Product) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(dtype == DType::kBf16 ? 47 : 48);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int rows = 37;
+  for (int cols : {16, 496, 2048, 2064, 4608}) {
+    std::vector<float> w(size_t(rows) * cols);
+    for (float& v : w) v = normal(rng) * 0.05f;
+    const HostFp8 wq = QuantizeRowsOnHost(w, rows, cols);
+    std::vector<float> values(w.size());
+    for (size_t i = 0; i < w.size(); ++i) values[i] = E4M3ToFloat(wq.q[i]) * wq.scales[i / cols];
+    DeviceArray d_w(wq.q.size()), d_ws(wq.scales.size() * 4);
+    ASSERT_EQ(d_w.Upload(wq.q), cudaSuccess);
+    ASSERT_EQ(d_ws.Upload(wq.scales), cudaSuccess);
+    const DeviceMatrix m{d_w.get(), WeightFormat::kFp8, rows, cols, size_t(cols), d_ws.as<float>()};
+    for (int n : {1, 3, 8}) {
+      for (bool accumulate : {false, true}) {
+        ASSERT_NO_FATAL_FAILURE(CheckOneProduct(LaunchFp8Gemv, m, values, n, accumulate, dtype,
+                                                /*q8_x=*/false, 1e-5, rng));
+      }
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, Fp8Test,
                          ::testing::Values(DType::kBf16, DType::kFp16),
                          [](const ::testing::TestParamInfo<DType>& info) {
@@ -597,6 +625,20 @@ TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
   EXPECT_EQ(code(LaunchDenseGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
   p.w = q4;
   EXPECT_EQ(code(LaunchDenseGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  DeviceArray scales(64);
+  const DeviceMatrix fp8{w.get(), WeightFormat::kFp8, 4, 64, 64, scales.as<float>()};
+  p = {x.get(), fp8, out.as<float>(), 4, 1, false, DType::kBf16};
+  EXPECT_OK(LaunchFp8Gemv(p, nullptr));
+  p.w.row_scales = nullptr;
+  EXPECT_EQ(code(LaunchFp8Gemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.w = fp8;
+  p.w.cols = 56, p.w.row_bytes = 56;  // not a multiple of 16 columns
+  EXPECT_EQ(code(LaunchFp8Gemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.w = dense;
+  EXPECT_EQ(code(LaunchFp8Gemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.w = fp8;
+  p.num_tokens = kQuantGemvMaxTokens + 1;
+  EXPECT_EQ(code(LaunchFp8Gemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
   DequantizeRowsParams d;
   d.w = q4;
   d.first_row = 2;

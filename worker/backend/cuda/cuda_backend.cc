@@ -150,6 +150,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   WeightProducts::Options products;
   products.gemv_max_tokens = options_.quant_gemv_max_tokens;
   products.dense_gemv_max_tokens = options_.dense_gemv_max_tokens;
+  products.fp8_gemv_max_tokens = options_.fp8_gemv_max_tokens;
   products.gemv_int8 = options_.quant_gemv_int8 && weights_.block_max_cols() > 0;
   products.gemv_int8_max_cols = weights_.block_max_cols();
   products.fp8_max_n_in = weights_.fp8_max_cols();
@@ -240,9 +241,10 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
 
 absl::Status CudaBackend::CheckFp8Products() {
   if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
-  // Every FP8 shape planned for every slice size (so a graph capture plans nothing), then one
-  // token through each projection of the first layer: a GPU or cuBLASLt without a kernel for
-  // these shapes fails here, at start, not in the first request.
+  // Every FP8 shape planned for every slice size (so a graph capture plans nothing), then each
+  // projection of the first layer run for one token (our GEMV, where it is on) and for one more
+  // than the GEMV takes (cuBLASLt): a GPU or cuBLASLt without a kernel for these shapes fails
+  // here, at start, not in the first request.
   for (int i = 0; i < config().n_layers; ++i) {
     const DeviceLayer& layer = weights_.layer(i);
     for (const Projection* p : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
@@ -252,10 +254,14 @@ absl::Status CudaBackend::CheckFp8Products() {
   const DeviceLayer& l = weights_.layer(0);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));
-  RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), 1, false));
-  RETURN_IF_ERROR(products_->Run(xn_.get(), l.wo, x_.get<float>(), 1, false));
-  RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), 1, false));
-  RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), 1, false));
+  const int past_gemv = options_.fp8_gemv_max_tokens + 1;
+  for (const int n : {1, past_gemv}) {
+    if (n > limits_.max_tokens || (n == past_gemv && past_gemv == 1)) continue;
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.wo, x_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false));
+  }
   return CudaStatus(cudaStreamSynchronize(stream_), "FP8 check");
 }
 

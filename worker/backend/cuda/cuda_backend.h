@@ -77,6 +77,9 @@ struct CudaBackendOptions {
   // The layers' float matrices become FP8 E4M3 with a scale per row, multiplied through
   // cuBLASLt's FP8 path (fp8_gemm.h); refused on GPUs before compute capability 8.9.
   bool fp8_weights = false;
+  // FP8 matrices for up to this many tokens: our GEMV (LaunchFp8Gemv) instead of cuBLASLt; 0
+  // keeps cuBLASLt. bench/gpu.sh measures both at batch 1.
+  int fp8_gemv_max_tokens = 8;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
   // Dense (BF16/FP16) matrices for up to this many tokens: our GEMV (LaunchDenseGemv) instead of
   // cuBLAS; 0 keeps cuBLAS. bench/gpu.sh measures both at batch 1.

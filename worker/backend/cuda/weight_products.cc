@@ -25,6 +25,11 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
         absl::StrFormat("the fused quantized product takes 0 to %d tokens, not %d",
                         kQuantGemvMaxTokens, options.gemv_max_tokens));
   }
+  if (options.fp8_gemv_max_tokens < 0 || options.fp8_gemv_max_tokens > kQuantGemvMaxTokens) {
+    return absl::InvalidArgumentError(absl::StrFormat("the FP8 GEMV takes 0 to %d tokens, not %d",
+                                                      kQuantGemvMaxTokens,
+                                                      options.fp8_gemv_max_tokens));
+  }
   if (options.dense_gemv_max_tokens < 0 || options.dense_gemv_max_tokens > kQuantGemvMaxTokens) {
     return absl::InvalidArgumentError(absl::StrFormat("the dense GEMV takes 0 to %d tokens, not %d",
                                                       kQuantGemvMaxTokens,
@@ -75,6 +80,9 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
     } else if (part.format == WeightFormat::kDense) {
       RETURN_IF_ERROR(
           gemm_->Run({x, part.data, part_out, num_tokens, w.n_in, part.rows, accumulate, w.n_out}));
+    } else if (part.format == WeightFormat::kFp8 && num_tokens <= options_.fp8_gemv_max_tokens) {
+      RETURN_IF_ERROR(
+          LaunchFp8Gemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
     } else if (part.format == WeightFormat::kFp8) {
       if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
       RETURN_IF_ERROR(fp8_->Run(x, part, part_out, w.n_out, num_tokens, accumulate));

@@ -8,7 +8,9 @@
 // asked (decode_then_cublas), are decoded a slice of rows at a time into a dtype scratch buffer
 // that cuBLAS then multiplies. Which is faster at which batch is bench/gpu.sh's to measure.
 //
-// FP8 parts go through Fp8Gemm (cuBLASLt).
+// FP8 parts go through Fp8Gemm (cuBLASLt), or for at most fp8_gemv_max_tokens tokens through
+// our own GEMV (LaunchFp8Gemv: one kernel, activations in the dtype, where Fp8Gemm quantizes
+// them to FP8 per token), so logits differ between the two sides of it too.
 //
 // Contract: out[t][o] = sum_i W[o][i] * x[t][i] (+ out[t][o] when accumulating), W the
 // projection's parts stacked along o. Enqueued on the stream given at Create(); never
@@ -51,6 +53,9 @@ class WeightProducts {
     // The widest FP8 part's columns and rows (0: no FP8 parts, no cuBLASLt).
     int fp8_max_n_in = 0;
     int fp8_max_n_out = 0;
+    // FP8 parts for at most this many tokens take LaunchFp8Gemv (0: never; at most
+    // kQuantGemvMaxTokens).
+    int fp8_gemv_max_tokens = 8;
   };
   static absl::StatusOr<std::unique_ptr<WeightProducts>> Create(cudaStream_t stream, DType dtype,
                                                                 const Options& options);

@@ -1,3 +1,5 @@
+#include <cuda_fp8.h>
+
 #include <algorithm>
 #include <type_traits>
 
@@ -84,6 +86,27 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvPara
   StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
 }
 
+// All of a pass's weight loads of this lane, before any arithmetic (kGemvRowsPerWarp x kSteps
+// of 16 bytes in flight): the warp's rows from byte `first` of each row, 512 bytes a step, lane
+// l at byte 16 l of each; zeros past `bytes`. A missing row reads its neighbour, unused.
+template <int kSteps>
+__device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, int row0, size_t first,
+                                             int bytes, uint4 (&wv)[kGemvRowsPerWarp][kSteps]) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+    const int row = min(row0 + r, w.rows - 1);
+    const uint8_t* base =
+        static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * w.row_bytes + first;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int k = s * 512 + lane * 16;
+      wv[r][s] =
+          k < bytes ? __ldg(reinterpret_cast<const uint4*>(base + k)) : make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // Dense rows: each pass stages kDenseChunk columns of x for every token; a lane takes 8
 // consecutive columns (16 bytes of a row) per step of 256, kDenseSteps steps per pass.
 constexpr int kDenseSteps = 4;
@@ -105,18 +128,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
       xs[t][k] = ToFloat(x[static_cast<size_t>(t) * n_in + c0 + k]);
     }
     __syncthreads();
-    // All of this pass's loads first (kGemvRowsPerWarp x kDenseSteps of 16 bytes in flight).
     uint4 wv[kGemvRowsPerWarp][kDenseSteps];
-#pragma unroll
-    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      const int row = min(row0 + r, p.w.rows - 1);  // a missing row reads its neighbour, unused
-      const T* w = static_cast<const T*>(p.w.data) + static_cast<size_t>(row) * n_in + c0;
-#pragma unroll
-      for (int s = 0; s < kDenseSteps; ++s) {
-        const int k = s * 256 + lane * 8;
-        wv[r][s] = k < len ? __ldg(reinterpret_cast<const uint4*>(w + k)) : make_uint4(0, 0, 0, 0);
-      }
-    }
+    LoadRowSteps(p.w, row0, size_t{2} * c0, 2 * len, wv);
 #pragma unroll
     for (int s = 0; s < kDenseSteps; ++s) {
       const int k = s * 256 + lane * 8;
@@ -136,6 +149,78 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
         }
       }
     }
+  }
+  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
+}
+
+// FP8 E4M3 rows: the dense kernel's walk with 16 weights per 16-byte load (a step covers 512
+// columns), x staged in the dtype (a pass of 2048 columns for 8 tokens would not fit in 48 KiB as
+// float). Each lane's partial sums take the row's scale before the warp adds them.
+constexpr int kFp8Steps = 4;
+constexpr int kFp8Chunk = kFp8Steps * 512;
+
+// Sixteen E4M3 bytes -> floats in address order (cuda_fp8.h's conversion: one instruction per
+// pair on compute capability 8.9 and later).
+__device__ __forceinline__ void DecodeFp8x16(const uint4& raw, float (&f)[16]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[q] >> (16 * h));
+      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
+      f[4 * q + 2 * h] = v.x, f[4 * q + 2 * h + 1] = v.y;
+    }
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams p) {
+  __shared__ uint4 xs[kQuantGemvMaxTokens][kFp8Chunk / 8];  // 8 elements of the dtype each
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int tokens = p.num_tokens, n_in = p.w.cols;
+  const T* x = static_cast<const T*>(p.x);
+  float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
+  for (int c0 = 0; c0 < n_in; c0 += kFp8Chunk) {
+    const int len = min(kFp8Chunk, n_in - c0), vectors = len / 8;  // 16 bytes of x each
+    __syncthreads();  // the previous pass's reads are done
+    for (int i = static_cast<int>(threadIdx.x); i < tokens * vectors; i += kGemvWarps * 32) {
+      const int t = i / vectors, v = i - t * vectors;
+      xs[t][v] =
+          __ldg(reinterpret_cast<const uint4*>(x + static_cast<size_t>(t) * n_in + c0 + 8 * v));
+    }
+    __syncthreads();
+    uint4 wv[kGemvRowsPerWarp][kFp8Steps];
+    LoadRowSteps(p.w, row0, c0, len, wv);
+#pragma unroll
+    for (int s = 0; s < kFp8Steps; ++s) {
+      const int k = s * 512 + lane * 16;
+      if (k >= len) break;
+      float y[kGemvRowsPerWarp][16];
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerWarp; ++r) DecodeFp8x16(wv[r][s], y[r]);
+#pragma unroll
+      for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+        if (t >= tokens) break;
+        float xa[8], xb[8];
+        Unpack8<T>(xs[t][k / 8], xa);
+        Unpack8<T>(xs[t][k / 8 + 1], xb);
+#pragma unroll
+        for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < 8; ++i) sum += y[r][i] * xa[i] + y[r][i + 8] * xb[i];
+          acc[r][t] += sum;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+    const float scale = p.w.row_scales[min(row0 + r, p.w.rows - 1)];
+#pragma unroll
+    for (int t = 0; t < kQuantGemvMaxTokens; ++t) acc[r][t] *= scale;
   }
   StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
 }
@@ -443,6 +528,30 @@ absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream) {
                                                         dim3(kGemvWarps * 32), 0, stream, p);
                                   }),
                     "LaunchDenseGemv");
+}
+
+absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream) {
+  ArgCheck check("LaunchFp8Gemv");
+  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  check
+      .Require(p.w.format == WeightFormat::kFp8, "w must be FP8 E4M3, not %s",
+               WeightFormatName(p.w.format))
+      .RequirePointer(p.w.data, "w.data", 16)
+      .RequirePointer(p.w.row_scales, "w.row_scales", 4)
+      .RequirePositive(p.w.rows, "w.rows")
+      .Require(p.w.cols > 0 && p.w.cols % 16 == 0, "w.cols %d must be a positive multiple of 16",
+               p.w.cols)
+      .Require(p.w.row_bytes == static_cast<size_t>(p.w.cols), "w.row_bytes %d must be w.cols %d",
+               static_cast<int64_t>(p.w.row_bytes), p.w.cols)
+      .RequirePointer(p.x, "x", 16);
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto t) {
+                                    return LaunchKernel(Fp8GemvKernel<decltype(t)>, grid,
+                                                        dim3(kGemvWarps * 32), 0, stream, p);
+                                  }),
+                    "LaunchFp8Gemv");
 }
 
 absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream) {

@@ -74,6 +74,13 @@ absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stre
 // below the device's bandwidth (bench/journal/gpu.md).
 absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream);
 
+// The same for FP8 E4M3 rows with a float32 scale per row (w.format kFp8, --dtype fp8):
+// out[t][o] = row_scales[o] * sum_i e4m3(w[o][i]) * float(x[t][i]) (+ out) for 1 ..
+// kQuantGemvMaxTokens tokens, w.cols a multiple of 16, w and x 16-byte aligned. One kernel in
+// place of Fp8Gemm's three (activations to FP8, cuBLASLt, the scaling epilogue), and the
+// activations keep their dtype; each lane reads 16 weights per step.
+absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream);
+
 // The same product for any number of tokens on tensor cores: a block decodes a 64-row x 64-column
 // tile of w into shared memory in the dtype (one unit per thread), stages 64 tokens' x beside it
 // and multiplies them with mma.sync m16n8k16 (fp32 accumulators), tile after tile along the
