@@ -52,9 +52,10 @@ namespace pagoda::worker::cuda {
 
 // max_batch_tokens when the options leave it 0, for a GPU of compute capability `major`.x with
 // `device_memory` bytes: 8192 on Hopper and later with 70 GiB or more (H100, H200, B200), else
-// 2048: the per-step token budgets vLLM's OpenAI server defaults to on such GPUs (it keeps the
-// A100 at 2048 after measuring lower throughput there). The larger workspace, about 1.7 GB for
-// an 8B model, is a few percent of such a GPU's KV arena.
+// 2048. These are the per-step token budgets vLLM's OpenAI server defaults to on such GPUs and
+// on smaller ones; vLLM keeps the A100 at 2048 by its name after measuring lower throughput
+// there, where this rule asks for compute capability 9.0. The larger workspace, about 1.7 GB
+// for an 8B model, is a few percent of such a GPU's KV arena.
 int DefaultMaxBatchTokens(size_t device_memory, int major);
 
 struct CudaBackendOptions {

@@ -23,8 +23,11 @@ void CUDART_CB PhaseTimer::Hold(void* self) {
   // Bounded, so that a pass whose Release never comes cannot hang the device.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(2);
   auto* timer = static_cast<PhaseTimer*>(self);
-  while (!timer->released_.load(std::memory_order_acquire) &&
-         std::chrono::steady_clock::now() < deadline) {
+  while (!timer->released_.load(std::memory_order_acquire)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      timer->timed_out_.store(true, std::memory_order_release);
+      return;
+    }
     std::this_thread::yield();
   }
 }
@@ -32,6 +35,7 @@ void CUDART_CB PhaseTimer::Hold(void* self) {
 absl::Status PhaseTimer::Begin(cudaStream_t stream) {
   phases_.clear();
   error_ = cudaSuccess;
+  timed_out_.store(false, std::memory_order_release);
   if (events_.empty()) {
     cudaEvent_t e;
     if (const cudaError_t err = cudaEventCreate(&e); err != cudaSuccess) {
@@ -76,6 +80,13 @@ absl::Status PhaseTimer::Collect() {
   if (error_ != cudaSuccess) {
     return absl::InternalError(
         absl::StrFormat("phase timer: recording an event: %s", cudaGetErrorString(error_)));
+  }
+  if (timed_out_.load(std::memory_order_acquire)) {
+    phases_.clear();
+    return absl::FailedPreconditionError(
+        "phase timer: the host blocked while enqueueing a held pass (a stream full of launches, "
+        "or a kernel loaded at its first launch: run the pass once untimed first); its parts "
+        "would count launch gaps, so none were added");
   }
   for (size_t i = 0; i < phases_.size(); ++i) {
     float ms = 0;

@@ -55,7 +55,10 @@ class PhaseTimer {
   // The pass is wholly enqueued: the stream may run it. Call after every Begin, even when
   // enqueueing failed.
   void Release();
-  // After the pass's stream has synchronized: adds its intervals to the totals.
+  // After the pass's stream has synchronized: adds its intervals to the totals. FailedPrecondition
+  // (nothing added) when the hold ran out instead of being released: the host blocked while
+  // enqueueing (a stream full of pending launches, a kernel loaded at its first launch), and
+  // the intervals would count its gaps.
   absl::Status Collect();
 
   double ms(int phase) const { return ms_[static_cast<size_t>(phase)]; }
@@ -68,8 +71,9 @@ class PhaseTimer {
 
   const bool hold_;
   std::atomic<bool> released_{true};
-  std::vector<cudaEvent_t> events_;  // reused by every pass; [0] is its start
-  std::vector<Phase> phases_;        // phases_[i] ends at events_[i + 1]
+  std::atomic<bool> timed_out_{false};  // set by Hold when its deadline passed
+  std::vector<cudaEvent_t> events_;     // reused by every pass; [0] is its start
+  std::vector<Phase> phases_;           // phases_[i] ends at events_[i + 1]
   cudaError_t error_ = cudaSuccess;
   std::array<double, kPhases> ms_{};
   int passes_ = 0;
