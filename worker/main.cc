@@ -295,11 +295,10 @@ int main(int argc, char** argv) {
   link.max_batch_tokens = backend_tokens > 0     ? backend_tokens
                           : max_batch_tokens > 0 ? max_batch_tokens
                                                  : kDefaultMaxBatchTokens;
-  link.max_prefill_chunk = runner.backend().preferred_prefill_chunk();
+  const int chunk = runner.backend().preferred_prefill_chunk();
   PAGODA_LOG(kInfo, "worker", "plans of up to %d input tokens; prefill chunks of %s",
              link.max_batch_tokens,
-             link.max_prefill_chunk > 0 ? absl::StrFormat("%d tokens", link.max_prefill_chunk)
-                                        : std::string("the scheduler's size"));
+             chunk > 0 ? absl::StrFormat("%d tokens", chunk) : std::string("the scheduler's size"));
   absl::StatusOr<std::string> token = pagoda::common::LoadLinkTokenFromFlags();
   if (!token.ok()) return Fail(std::string(token.status().message()));
   link.link_token = *std::move(token);

@@ -175,7 +175,6 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
 
 pc::CudaBackend& Backend() { return BackendFor(Weights::kBf16, Path::kDefault); }
 
-// Times decode steps of `batch` sequences on `b` (see BM_DecodeStep).
 // Sets counter "<part>_ms" to each part's device time over `count` (PhaseTimer), and
 // "parts_ms" to their sum.
 void PhaseCounters(benchmark::State& state, const pc::PhaseTimer& timer, double count) {
@@ -185,7 +184,8 @@ void PhaseCounters(benchmark::State& state, const pc::PhaseTimer& timer, double 
   state.counters["parts_ms"] = timer.total_ms() / count;
 }
 
-// With `timer`, the timed steps (not the warm-up) run with it: eager, parts timed.
+// Times decode steps of `batch` sequences on `b` (see BM_DecodeStep); with `timer`, the timed
+// steps (not the warm-up) run with it: eager, parts timed.
 void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
                pc::PhaseTimer* timer = nullptr) {
   const double copy_bw = CopyBandwidth();
@@ -392,8 +392,8 @@ BENCHMARK(BM_PrefillGemmFloor)
 
 // Where the time goes: BM_PhasesPrefill/tokens:N/chunk:C times the parts of one prompt's
 // prefill (per prompt), BM_PhasesDecode/<weights>/batch:B those of one decode step (per step;
-// BF16, FP8 and Q4_K_M at their defaults),
-// with the stream held until each pass is enqueued, so no launch gap is counted (PhaseTimer).
+// BF16, FP8 and Q4_K_M at their defaults), with the stream held while each pass is enqueued,
+// so no launch gap is counted (PhaseTimer).
 void BM_PhasesPrefill(benchmark::State& state) {
   pc::PhaseTimer timer(/*hold=*/true);
   RunPrefill(state, Backend(), static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),

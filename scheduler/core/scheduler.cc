@@ -85,8 +85,7 @@ WorkerState* Scheduler::FindWorker(WorkerId id) {
 std::pair<int32_t, int32_t> Scheduler::PlanLimits(WorkerId id) const {
   auto it = workers_.find(id);
   if (it == workers_.end()) return {0, 0};
-  const int32_t budget = BatchBudget(*it->second);
-  return {budget, std::min(budget, PrefillChunk(*it->second))};
+  return {BatchBudget(*it->second), PrefillChunk(*it->second)};
 }
 
 Sequence* Scheduler::FindSeq(RequestId id) {
@@ -107,8 +106,10 @@ int32_t Scheduler::BatchBudget(const WorkerState& w) const {
 }
 
 int32_t Scheduler::PrefillChunk(const WorkerState& w) const {
-  if (options_.max_prefill_chunk > 0) return options_.max_prefill_chunk;
-  return w.info.max_prefill_chunk > 0 ? w.info.max_prefill_chunk : kDefaultPrefillChunk;
+  const int32_t chunk = options_.max_prefill_chunk > 0 ? options_.max_prefill_chunk
+                        : w.info.max_prefill_chunk > 0 ? w.info.max_prefill_chunk
+                                                       : kDefaultPrefillChunk;
+  return std::min(chunk, BatchBudget(w));
 }
 
 int32_t Scheduler::MaxPositions(const Sequence& s) const {

@@ -238,8 +238,8 @@ class Scheduler {
   void ReleaseFromWorker(Sequence& s);
   int32_t MaxPositions(const Sequence& s) const;
   int32_t DecodeLimit(const Sequence& s) const;
-  // Input tokens one plan for `w` may carry (>= 1), and one sequence's prefill chunk in it:
-  // the options where set, else what the worker registered.
+  // Input tokens one plan for `w` may carry (>= 1), and the most prefill tokens of one sequence
+  // in it (at most the former): the options where set, else what the worker registered.
   int32_t BatchBudget(const WorkerState& w) const;
   int32_t PrefillChunk(const WorkerState& w) const;
 

@@ -150,7 +150,7 @@ double Scheduler::PredictFirstToken(const NewRequest& r, double now) {
   // share of the backlog as prefill.
   double prefill_rate = 0, decode_step = 0, full_step = 0, chunk = 0;
   for (const Load& load : loads) {
-    chunk += std::min(load.budget, PrefillChunk(*load.w));
+    chunk += PrefillChunk(*load.w);
     const int32_t prefill = std::max(1, load.budget - load.decodes);
     const double share = std::min<double>(prefill, backlog / static_cast<double>(loads.size()));
     prefill_rate += prefill;

@@ -168,7 +168,7 @@ absl::Status LinkClient::AttachOnce(bool* attached) {
   reg->set_page_size(runner_->backend().page_size());
   reg->set_num_pages(runner_->backend().num_pages());
   reg->set_max_batch_tokens(options_.max_batch_tokens);
-  reg->set_max_prefill_chunk(options_.max_prefill_chunk);
+  reg->set_max_prefill_chunk(runner_->backend().preferred_prefill_chunk());
   reg->set_backend(options_.backend_name);
   reg->set_num_swap_pages(static_cast<uint32_t>(runner_->backend().num_swap_pages()));
   reg->set_swap_seconds_per_page(runner_->swap_seconds_per_page());

@@ -40,8 +40,7 @@ struct LinkClientOptions {
   std::string model_fingerprint;
   std::string backend_name;
   int32_t max_batch_tokens = 2048;
-  int32_t max_prefill_chunk = 0;  // prefill tokens per sequence per plan it prefers; 0: none
-  std::string link_token;         // sent as metadata when not empty
+  std::string link_token;  // sent as metadata when not empty
   // The link channel's credentials (common::MakeChannelCredentials); null = plaintext.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
 };

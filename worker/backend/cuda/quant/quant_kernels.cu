@@ -486,6 +486,37 @@ void CheckFusedOutput(ArgCheck& check, const DeviceMatrix& w, int num_tokens, co
       .Require(ld_out >= w.rows, "ld_out %d must be at least w.rows %d", ld_out, w.rows);
 }
 
+// The GEMVs over whole rows of `format` (LaunchDenseGemv, LaunchFp8Gemv): their checks (the
+// fused output rules, 16-byte aligned rows of element_bytes per column, read 16 bytes at a
+// time, x aligned to x_align) and their launch, kernel_of(T{}) the kernel for the dtype T.
+template <typename KernelOf>
+absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const char* name,
+                           WeightFormat format, int element_bytes, int x_align,
+                           KernelOf kernel_of) {
+  ArgCheck check(name);
+  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  const int per_load = 16 / element_bytes;
+  check
+      .Require(p.w.format == format, "w must be %s, not %s", WeightFormatName(format),
+               WeightFormatName(p.w.format))
+      .RequirePointer(p.w.data, "w.data", 16)
+      .RequirePositive(p.w.rows, "w.rows")
+      .Require(p.w.cols > 0 && p.w.cols % per_load == 0,
+               "w.cols %d must be a positive multiple of %d", p.w.cols, per_load)
+      .Require(p.w.row_bytes == static_cast<size_t>(p.w.cols) * element_bytes,
+               "w.row_bytes %d must be %d x w.cols %d", static_cast<int64_t>(p.w.row_bytes),
+               element_bytes, p.w.cols)
+      .RequirePointer(p.x, "x", x_align);
+  RETURN_IF_ERROR(check.status());
+  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto t) {
+                                    return LaunchKernel(kernel_of(t), grid, dim3(kGemvWarps * 32),
+                                                        0, stream, p);
+                                  }),
+                    name);
+}
+
 }  // namespace
 
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
@@ -507,51 +538,16 @@ absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
 }
 
 absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream) {
-  ArgCheck check("LaunchDenseGemv");
-  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
-  check
-      .Require(p.w.format == WeightFormat::kDense, "w must be dense, not %s",
-               WeightFormatName(p.w.format))
-      .RequirePointer(p.w.data, "w.data", 16)
-      .RequirePositive(p.w.rows, "w.rows")
-      .Require(p.w.cols > 0 && p.w.cols % 8 == 0, "w.cols %d must be a positive multiple of 8",
-               p.w.cols)
-      .Require(p.w.row_bytes == static_cast<size_t>(p.w.cols) * 2,
-               "w.row_bytes %d must be 2 x w.cols %d", static_cast<int64_t>(p.w.row_bytes),
-               p.w.cols)
-      .RequirePointer(p.x, "x", 2);
-  RETURN_IF_ERROR(check.status());
-  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
-  return CudaStatus(DispatchDType(p.dtype,
-                                  [&](auto t) {
-                                    return LaunchKernel(DenseGemvKernel<decltype(t)>, grid,
-                                                        dim3(kGemvWarps * 32), 0, stream, p);
-                                  }),
-                    "LaunchDenseGemv");
+  return LaunchRowGemv(p, stream, "LaunchDenseGemv", WeightFormat::kDense, 2, 2,
+                       [](auto t) { return DenseGemvKernel<decltype(t)>; });
 }
 
 absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchFp8Gemv");
-  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
-  check
-      .Require(p.w.format == WeightFormat::kFp8, "w must be FP8 E4M3, not %s",
-               WeightFormatName(p.w.format))
-      .RequirePointer(p.w.data, "w.data", 16)
-      .RequirePointer(p.w.row_scales, "w.row_scales", 4)
-      .RequirePositive(p.w.rows, "w.rows")
-      .Require(p.w.cols > 0 && p.w.cols % 16 == 0, "w.cols %d must be a positive multiple of 16",
-               p.w.cols)
-      .Require(p.w.row_bytes == static_cast<size_t>(p.w.cols), "w.row_bytes %d must be w.cols %d",
-               static_cast<int64_t>(p.w.row_bytes), p.w.cols)
-      .RequirePointer(p.x, "x", 16);
+  check.RequirePointer(p.w.row_scales, "w.row_scales", 4);
   RETURN_IF_ERROR(check.status());
-  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
-  return CudaStatus(DispatchDType(p.dtype,
-                                  [&](auto t) {
-                                    return LaunchKernel(Fp8GemvKernel<decltype(t)>, grid,
-                                                        dim3(kGemvWarps * 32), 0, stream, p);
-                                  }),
-                    "LaunchFp8Gemv");
+  return LaunchRowGemv(p, stream, "LaunchFp8Gemv", WeightFormat::kFp8, 1, 16,
+                       [](auto t) { return Fp8GemvKernel<decltype(t)>; });
 }
 
 absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream) {
