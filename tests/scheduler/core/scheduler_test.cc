@@ -271,6 +271,53 @@ TEST(SchedulerTest, HigherClassPreemptsLowerWhenItCannotBeAdmitted) {
   EXPECT_EQ(p->free_seq_ids, (std::vector<RequestId>{1}));
 }
 
+// A running prefill short of pages takes the pages there are instead of preempting a sequence
+// of its own class; one of a higher class still preempts a lower one for its whole chunk.
+// 12 pages of 4: request 1 (prompt 40) prefills in chunks of 16 beside request 2 (prompt 8,
+// 3 tokens). At its third chunk request 1 needs 2 pages and 1 is free.
+TEST(SchedulerTest, PrefillChunkShrinksToFreePagesBeforePreemptingItsClass) {
+  for (Priority second : {Priority::kNormal, Priority::kLow}) {
+    SCOPED_TRACE(static_cast<int>(second));
+    Scheduler s(Options(/*budget=*/64, /*chunk=*/16));
+    s.AddWorker(1, Worker(12));
+    ASSERT_OK(s.AddRequest(Request(1, 40, 2), 0));
+    NewRequest other = Request(2, 8, 3, second);
+    other.prompt.assign(8, 60);  // shares no page with request 1
+    ASSERT_OK(s.AddRequest(other, 0));
+    Outcome out;
+    std::vector<int32_t> chunks_of_1;
+    double now = 0;
+    for (int i = 0; i < 50 && s.HasWork(); ++i, ++now) {
+      auto p = s.Schedule(1, now);
+      ASSERT_TRUE(p.has_value());
+      for (const PlanStep& step : p->steps) {
+        if (step.seq_id == 1 && step.start_pos < 40) {  // its prompt's chunks
+          chunks_of_1.push_back(static_cast<int32_t>(step.tokens.size()));
+        }
+      }
+      ASSERT_OK(s.OnResult(1, p->iteration, Answer(*p), now));
+      out.Collect(s);
+      ASSERT_OK(s.CheckInvariants());
+    }
+    ASSERT_FALSE(s.HasWork());
+    if (second == Priority::kNormal) {
+      EXPECT_EQ(s.total_preemptions(), 0);
+      EXPECT_EQ(chunks_of_1, (std::vector<int32_t>{16, 16, 4, 4}))
+          << "the third chunk ends where the free page ends; the rest follows request 2's end";
+    } else {
+      EXPECT_EQ(s.total_preemptions(), 1) << "the lower class yields its pages";
+      EXPECT_EQ(chunks_of_1, (std::vector<int32_t>{16, 16, 8}));
+    }
+    for (RequestId id : {1, 2}) {
+      ASSERT_TRUE(out.finished.count(id));
+      EXPECT_EQ(out.finished[id].reason, FinishReason::kLength);
+    }
+    EXPECT_EQ(out.tokens[1], (std::vector<int32_t>{ScriptedToken(1, 0), ScriptedToken(1, 1)}));
+    EXPECT_EQ(out.tokens[2], (std::vector<int32_t>{ScriptedToken(2, 0), ScriptedToken(2, 1),
+                                                   ScriptedToken(2, 2)}));
+  }
+}
+
 // A preempted sequence resumes from its own cached pages; a new request takes unreferenced
 // cached pages (evicting them) before anything running is preempted.
 TEST(SchedulerTest, PreemptedSequenceReHitsItsPagesAndEvictionComesFirst) {
@@ -539,7 +586,9 @@ TEST(SchedulerTest, RandomizedInvariants) {
     o.fairness = rng() % 3 == 0 ? Fairness::kNone : Fairness::kVtc;
     o.tenant_weights = {{"a", 1.0}, {"b", 2.0}, {"heavy", 0.5}};
     o.preemption_mode = static_cast<PreemptionMode>(round % 3);
-    if (round % 5 == 4) o.max_predicted_wait = 20 + rng() % 100;
+    // Limits among the predicted waits of this load (steps of 10-30 ms), so that some
+    // requests are refused and most admitted, whatever the plans' shapes.
+    if (round % 5 == 4) o.max_predicted_wait = 0.1 + 0.02 * (rng() % 10);
     Scheduler s(o);
     const int32_t page_size = 1 + rng() % 8;
     const int32_t max_prompt = 40, max_new = 24;
