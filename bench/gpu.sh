@@ -233,7 +233,7 @@ if decode:
     print("%-34s %6s %10s %9s %9s %9s %8s" % ("weights/path", "batch", "tokens/s", "/ bf16",
                                               "/ roof", "dev GB", "goal"))
     for (w, path, batch), b in sorted(decode.items(), key=lambda kv: (kv[0][0] != "bf16", kv[0])):
-        base = decode.get(("bf16", "cublas", batch))
+        base = decode.get(("bf16", "auto", batch))
         ratio = b["tokens_per_s"] / base["tokens_per_s"] if base else float("nan")
         roof = b["tokens_per_s"] / b["roofline_tokens_per_s"]
         goal = ""
@@ -241,7 +241,11 @@ if decode:
         if w == "fp8": goal = ">=1.7 >=0.8" if batch == 1 else ">=0.8"
         if w != "bf16" and batch == 256: goal = (">=1.0 " + goal).strip()
         if w == "bf16" and batch == 1: goal = "roof >=0.80"  # issue 36: batch-1 decode
-        print("%-34s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (w + "/" + path, batch, b["tokens_per_s"],
+        if path not in ("auto", "tensor_cores"): goal = ""  # the goals are on the defaults
+        label = w + "/" + path
+        if path == "auto":  # what the start-up timing chose: GEMV up to N tokens
+            label += " (gemv<=%d)" % b["%s_gemv_tokens" % ("fp8" if w == "fp8" else "dense")]
+        print("%-34s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (label, batch, b["tokens_per_s"],
                                                        ratio, roof, b["device_GB"], goal))
 prefill = {}
 for b in runs:
@@ -249,7 +253,7 @@ for b in runs:
     if parts[0] == "BM_WeightsPrefill" and "ttft_ms" in b:
         prefill[parts[1] + "/" + parts[2]] = 2048 / (b["ttft_ms"] / 1e3)
 for k, v in sorted(prefill.items()):
-    base = prefill.get("bf16/cublas")
+    base = prefill.get("bf16/auto")
     print("%-34s %-17s %10.0f tok/s %9.2f x bf16" % (k, "prefill 2048", v, v / base if base else float("nan")))
 # Where the time goes: each part's device time per prompt (prefill) or per step (decode), as ms
 # and as a share of the parts' sum, beside the wall time of the same eager passes.

@@ -65,6 +65,10 @@ ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only ite
 ABSL_FLAG(std::string, prefill_attention, "auto",
           "cuda: prefill attention's tensor-core kernel (head dims 64 and 128): auto (wgmma on "
           "compute capability 9.0, mma.sync elsewhere), mma_sync, or wgmma (9.0 only)");
+ABSL_FLAG(std::string, gemv_max_tokens, "auto",
+          "cuda: steps of up to N tokens multiply BF16/FP16 and FP8 weights with Pagoda's GEMV "
+          "instead of cuBLAS/cuBLASLt: auto (each format's N timed at start on the model's own "
+          "matrices: the largest of 1, 2, 4, 8 up to which the GEMV is faster) or 0 to 8");
 ABSL_FLAG(int32_t, page_size, 16, "tokens per KV page");
 ABSL_FLAG(int32_t, max_batch_tokens, 0,
           "most input tokens per plan; 0 = by the hardware: 8192 on a GPU of compute capability "
@@ -259,6 +263,7 @@ int main(int argc, char** argv) {
   backend_options.device = absl::GetFlag(FLAGS_device);
   backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
   backend_options.prefill_attention = absl::GetFlag(FLAGS_prefill_attention);
+  backend_options.gemv_max_tokens = absl::GetFlag(FLAGS_gemv_max_tokens);
   absl::StatusOr<LoadedBackend> loaded = LoadBackend(model_path, backend_options);
   if (!loaded.ok()) {
     return Fail(std::string(loaded.status().message()));

@@ -120,24 +120,25 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
   return f;
 }
 
-// How weights are multiplied. The defaults: BF16 through cuBLAS ("cublas"); FP8 through our GEMV
-// up to 8 tokens, cuBLASLt beyond ("gemv_cublaslt"); blocks through the fused FP32 product up
-// to 8 tokens, tensor cores beyond ("tensor_cores"). The others: blocks decoded ahead of cuBLAS
-// beyond 8 tokens, or the fused product with 8-bit activations; BF16 for a few tokens through
-// our GEMV (LaunchDenseGemv); FP8 through cuBLASLt for a few tokens too.
-enum class Path { kDefault, kDecodeCublas, kGemvInt8, kDenseGemv, kCublasLt };
+// How weights are multiplied. The defaults (the worker's): BF16 and FP8 steps of up to 8
+// tokens through our GEMV or the library, as timed at start (--gemv-max-tokens auto: "auto"),
+// cuBLAS / cuBLASLt beyond; blocks through the fused FP32 product up to 8 tokens, tensor cores
+// beyond ("tensor_cores"). The others: blocks decoded ahead of cuBLAS beyond 8 tokens, or the
+// fused product with 8-bit activations; BF16 and FP8 with every small step through our GEMV
+// ("gemv", "gemv_cublaslt") or through the library ("cublas", "cublaslt").
+enum class Path { kDefault, kDecodeCublas, kGemvInt8, kGemv, kLibrary };
 const char* PathName(Path p, Weights w) {
   switch (p) {
     case Path::kDefault:
-      return w == Weights::kBf16 ? "cublas" : w == Weights::kFp8 ? "gemv_cublaslt" : "tensor_cores";
+      return w == Weights::kBf16 || w == Weights::kFp8 ? "auto" : "tensor_cores";
     case Path::kDecodeCublas:
       return "decode_cublas";
     case Path::kGemvInt8:
       return "gemv_int8";
-    case Path::kDenseGemv:
-      return "gemv";
-    case Path::kCublasLt:
-      return "cublaslt";
+    case Path::kGemv:
+      return w == Weights::kFp8 ? "gemv_cublaslt" : "gemv";
+    case Path::kLibrary:
+      return w == Weights::kFp8 ? "cublaslt" : "cublas";
   }
   return "?";
 }
@@ -156,8 +157,10 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
-  o.dense_gemv_max_tokens = path == Path::kDenseGemv ? pc::kQuantGemvMaxTokens : 0;
-  o.fp8_gemv_max_tokens = path == Path::kCublasLt ? 0 : pc::kQuantGemvMaxTokens;
+  const int gemv_tokens = path == Path::kGemv      ? pc::kQuantGemvMaxTokens
+                          : path == Path::kLibrary ? 0
+                                                   : pc::kGemvAuto;
+  o.dense_gemv_max_tokens = o.fp8_gemv_max_tokens = gemv_tokens;
   o.prefill_kernel = BenchPrefillKernel();
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
@@ -235,6 +238,9 @@ void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
   state.counters["copy_GBps"] = copy_bw / 1e9;
   state.counters["graph_replays"] = b.graph_replays();
   state.counters["device_GB"] = double(b.device_bytes()) / 1e9;
+  // The small-batch products in use (what --gemv-max-tokens auto picked, for "auto").
+  state.counters["dense_gemv_tokens"] = b.dense_gemv_max_tokens();
+  state.counters["fp8_gemv_tokens"] = b.fp8_gemv_max_tokens();
 }
 
 void BM_DecodeStep(benchmark::State& state) {
@@ -428,20 +434,20 @@ const bool kPhasesRegistered = [] {
 // Per weights and path (in an order that builds each backend once): decode at 1, 16, 64 and 256
 // sequences, then the prefill. For block weights: the default paths (fused FP32 product up to 8
 // tokens, tensor cores beyond), decode_cublas where it differs (past 8 tokens, and the prefill),
-// and gemv_int8 where that differs (batch 1).
+// and gemv_int8 where that differs (batch 1). For BF16 and FP8: the default (auto), and at
+// batch 1 both sides of its choice.
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
-    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8, Path::kDenseGemv,
-                      Path::kCublasLt}) {
+    for (Path path :
+         {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8, Path::kGemv, Path::kLibrary}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
       const bool applies = path == Path::kDefault ||
                            (blocks && (path == Path::kDecodeCublas || path == Path::kGemvInt8)) ||
-                           (path == Path::kDenseGemv && w == Weights::kBf16) ||
-                           (path == Path::kCublasLt && w == Weights::kFp8);
+                           (!blocks && (path == Path::kGemv || path == Path::kLibrary));
       if (!applies) continue;
       // The alternatives to a default's small-batch product run only where they differ from it.
       const bool small_only =
-          path == Path::kGemvInt8 || path == Path::kDenseGemv || path == Path::kCublasLt;
+          path == Path::kGemvInt8 || path == Path::kGemv || path == Path::kLibrary;
       const std::string name = std::string(WeightsName(w)) + "/" + PathName(path, w);
       for (int batch : {1, 16, 64, 256}) {
         const bool fused = batch <= pc::kQuantGemvMaxTokens;

@@ -412,6 +412,15 @@ TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
   for (float l : logits) ASSERT_TRUE(std::isfinite(l));
 }
 
+// A small random F16 model (dim 256, 2 layers) whose matrices FP8 takes: every size a multiple
+// of 16.
+std::shared_ptr<const LlamaModel> Fp8ReadyModel(uint64_t seed) {
+  modelgen::RandomModelOptions mo = testing::SmallRandomOptions(256, 4, 2, 2, seed);
+  mo.dtype = common::GgmlType::F16;
+  mo.ffn_dim = 512;
+  return testing::RandomModel(mo);
+}
+
 // --dtype fp8: the layers' matrices in FP8 E4M3 with a scale per row, through our GEMV for steps
 // of up to 8 tokens and cuBLASLt (with FP8 activations) beyond, and through cuBLASLt alone. Their
 // logits against the CPU backend's float32 ones, beside BF16's on the same ragged steps: the
@@ -420,10 +429,7 @@ TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
 TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(17);
-  modelgen::RandomModelOptions mo = testing::SmallRandomOptions(256, 4, 2, 2, rng());
-  mo.dtype = common::GgmlType::F16;
-  mo.ffn_dim = 512;  // FP8 takes matrices whose sizes are multiples of 16
-  auto model = testing::RandomModel(mo);
+  auto model = Fp8ReadyModel(rng());
   ASSERT_NE(model, nullptr);
   auto cpu = MakeCpu(model, 16, 64);
   CudaBackendOptions o;
@@ -549,6 +555,51 @@ TEST(CudaBackendGpuTest, DenseGemvDecodeMatchesCpu) {
     auto gpu = MakeCuda(model, options);
     ASSERT_NE(gpu, nullptr);
     CompareRagged(*cpu, *gpu, rng, 6, 40, 6, dtype == DType::kBf16 ? 3e-2 : 6e-3);
+  }
+}
+
+// kGemvAuto (the worker's default): each format's threshold is a size the start-up timing
+// picked (0, 1, 2, 4 or 8), per format present; the products then follow the CPU at every step
+// size. Out-of-range thresholds are refused at Create.
+TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(23);
+  auto model = Fp8ReadyModel(rng());
+  ASSERT_NE(model, nullptr);
+  const std::set<int> sizes = {0, 1, 2, 4, 8};
+  for (const bool fp8 : {false, true}) {
+    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
+    CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
+    o.max_batch_tokens = 512;
+    o.keep_quantized = true;
+    o.fp8_weights = fp8;
+    o.dense_gemv_max_tokens = kGemvAuto;
+    o.fp8_gemv_max_tokens = kGemvAuto;
+    auto gpu = MakeCuda(model, o);
+    ASSERT_NE(gpu, nullptr);
+    // The classifier stays dense with FP8 layers, so both formats are timed there.
+    EXPECT_TRUE(sizes.contains(gpu->dense_gemv_max_tokens())) << gpu->dense_gemv_max_tokens();
+    if (fp8) {
+      EXPECT_TRUE(sizes.contains(gpu->fp8_gemv_max_tokens())) << gpu->fp8_gemv_max_tokens();
+    } else {
+      EXPECT_EQ(gpu->fp8_gemv_max_tokens(), 0) << "no FP8 matrix: nothing to time";
+    }
+    std::printf("auto GEMV tokens: dense %d, FP8 %d\n", gpu->dense_gemv_max_tokens(),
+                gpu->fp8_gemv_max_tokens());
+    auto cpu = MakeCpu(model, 16, 64);
+    CompareRagged(*cpu, *gpu, rng, 4, kEmulated ? 20 : 60, 9, fp8 ? 0.15 : 3e-2);
+  }
+  for (const int bad : {-2, 9}) {  // kQuantGemvMaxTokens is 8
+    CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
+    o.dense_gemv_max_tokens = bad;
+    auto refused = CudaBackend::Create(model, o);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("dense GEMV"), std::string::npos) << refused.status();
+    o.dense_gemv_max_tokens = 0;
+    o.fp8_gemv_max_tokens = bad;
+    refused = CudaBackend::Create(model, o);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("FP8 GEMV"), std::string::npos) << refused.status();
   }
 }
 

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "worker/backend/cpu/cpu_backend.h"
 #ifdef PAGODA_HAVE_CUDA
 #include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
 #endif
 
 namespace pagoda::worker {
@@ -61,6 +63,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
     return absl::InvalidArgumentError(
         absl::StrFormat("--prefill-attention \"%s\" is not supported; use auto, mma_sync or wgmma",
                         o.prefill_attention));
+  }
+  if (o.gemv_max_tokens == "auto") {
+    cuda.dense_gemv_max_tokens = cuda.fp8_gemv_max_tokens = cuda::kGemvAuto;
+  } else if (int tokens = 0; absl::SimpleAtoi(o.gemv_max_tokens, &tokens) && tokens >= 0 &&
+                             tokens <= cuda::kQuantGemvMaxTokens) {
+    cuda.dense_gemv_max_tokens = cuda.fp8_gemv_max_tokens = tokens;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--gemv-max-tokens \"%s\" is not supported; use auto or 0 to %d",
+                        o.gemv_max_tokens, cuda::kQuantGemvMaxTokens));
   }
   auto backend = cuda::CudaBackend::Create(std::move(model), cuda);
   if (!backend.ok()) return backend.status();

@@ -33,6 +33,9 @@ struct BackendOptions {
   int device = 0;
   bool cuda_graphs = true;
   std::string prefill_attention = "auto";  // auto, mma_sync or wgmma
+  // Steps of up to N tokens multiply BF16/FP16 and FP8 matrices with our GEMV instead of
+  // cuBLAS/cuBLASLt: "auto" (timed at start, per format) or N in 0..8.
+  std::string gemv_max_tokens = "auto";
 };
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(std::shared_ptr<const LlamaModel> model,

@@ -309,6 +309,10 @@ cudaError_t CUDARTAPI cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEve
   return cudaSuccess;
 }
 
+// Work has run by the time it is enqueued: every recorded event is reached. Errors are sticky,
+// as on a device.
+cudaError_t CUDARTAPI cudaEventSynchronize(cudaEvent_t) { return emulation::PeekLastError(); }
+
 // Runs `fn` when the stream reaches it, as the driver's callback thread would.
 cudaError_t CUDARTAPI cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void* data) {
   return emulation::Enqueue(stream, [fn, data] {

@@ -4,6 +4,8 @@
 #include <climits>
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -149,8 +151,13 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   }
   WeightProducts::Options products;
   products.gemv_max_tokens = options_.quant_gemv_max_tokens;
-  products.dense_gemv_max_tokens = options_.dense_gemv_max_tokens;
-  products.fp8_gemv_max_tokens = options_.fp8_gemv_max_tokens;
+  // kGemvAuto: the GEMV takes every small batch until PickGemvTokens has timed both sides.
+  products.dense_gemv_max_tokens = options_.dense_gemv_max_tokens == kGemvAuto
+                                       ? kQuantGemvMaxTokens
+                                       : options_.dense_gemv_max_tokens;
+  products.fp8_gemv_max_tokens = options_.fp8_gemv_max_tokens == kGemvAuto
+                                     ? kQuantGemvMaxTokens
+                                     : options_.fp8_gemv_max_tokens;
   products.gemv_int8 = options_.quant_gemv_int8 && weights_.block_max_cols() > 0;
   products.gemv_int8_max_cols = weights_.block_max_cols();
   products.fp8_max_n_in = weights_.fp8_max_cols();
@@ -236,7 +243,8 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "KV arena init"));
-  return CheckFp8Products();
+  RETURN_IF_ERROR(CheckFp8Products());
+  return PickGemvTokens();
 }
 
 absl::Status CudaBackend::CheckFp8Products() {
@@ -263,6 +271,106 @@ absl::Status CudaBackend::CheckFp8Products() {
     RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false));
   }
   return CudaStatus(cudaStreamSynchronize(stream_), "FP8 check");
+}
+
+absl::Status CudaBackend::PickGemvTokens() {
+  const bool dense_auto = options_.dense_gemv_max_tokens == kGemvAuto;
+  const bool fp8_auto = options_.fp8_gemv_max_tokens == kGemvAuto;
+  if (!dense_auto && !fp8_auto) return absl::OkStatus();
+  // Until chosen, each auto threshold stands at the GEMV's whole range (as Init set it).
+  int dense = dense_auto ? kQuantGemvMaxTokens : options_.dense_gemv_max_tokens;
+  int fp8 = fp8_auto ? kQuantGemvMaxTokens : options_.fp8_gemv_max_tokens;
+  const DeviceLayer& l = weights_.layer(0);
+  const Projection* projections[] = {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down, &weights_.output()};
+  auto has_parts = [&](WeightFormat format) {
+    for (const Projection* p : projections) {
+      for (int i = 0; i < p->num_parts; ++i) {
+        if (p->parts[static_cast<size_t>(i)].format == format) return true;
+      }
+    }
+    return false;
+  };
+  for (DeviceBuffer* input : {&xn_, &attn_, &h_}) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(input->get(), 0, input->bytes(), stream_), "GEMV timing"));
+  }
+  cudaEvent_t events[3] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  // A step's time at n tokens, as the products of n_layers copies of the first layer and one
+  // classifier: each timed over kPasses after one warm-up pass (zeros in: the time does not
+  // depend on the values).
+  constexpr int kPasses = 3;
+  const Projection& head = weights_.output();
+  auto time_step = [&](int n) -> absl::StatusOr<float> {
+    RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
+    for (int pass = 0; pass <= kPasses; ++pass) {
+      if (pass == 1) RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+      RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
+      RETURN_IF_ERROR(products_->Run(attn_.get(), l.wo, x_.get<float>(), n, false));
+      RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
+      RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
+    for (int pass = 0; pass < kPasses; ++pass) {
+      RETURN_IF_ERROR(products_->Run(xn_.get(), head, logits_.get<float>(), n, false));
+    }
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[2], stream_), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[2]), "event"));
+    float layer_ms = 0, head_ms = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&layer_ms, events[0], events[1]), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&head_ms, events[1], events[2]), "event"));
+    return (layer_ms * config().n_layers + head_ms) / kPasses;
+  };
+  // Sizes in doubling steps; the GEMV keeps each while it is faster at it (the better of two
+  // alternating trials per side, against noise), so a threshold is never above a size it lost.
+  auto pick = [&](int& threshold, std::string& trace) -> absl::Status {
+    int chosen = 0;
+    for (int n = 1; n <= kQuantGemvMaxTokens && n <= limits_.max_logit_rows; n *= 2) {
+      float gemv = std::numeric_limits<float>::infinity(), library = gemv;
+      for (int trial = 0; trial < 2; ++trial) {
+        threshold = n;
+        ASSIGN_OR_RETURN(const float a, time_step(n));
+        threshold = 0;
+        ASSIGN_OR_RETURN(const float b, time_step(n));
+        gemv = std::min(gemv, a);
+        library = std::min(library, b);
+      }
+      absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, gemv, library);
+      if (!(gemv < library)) break;
+      chosen = n;
+    }
+    threshold = chosen;
+    return absl::OkStatus();
+  };
+  std::string dense_trace, fp8_trace;
+  if (status.ok() && dense_auto && has_parts(WeightFormat::kDense)) {
+    status = pick(dense, dense_trace);
+  }
+  if (status.ok() && fp8_auto && has_parts(WeightFormat::kFp8)) status = pick(fp8, fp8_trace);
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  if (dense_auto && dense_trace.empty()) dense = 0;  // no dense matrix: nothing to choose
+  if (fp8_auto && fp8_trace.empty()) fp8 = 0;
+  RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
+  options_.dense_gemv_max_tokens = dense;
+  options_.fp8_gemv_max_tokens = fp8;
+  auto log = [](const char* format, const char* library, int tokens, const std::string& trace) {
+    if (trace.empty()) return;
+    const std::string choice =
+        tokens > 0
+            ? absl::StrFormat("our GEMV for steps of up to %d tokens, %s beyond", tokens, library)
+            : absl::StrFormat("%s at every step size", library);
+    PAGODA_LOG(kInfo, "cuda", "%s matrices: %s (a step's products, ms GEMV/%s at tokens%s)", format,
+               choice, library, trace);
+  };
+  log("dense", "cuBLAS", dense, dense_trace);
+  log("FP8", "cuBLASLt", fp8, fp8_trace);
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickGemvTokens");
 }
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {

@@ -58,6 +58,10 @@ namespace pagoda::worker::cuda {
 // for an 8B model, is a few percent of such a GPU's KV arena.
 int DefaultMaxBatchTokens(size_t device_memory, int major);
 
+// dense_gemv_max_tokens and fp8_gemv_max_tokens: chosen at Init by timing our GEMV against the
+// library on the model's own matrices (CudaBackend::PickGemvTokens).
+inline constexpr int kGemvAuto = -1;
+
 struct CudaBackendOptions {
   int page_size = 16;
   int num_pages = 0;  // 0 = what gpu_memory_fraction leaves after weights and workspace
@@ -78,12 +82,14 @@ struct CudaBackendOptions {
   // The layers' float matrices become FP8 E4M3 with a scale per row, multiplied through
   // cuBLASLt's FP8 path (fp8_gemm.h); refused on GPUs before compute capability 8.9.
   bool fp8_weights = false;
-  // FP8 matrices for up to this many tokens: our GEMV (LaunchFp8Gemv) instead of cuBLASLt; 0
-  // keeps cuBLASLt. bench/gpu.sh measures both at batch 1.
+  // FP8 matrices for up to this many tokens (at most kQuantGemvMaxTokens): our GEMV
+  // (LaunchFp8Gemv) instead of cuBLASLt; 0 keeps cuBLASLt; kGemvAuto: measured at Init
+  // (PickGemvTokens). bench/gpu.sh measures each at batch 1.
   int fp8_gemv_max_tokens = 8;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
   // Dense (BF16/FP16) matrices for up to this many tokens: our GEMV (LaunchDenseGemv) instead of
-  // cuBLAS; 0 keeps cuBLAS. bench/gpu.sh measures both at batch 1.
+  // cuBLAS; 0 keeps cuBLAS; kGemvAuto as above. The worker passes kGemvAuto for both
+  // (--gemv-max-tokens auto); these defaults keep tests independent of timings.
   int dense_gemv_max_tokens = 0;
   // Prefill attention's tensor-core kernel (head dims 64 and 128): auto takes wgmma on
   // compute capability 9.0 and mma.sync elsewhere; wgmma is refused at Init anywhere else.
@@ -133,6 +139,10 @@ class CudaBackend : public Backend {
   // them without CUDA graphs (phase_timer.h). The timer outlives its use here.
   void set_phase_timer(PhaseTimer* timer) { timer_ = timer; }
 
+  // The steps of up to this many tokens that multiply dense / FP8 matrices with our GEMV (after
+  // kGemvAuto is resolved).
+  int dense_gemv_max_tokens() const { return options_.dense_gemv_max_tokens; }
+  int fp8_gemv_max_tokens() const { return options_.fp8_gemv_max_tokens; }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
   const KvArenaLayout& kv_layout() const { return layout_; }
@@ -145,6 +155,10 @@ class CudaBackend : public Backend {
   CudaBackend(const CudaBackendOptions& options, DeviceWeights weights);
   absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
   absl::Status CheckFp8Products();         // FP8 plans and one token through them, at Init
+  // Resolves kGemvAuto thresholds: per format, our GEMV against the library at 1, 2, 4 and 8
+  // tokens, timing a step's products (the first layer's, n_layers times, and the classifier);
+  // the GEMV keeps every size up to the first where it is not faster.
+  absl::Status PickGemvTokens();
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits,
                              std::vector<SampledLogprobs>* logprobs);

@@ -15,26 +15,21 @@ bool DenseGemvFits(const DeviceMatrix& m) {
          m.row_bytes == static_cast<size_t>(m.cols) * 2;
 }
 
+// The bounds of a small-batch threshold: OK when `tokens` is within them.
+absl::Status CheckGemvTokens(const char* what, int tokens) {
+  if (tokens >= 0 && tokens <= kQuantGemvMaxTokens) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrFormat("the %s takes 0 to %d tokens, not %d", what, kQuantGemvMaxTokens, tokens));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStream_t stream,
                                                                        DType dtype,
                                                                        const Options& options) {
-  if (options.gemv_max_tokens < 0 || options.gemv_max_tokens > kQuantGemvMaxTokens) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("the fused quantized product takes 0 to %d tokens, not %d",
-                        kQuantGemvMaxTokens, options.gemv_max_tokens));
-  }
-  if (options.fp8_gemv_max_tokens < 0 || options.fp8_gemv_max_tokens > kQuantGemvMaxTokens) {
-    return absl::InvalidArgumentError(absl::StrFormat("the FP8 GEMV takes 0 to %d tokens, not %d",
-                                                      kQuantGemvMaxTokens,
-                                                      options.fp8_gemv_max_tokens));
-  }
-  if (options.dense_gemv_max_tokens < 0 || options.dense_gemv_max_tokens > kQuantGemvMaxTokens) {
-    return absl::InvalidArgumentError(absl::StrFormat("the dense GEMV takes 0 to %d tokens, not %d",
-                                                      kQuantGemvMaxTokens,
-                                                      options.dense_gemv_max_tokens));
-  }
+  RETURN_IF_ERROR(CheckGemvTokens("fused quantized product", options.gemv_max_tokens));
+  RETURN_IF_ERROR(CheckGemvTokens("FP8 GEMV", options.fp8_gemv_max_tokens));
+  RETURN_IF_ERROR(CheckGemvTokens("dense GEMV", options.dense_gemv_max_tokens));
   ASSIGN_OR_RETURN(std::unique_ptr<Gemm> gemm, Gemm::Create(stream, dtype));
   std::unique_ptr<Fp8Gemm> fp8;
   if (options.fp8_max_n_out > 0) {
@@ -53,6 +48,14 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
                                             "8-bit activations"));
   }
   return products;
+}
+
+absl::Status WeightProducts::SetGemvTokens(int dense, int fp8) {
+  RETURN_IF_ERROR(CheckGemvTokens("dense GEMV", dense));
+  RETURN_IF_ERROR(CheckGemvTokens("FP8 GEMV", fp8));
+  options_.dense_gemv_max_tokens = dense;
+  options_.fp8_gemv_max_tokens = fp8;
+  return absl::OkStatus();
 }
 
 absl::Status WeightProducts::Prepare(const Projection& w) {

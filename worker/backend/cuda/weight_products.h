@@ -1,6 +1,7 @@
 // WeightProducts: the CUDA backend's products of activations with a Projection (weight_format.h),
-// whatever its parts' formats. Dense parts go through cuBLAS (gemm.h), or for a few tokens when
-// asked (dense_gemv_max_tokens) through our own GEMV (LaunchDenseGemv). Quantized parts, for at
+// whatever its parts' formats. Dense parts go through cuBLAS (gemm.h), or for steps of at most
+// dense_gemv_max_tokens tokens through our own GEMV (LaunchDenseGemv; CudaBackend times both to
+// set it). Quantized parts, for at
 // most gemv_max_tokens tokens, take the fused decode-and-multiply kernel (LaunchQuantGemv); for
 // more, the tensor-core kernel that decodes tiles into shared memory (LaunchQuantGemm: the decoded
 // weights are rounded to the dtype there, where the fused product keeps them FP32, so logits
@@ -61,6 +62,9 @@ class WeightProducts {
                                                                 const Options& options);
 
   absl::Status Run(const void* x, const Projection& w, float* out, int num_tokens, bool accumulate);
+  // Changes Options::dense_gemv_max_tokens and fp8_gemv_max_tokens (each 0 to
+  // kQuantGemvMaxTokens): CudaBackend times both sides of each at start.
+  absl::Status SetGemvTokens(int dense, int fp8);
   // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare); nothing for other formats.
   absl::Status Prepare(const Projection& w);
   size_t workspace_bytes() const {
