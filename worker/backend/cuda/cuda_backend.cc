@@ -42,6 +42,12 @@ absl::Status SelectDevice(int device) {
   return CudaStatus(cudaSetDevice(device), "cudaSetDevice");
 }
 
+// A small-batch threshold as it stands until PickGemvTokens: kGemvAuto takes the GEMV's whole
+// range (so the start-up checks run it), a set value is itself.
+int UntilTimed(int gemv_max_tokens) {
+  return gemv_max_tokens == kGemvAuto ? kQuantGemvMaxTokens : gemv_max_tokens;
+}
+
 absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig& c) {
   if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -151,13 +157,8 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   }
   WeightProducts::Options products;
   products.gemv_max_tokens = options_.quant_gemv_max_tokens;
-  // kGemvAuto: the GEMV takes every small batch until PickGemvTokens has timed both sides.
-  products.dense_gemv_max_tokens = options_.dense_gemv_max_tokens == kGemvAuto
-                                       ? kQuantGemvMaxTokens
-                                       : options_.dense_gemv_max_tokens;
-  products.fp8_gemv_max_tokens = options_.fp8_gemv_max_tokens == kGemvAuto
-                                     ? kQuantGemvMaxTokens
-                                     : options_.fp8_gemv_max_tokens;
+  products.dense_gemv_max_tokens = UntilTimed(options_.dense_gemv_max_tokens);
+  products.fp8_gemv_max_tokens = UntilTimed(options_.fp8_gemv_max_tokens);
   products.gemv_int8 = options_.quant_gemv_int8 && weights_.block_max_cols() > 0;
   products.gemv_int8_max_cols = weights_.block_max_cols();
   products.fp8_max_n_in = weights_.fp8_max_cols();
@@ -262,7 +263,7 @@ absl::Status CudaBackend::CheckFp8Products() {
   const DeviceLayer& l = weights_.layer(0);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));
-  const int past_gemv = options_.fp8_gemv_max_tokens + 1;
+  const int past_gemv = UntilTimed(options_.fp8_gemv_max_tokens) + 1;
   for (const int n : {1, past_gemv}) {
     if (n > limits_.max_tokens || (n == past_gemv && past_gemv == 1)) continue;
     RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
@@ -277,9 +278,8 @@ absl::Status CudaBackend::PickGemvTokens() {
   const bool dense_auto = options_.dense_gemv_max_tokens == kGemvAuto;
   const bool fp8_auto = options_.fp8_gemv_max_tokens == kGemvAuto;
   if (!dense_auto && !fp8_auto) return absl::OkStatus();
-  // Until chosen, each auto threshold stands at the GEMV's whole range (as Init set it).
-  int dense = dense_auto ? kQuantGemvMaxTokens : options_.dense_gemv_max_tokens;
-  int fp8 = fp8_auto ? kQuantGemvMaxTokens : options_.fp8_gemv_max_tokens;
+  int dense = UntilTimed(options_.dense_gemv_max_tokens);
+  int fp8 = UntilTimed(options_.fp8_gemv_max_tokens);
   const DeviceLayer& l = weights_.layer(0);
   const Projection* projections[] = {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down, &weights_.output()};
   auto has_parts = [&](WeightFormat format) {
