@@ -2,7 +2,8 @@
 // made on the device (no 16 GB file). One backend lives at a time (weights plus a 33 GB KV arena).
 //
 // BM_DecodeStep: one ForwardSample of `batch` decode tokens at context kContext (KV pages
-// pre-filled with random values), CUDA graphs on, BF16 weights: host planning, input copy, graph
+// pre-filled with random values), CUDA graphs on, BF16 weights (the worker's defaults, as every
+// benchmark here unless its name says otherwise): host planning, input copy, graph
 // replay, sampling and the token copy back are all inside the timed region; against the roofline
 // (weight bytes + KV bytes read per step) / measured device-to-device copy bandwidth.
 //
@@ -11,10 +12,12 @@
 // classifier and for V and down in its "more bits" layers) kept in their blocks (--dtype
 // auto), each beside its own roofline and with the device memory the backend holds; block
 // products past 8 tokens on tensor cores (tensor_cores) or decoded ahead of cuBLAS
-// (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8); BF16 at batch 1 also
-// through our own GEMV instead of cuBLAS (bf16/gemv); FP8 through our GEMV up to 8 tokens
-// (fp8/gemv_cublaslt) and at batch 1 also through cuBLASLt (fp8/cublaslt). BM_WeightsPrefill:
-// the same backends' time to first token of a 2048-token prompt in one chunk, as tokens/s.
+// (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8); BF16 and FP8 at the
+// worker's default (auto: our GEMV or the library for steps of up to 8 tokens, as timed at
+// start; counters dense_gemv_tokens and fp8_gemv_tokens), and at batch 1 also with our GEMV
+// forced (bf16/gemv, fp8/gemv_cublaslt) and the library forced (bf16/cublas, fp8/cublaslt).
+// BM_WeightsPrefill: the same backends' time to first token of a 2048-token prompt in one
+// chunk, as tokens/s.
 //
 // BM_PrefillTtft/tokens:N/chunk:C: time to first token of one N-token prompt, prefilled in
 // chunks of C tokens, one ForwardSample per chunk as the scheduler plans them (at the defaults
@@ -157,10 +160,12 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
-  const int gemv_tokens = path == Path::kGemv      ? pc::kQuantGemvMaxTokens
-                          : path == Path::kLibrary ? 0
-                                                   : pc::kGemvAuto;
-  o.dense_gemv_max_tokens = o.fp8_gemv_max_tokens = gemv_tokens;
+  // The forced paths force only the weights' own format (FP8 rows keep the BF16 classifier's
+  // choice).
+  const int forced = path == Path::kGemv ? pc::kQuantGemvMaxTokens : 0;
+  const bool forcing = path == Path::kGemv || path == Path::kLibrary;
+  o.dense_gemv_max_tokens = forcing && weights == Weights::kBf16 ? forced : pc::kGemvAuto;
+  o.fp8_gemv_max_tokens = forcing && weights == Weights::kFp8 ? forced : pc::kGemvAuto;
   o.prefill_kernel = BenchPrefillKernel();
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));

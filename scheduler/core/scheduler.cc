@@ -352,13 +352,12 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
 }
 
 void Scheduler::BuildSteps(WorkerState& w, Plan& plan, Budget& budget, double now) {
-  ScheduleRunning(w, plan, budget, /*decodes=*/true, now);
-  ScheduleRunning(w, plan, budget, /*decodes=*/false, now);
+  ScheduleRunning(w, plan, budget, /*decodes=*/true);
+  ScheduleRunning(w, plan, budget, /*decodes=*/false);
   AdmitWaiting(w, plan, budget, now);
 }
 
-void Scheduler::ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes,
-                                double now) {
+void Scheduler::ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes) {
   // Pointers, not ids: no sequence is destroyed while a plan is built (preemption only moves
   // it back to the queue), and this saves a lookup per sequence per pass. Copied because
   // preemption edits w.running. Earlier admissions go first (they are never victims while
@@ -370,7 +369,7 @@ void Scheduler::ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool
     if (budget.tokens <= 0) return;
     if (s->worker != w.id) continue;  // preempted during this loop
     if ((s->unscheduled() == 1) != decodes) continue;
-    AddStep(w, *s, plan, budget, /*may_preempt=*/true, now);
+    AddStep(w, *s, plan, budget, /*may_preempt=*/true);
   }
 }
 
@@ -414,7 +413,7 @@ void Scheduler::AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double 
       const int32_t uncached = s.num_prompt - s.cached_tokens;
       waiting_.Charge(s.tenant, kPromptTokenCost * uncached, uncached);
     }
-    AddStep(w, s, plan, budget, /*may_preempt=*/false, now);
+    AddStep(w, s, plan, budget, /*may_preempt=*/false);
   }
 }
 
@@ -496,8 +495,7 @@ bool Scheduler::HasBurstShare(const WorkerState& w, Sequence& s) {
   return w.running.size() < share;
 }
 
-bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt,
-                        double now) {
+bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt) {
   const int32_t unscheduled = s.unscheduled();
   int32_t chunk = std::min({unscheduled, budget.tokens, PrefillChunk(w)});
   if (chunk <= 0) return false;
@@ -506,7 +504,7 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
   if (s.num_scheduled + chunk == known_plus_pending && known_plus_pending >= DecodeLimit(s)) {
     return false;
   }
-  if (!EnsurePages(w, s, chunk, may_preempt, now)) return false;
+  if (!EnsurePages(w, s, chunk, may_preempt)) return false;
   const bool sample = s.num_scheduled + chunk == known_plus_pending;
   PlanStep step;
   step.seq_id = s.request.id;
@@ -543,18 +541,16 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
   return true;
 }
 
-bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t& chunk, bool may_preempt,
-                            double now) {
+bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t& chunk, bool may_preempt) {
   // Grow evicts unreferenced cached pages before it fails: preemption comes only after. A
-  // sequence of a lower class yields its pages first. Otherwise a prefill chunk shrinks to the
+  // victim of a lower class yields its pages. Otherwise a prefill chunk first shrinks to the
   // pages there are (SGLang cuts a continuing chunk to its free tokens too): preempting a
   // sequence of the same class, or this one, would throw computed KV away while the prefill
-  // could still move. Only a chunk that cannot shrink preempts within its class.
+  // can still move. Only a chunk that cannot shrink preempts within its class.
   const bool shrinkable = s.pending_samples == 0 && chunk > 1;
-  const int class_of_s = waiting_.EffectiveClass(s.queue_entry(), now);
   while (!kv_.Grow(s.request.id, s.num_scheduled + chunk)) {
-    Sequence* victim = may_preempt ? PickVictim(w, class_of_s, now) : nullptr;
-    if (victim == nullptr && shrinkable) {
+    Sequence* victim = may_preempt ? PickVictim(w, -1, 0) : nullptr;
+    if (shrinkable && (victim == nullptr || victim->priority() >= s.priority())) {
       const int32_t reachable =
           (static_cast<int32_t>(kv_.pages(s.request.id).size()) + kv_.AvailablePages(w.id)) *
           w.info.page_size;
@@ -563,7 +559,6 @@ bool Scheduler::EnsurePages(WorkerState& w, Sequence& s, int32_t& chunk, bool ma
         continue;
       }
     }
-    if (victim == nullptr && may_preempt) victim = PickVictim(w, -1, now);
     if (victim != nullptr && victim != &s) {
       Preempt(*victim);
       continue;

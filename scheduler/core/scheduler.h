@@ -201,7 +201,7 @@ class Scheduler {
   WorkerState* FindWorker(WorkerId id);
   Sequence* FindSeq(RequestId id);
   void ExpireDeadlines(double now);
-  void ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes, double now);
+  void ScheduleRunning(WorkerState& w, Plan& plan, Budget& budget, bool decodes);
   void AdmitWaiting(WorkerState& w, Plan& plan, Budget& budget, double now);
   bool IsPlacedOn(const WorkerState& w, Sequence& s);
   bool HasRoomToAdmit(const WorkerState& w, Sequence& s, const Budget& budget);
@@ -209,12 +209,11 @@ class Scheduler {
   std::tuple<bool, int64_t, int64_t, int64_t> PlacementKey(const WorkerState& w, Sequence& s);
   // Burst sharing (see Placement above): `w` may take `s` without being its best worker.
   bool HasBurstShare(const WorkerState& w, Sequence& s);
-  bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt,
-               double now);
+  bool AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget, bool may_preempt);
   // Pages for the next `chunk` positions of `s`: by eviction, by preempting a lower class, by
   // shrinking a prefill chunk to the pages available, then by preempting within the class.
   // False when `s` gets no step (it may have been preempted itself).
-  bool EnsurePages(WorkerState& w, Sequence& s, int32_t& chunk, bool may_preempt, double now);
+  bool EnsurePages(WorkerState& w, Sequence& s, int32_t& chunk, bool may_preempt);
   Sequence* PickVictim(WorkerState& w, int below_class, double now);
   // Victim order: lowest class, then most-served tenant (fair share), then latest arrival.
   bool VictimBefore(const Sequence& a, const Sequence& b) const;

@@ -587,7 +587,7 @@ TEST(SchedulerTest, RandomizedInvariants) {
     o.tenant_weights = {{"a", 1.0}, {"b", 2.0}, {"heavy", 0.5}};
     o.preemption_mode = static_cast<PreemptionMode>(round % 3);
     // Limits among the predicted waits of this load (steps of 10-30 ms), so that some
-    // requests are refused and most admitted, whatever the plans' shapes.
+    // requests are refused and others admitted.
     if (round % 5 == 4) o.max_predicted_wait = 0.1 + 0.02 * (rng() % 10);
     Scheduler s(o);
     const int32_t page_size = 1 + rng() % 8;

@@ -281,14 +281,16 @@ absl::Status CudaBackend::PickGemvTokens() {
   int dense = UntilTimed(options_.dense_gemv_max_tokens);
   int fp8 = UntilTimed(options_.fp8_gemv_max_tokens);
   const DeviceLayer& l = weights_.layer(0);
-  const Projection* projections[] = {&l.wqkv, &l.wo, &l.w_gate_up, &l.w_down, &weights_.output()};
-  auto has_parts = [&](WeightFormat format) {
-    for (const Projection* p : projections) {
-      for (int i = 0; i < p->num_parts; ++i) {
-        if (p->parts[static_cast<size_t>(i)].format == format) return true;
-      }
+  const Projection& head = weights_.output();
+  auto has = [](const Projection& p, WeightFormat format) {
+    for (int i = 0; i < p.num_parts; ++i) {
+      if (p.parts[static_cast<size_t>(i)].format == format) return true;
     }
     return false;
+  };
+  auto layer_has = [&](WeightFormat format) {
+    return has(l.wqkv, format) || has(l.wo, format) || has(l.w_gate_up, format) ||
+           has(l.w_down, format);
   };
   for (DeviceBuffer* input : {&xn_, &attn_, &h_}) {
     RETURN_IF_ERROR(
@@ -299,24 +301,29 @@ absl::Status CudaBackend::PickGemvTokens() {
   for (cudaEvent_t& e : events) {
     if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
   }
-  // A step's time at n tokens, as the products of n_layers copies of the first layer and one
-  // classifier: each timed over kPasses after one warm-up pass (zeros in: the time does not
-  // depend on the values).
+  // A step's products at n tokens that hold `format`: the first layer's (counted n_layers
+  // times) where it has such parts, and the classifier where it does; after one warm-up pass,
+  // each is timed over kPasses (zeros in: the time does not depend on the values). Eager
+  // launches, where decode replays graphs: at the shapes where the choice matters the kernels
+  // outlast their launches.
   constexpr int kPasses = 3;
-  const Projection& head = weights_.output();
-  auto time_step = [&](int n) -> absl::StatusOr<float> {
+  auto time_step = [&](int n, WeightFormat format) -> absl::StatusOr<float> {
     RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
-    for (int pass = 0; pass <= kPasses; ++pass) {
-      if (pass == 1) RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+    const bool layer = layer_has(format);
+    const bool classifier = has(head, format);
+    auto run_layer = [&]() -> absl::Status {
       RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
       RETURN_IF_ERROR(products_->Run(attn_.get(), l.wo, x_.get<float>(), n, false));
       RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
-      RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false));
-    }
+      return products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false);
+    };
+    auto run_head = [&] { return products_->Run(xn_.get(), head, logits_.get<float>(), n, false); };
+    if (layer) RETURN_IF_ERROR(run_layer());
+    if (classifier) RETURN_IF_ERROR(run_head());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+    for (int pass = 0; pass < kPasses && layer; ++pass) RETURN_IF_ERROR(run_layer());
     RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
-    for (int pass = 0; pass < kPasses; ++pass) {
-      RETURN_IF_ERROR(products_->Run(xn_.get(), head, logits_.get<float>(), n, false));
-    }
+    for (int pass = 0; pass < kPasses && classifier; ++pass) RETURN_IF_ERROR(run_head());
     RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[2], stream_), "event"));
     RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[2]), "event"));
     float layer_ms = 0, head_ms = 0;
@@ -326,15 +333,15 @@ absl::Status CudaBackend::PickGemvTokens() {
   };
   // Sizes in doubling steps; the GEMV keeps each while it is faster at it (the better of two
   // alternating trials per side, against noise), so a threshold is never above a size it lost.
-  auto pick = [&](int& threshold, std::string& trace) -> absl::Status {
+  auto pick = [&](WeightFormat format, int& threshold, std::string& trace) -> absl::Status {
     int chosen = 0;
     for (int n = 1; n <= kQuantGemvMaxTokens && n <= limits_.max_logit_rows; n *= 2) {
       float gemv = std::numeric_limits<float>::infinity(), library = gemv;
       for (int trial = 0; trial < 2; ++trial) {
         threshold = n;
-        ASSIGN_OR_RETURN(const float a, time_step(n));
+        ASSIGN_OR_RETURN(const float a, time_step(n, format));
         threshold = 0;
-        ASSIGN_OR_RETURN(const float b, time_step(n));
+        ASSIGN_OR_RETURN(const float b, time_step(n, format));
         gemv = std::min(gemv, a);
         library = std::min(library, b);
       }
@@ -345,11 +352,14 @@ absl::Status CudaBackend::PickGemvTokens() {
     threshold = chosen;
     return absl::OkStatus();
   };
+  auto model_has = [&](WeightFormat format) { return layer_has(format) || has(head, format); };
   std::string dense_trace, fp8_trace;
-  if (status.ok() && dense_auto && has_parts(WeightFormat::kDense)) {
-    status = pick(dense, dense_trace);
+  if (status.ok() && dense_auto && model_has(WeightFormat::kDense)) {
+    status = pick(WeightFormat::kDense, dense, dense_trace);
   }
-  if (status.ok() && fp8_auto && has_parts(WeightFormat::kFp8)) status = pick(fp8, fp8_trace);
+  if (status.ok() && fp8_auto && model_has(WeightFormat::kFp8)) {
+    status = pick(WeightFormat::kFp8, fp8, fp8_trace);
+  }
   for (cudaEvent_t e : events) {
     if (e != nullptr) cudaEventDestroy(e);
   }
