@@ -108,13 +108,16 @@ __device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, int row0, si
 }
 
 // Dense rows: each pass stages kDenseChunk columns of x for every token; a lane takes 8
-// consecutive columns (16 bytes of a row) per step of 256, kDenseSteps steps per pass.
+// consecutive columns (16 bytes of a row) per step of 256, kDenseSteps steps per pass. x is
+// staged as float4s in two halves, the first four of each 8 columns in xs[0] and the last four
+// in xs[1], so that the 32 lanes of a step read 32 consecutive float4s of each: with the 8
+// columns side by side, lanes 32 bytes apart would meet in the same banks two by two.
 constexpr int kDenseSteps = 4;
 constexpr int kDenseChunk = kDenseSteps * 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvParams p) {
-  __shared__ __align__(16) float xs[kQuantGemvMaxTokens][kDenseChunk];
+  __shared__ float4 xs[2][kQuantGemvMaxTokens][kDenseChunk / 8];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
   const int tokens = p.num_tokens, n_in = p.w.cols;
@@ -125,7 +128,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
     __syncthreads();  // the previous pass's reads are done
     for (int i = static_cast<int>(threadIdx.x); i < tokens * len; i += kGemvWarps * 32) {
       const int t = i / len, k = i - t * len;
-      xs[t][k] = ToFloat(x[static_cast<size_t>(t) * n_in + c0 + k]);
+      reinterpret_cast<float*>(&xs[(k >> 2) & 1][t][k >> 3])[k & 3] =
+          ToFloat(x[static_cast<size_t>(t) * n_in + c0 + k]);
     }
     __syncthreads();
     uint4 wv[kGemvRowsPerWarp][kDenseSteps];
@@ -141,7 +145,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
 #pragma unroll
         for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
           if (t >= tokens) break;
-          const float* xt = &xs[t][k];
+          const float4 a = xs[0][t][k / 8], b = xs[1][t][k / 8];
+          const float xt[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
           float sum = 0.0f;
 #pragma unroll
           for (int i = 0; i < 8; ++i) sum += y[i] * xt[i];
@@ -155,7 +160,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
 
 // FP8 E4M3 rows: the dense kernel's walk with 16 weights per 16-byte load (a step covers 512
 // columns), x staged in the dtype (a pass of 2048 columns for 8 tokens would not fit in 48 KiB as
-// float). Each lane's partial sums take the row's scale before the warp adds them.
+// float), in two halves as there: the first 8 of each 16 columns in xs[0], the last 8 in xs[1].
+// Each lane's partial sums take the row's scale before the warp adds them.
 constexpr int kFp8Steps = 4;
 constexpr int kFp8Chunk = kFp8Steps * 512;
 
@@ -176,7 +182,7 @@ __device__ __forceinline__ void DecodeFp8x16(const uint4& raw, float (&f)[16]) {
 
 template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams p) {
-  __shared__ uint4 xs[kQuantGemvMaxTokens][kFp8Chunk / 8];  // 8 elements of the dtype each
+  __shared__ uint4 xs[2][kQuantGemvMaxTokens][kFp8Chunk / 16];  // 8 elements of the dtype each
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
   const int tokens = p.num_tokens, n_in = p.w.cols;
@@ -187,7 +193,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams
     __syncthreads();  // the previous pass's reads are done
     for (int i = static_cast<int>(threadIdx.x); i < tokens * vectors; i += kGemvWarps * 32) {
       const int t = i / vectors, v = i - t * vectors;
-      xs[t][v] =
+      xs[v & 1][t][v >> 1] =
           __ldg(reinterpret_cast<const uint4*>(x + static_cast<size_t>(t) * n_in + c0 + 8 * v));
     }
     __syncthreads();
@@ -204,8 +210,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams
       for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
         if (t >= tokens) break;
         float xa[8], xb[8];
-        Unpack8<T>(xs[t][k / 8], xa);
-        Unpack8<T>(xs[t][k / 8 + 1], xb);
+        Unpack8<T>(xs[0][t][k / 16], xa);
+        Unpack8<T>(xs[1][t][k / 16], xb);
 #pragma unroll
         for (int r = 0; r < kGemvRowsPerWarp; ++r) {
           float sum = 0.0f;
