@@ -233,6 +233,7 @@ void Scheduler::ForkChildren(Sequence& parent, double now) {
     child.state = SeqState::kPrefilling;
     child.num_computed = child.num_scheduled = parent.num_prompt - 1;
     child.pending_copy = *copy;
+    w.pending_copies.push_back(id);
     child.timings.first_scheduled = now;
     w.running.push_back(id);
     waiting_.AddRunning(child.tenant, 1);
@@ -314,6 +315,17 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
   plan.worker = worker;
   plan.steps.reserve(w->running.size() + 1);
   Budget budget{BatchBudget(*w)};
+  // Forks' copies go out in the next plan, whether or not the child steps in it: once the
+  // parent leaves, its partial page may be handed out again. The worker copies right after
+  // the plan's swap-outs, before any swap-in or step writes a page.
+  for (RequestId id : w->pending_copies) {
+    Sequence* child = FindSeq(id);
+    if (child == nullptr || child->worker != worker || !child->pending_copy) continue;
+    plan.page_copies.push_back(*child->pending_copy);
+    child->pending_copy.reset();
+    child->kv_arrives_in = w->iteration + 1;
+  }
+  w->pending_copies.clear();
   building_ = {&plan, &budget};
   BuildSteps(*w, plan, budget, now);
   if (plan.steps.empty() && w->flight.empty() && !w->running.empty()) {
@@ -333,7 +345,7 @@ std::optional<Plan> Scheduler::Schedule(WorkerId worker, double now) {
   w->pending_swap_in.clear();
   kv_.EndPlan(worker);
   if (plan.steps.empty() && plan.free_seq_ids.empty() && plan.swap_out.empty() &&
-      plan.swap_in.empty()) {
+      plan.swap_in.empty() && plan.page_copies.empty()) {
     return std::nullopt;
   }
   plan.iteration = ++w->iteration;
@@ -520,11 +532,6 @@ bool Scheduler::AddStep(WorkerState& w, Sequence& s, Plan& plan, Budget& budget,
   step.sample = sample;
   step.sample_index = known_plus_pending - s.num_prompt;
   step.first_sight = !s.worker_knows;
-  if (s.pending_copy) {  // a fork's copy of its partial page, before the step writes into it
-    plan.page_copies.push_back(*s.pending_copy);
-    s.pending_copy.reset();
-    s.kv_arrives_in = w.iteration + 1;
-  }
   if (step.first_sight) {
     step.sampling = s.request.sampling;
     if (step.sampling.needs_history()) {  // the worker counts tokens from here on

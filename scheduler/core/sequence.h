@@ -40,7 +40,7 @@ struct Sequence {
   // the prompt, then fork from its pages; if the parent goes first, they queue as usual.
   RequestId fork_parent = 0;             // set while waiting to fork
   std::vector<RequestId> fork_children;  // on the parent, until it forks them
-  std::optional<PageCopy> pending_copy;  // a fork's copy of the partial page, for its first plan
+  std::optional<PageCopy> pending_copy;  // a fork's copy of the partial page, for the next plan
   int32_t cached_tokens = 0;             // prompt tokens hit in the prefix cache at first admission
   int32_t preemptions = 0;               // total
   int32_t preempted_in_row = 0;          // since the last generated token
@@ -52,7 +52,7 @@ struct Sequence {
   int32_t swapped_positions = 0;
   // The iteration of the plan that brings KV the sequence counts as computed (its swap-in, or
   // a fork's copy of its partial page): until that plan has gone out, its pages cannot be
-  // swapped out (the plan's swap-outs run before its swap-ins and copies).
+  // swapped out (the plan's swap-outs run before its copies and swap-ins).
   uint64_t kv_arrives_in = 0;
 
   int32_t generated() const { return static_cast<int32_t>(tokens.size()) - num_prompt; }

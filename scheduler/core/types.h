@@ -142,7 +142,7 @@ struct Plan {
   std::vector<RequestId> free_seq_ids;  // applied by the worker before steps
   std::vector<SwapCopy> swap_out;       // applied first
   std::vector<SwapCopy> swap_in;        // applied after the frees
-  std::vector<PageCopy> page_copies;    // applied after the swap-ins, before the steps
+  std::vector<PageCopy> page_copies;    // applied after the swap-outs, before the frees
   std::vector<PlanStep> steps;
   int32_t num_tokens = 0;  // input tokens in steps (a feed_last_sampled step counts one)
 };

@@ -36,7 +36,9 @@ struct WorkerState {
   std::vector<RequestId> pending_frees;    // sequences the worker must forget
   std::vector<SwapCopy> pending_swap_out;  // for the next plan (preemptions by swap)
   std::vector<SwapCopy> pending_swap_in;   // for the plan being built (resumptions)
-  StepModel model;                         // this worker's measured step times
+  // Forked completions whose copy of the parent's partial page is for the next plan.
+  std::vector<RequestId> pending_copies;
+  StepModel model;  // this worker's measured step times
 };
 
 }  // namespace pagoda::scheduler

@@ -252,9 +252,9 @@ absl::Status Runner::Prepare(const wv1::IterationPlan& plan, std::vector<SeqInpu
 absl::Status Runner::ApplyEdits(const wv1::IterationPlan& plan) {
   RETURN_IF_ERROR(ValidateSwaps(plan));
   RETURN_IF_ERROR(Swap(plan.swap_out(), /*out=*/true));
+  RETURN_IF_ERROR(CopyPages(plan));
   for (uint64_t id : plan.free_seq_ids()) seqs_.erase(id);
-  RETURN_IF_ERROR(Swap(plan.swap_in(), /*out=*/false));
-  return CopyPages(plan);
+  return Swap(plan.swap_in(), /*out=*/false);
 }
 
 absl::Status Runner::ValidateSwaps(const wv1::IterationPlan& plan) const {

@@ -1,7 +1,7 @@
 // Runner: executes IterationPlans on a Backend and samples.
 //
-// Order within a plan: swap_out (pages -> host swap slots), frees, swap_in (slots -> pages),
-// page copies (copy on write), then the batch. Every swap is checked against the arena and the
+// Order within a plan: swap_out (pages -> host swap slots), page copies (copy on write), frees,
+// swap_in (slots -> pages), then the batch. Every swap is checked against the arena and the
 // swap space before the first one runs; their time is the result's swap_seconds.
 // State per live sequence: its block table (grown by each plan's new_pages), its sampling
 // parameters and logit_bias (sent on first sight), its last sampled token, which a

@@ -110,7 +110,7 @@ class FakeArena {
   FakeArena(int32_t pages, int32_t page_size, int32_t swap_pages = 0)
       : page_size_(page_size), slots_(pages * page_size, -1), swap_(swap_pages * page_size, -1) {}
 
-  // Executes a plan in the worker's order (swap-outs, frees, swap-ins, copies, steps);
+  // Executes a plan in the worker's order (swap-outs, copies, frees, swap-ins, steps);
   // `expected(id, pos)` is the token of sequence `id` at position `pos`. Returns an error
   // naming the first wrong read or write.
   std::string Execute(const Plan& plan,
@@ -120,15 +120,15 @@ class FakeArena {
       std::copy_n(slots_.begin() + c.page * page_size_, page_size_,
                   swap_.begin() + c.slot * page_size_);
     }
+    for (const PageCopy& copy : plan.page_copies) {
+      std::copy_n(slots_.begin() + copy.src * page_size_, page_size_,
+                  slots_.begin() + copy.dst * page_size_);
+    }
     for (RequestId id : plan.free_seq_ids) tables_.erase(id);
     for (const SwapCopy& c : plan.swap_in) {
       if (static_cast<size_t>((c.slot + 1) * page_size_) > swap_.size()) return "bad swap slot";
       std::copy_n(swap_.begin() + c.slot * page_size_, page_size_,
                   slots_.begin() + c.page * page_size_);
-    }
-    for (const PageCopy& copy : plan.page_copies) {
-      std::copy_n(slots_.begin() + copy.src * page_size_, page_size_,
-                  slots_.begin() + copy.dst * page_size_);
     }
     for (const PlanStep& step : plan.steps) {
       if (step.first_sight) tables_[step.seq_id].clear();

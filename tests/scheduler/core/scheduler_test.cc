@@ -574,10 +574,14 @@ NewRequest SharingRequest(std::mt19937& rng, RequestId id, int32_t max_prompt, i
 // finishes with exactly the scripted tokens; the pools end free or cached and the swap spaces
 // free.
 TEST(SchedulerTest, RandomizedInvariants) {
-  std::mt19937 rng(1234);
+  // Four seeds of 16 rounds each. The scheduler's hash maps iterate in an order that changes
+  // from run to run, so a rare path is met in some runs only: more rounds meet it more often.
+  constexpr uint32_t kSeeds[] = {1234, 9, 21, 34};
+  std::mt19937 rng;
   int64_t total_ops = 0, total_preemptions = 0, total_hits = 0, total_completions = 0;
   int64_t total_copies = 0, total_swaps = 0, total_predicted_refusals = 0;
-  for (int round = 0; round < 16; ++round) {
+  for (int round = 0; round < 16 * std::ssize(kSeeds); ++round) {
+    if (round % 16 == 0) rng.seed(kSeeds[round / 16]);
     SchedulerOptions o = Options(/*budget=*/1 + rng() % 64, /*chunk=*/1 + rng() % 32,
                                  /*in_flight=*/1 + rng() % 2);
     o.max_running = 1 + rng() % 8;
@@ -718,7 +722,7 @@ TEST(SchedulerTest, RandomizedInvariants) {
       EXPECT_EQ(s.kv().hit_tokens(), 0);
     }
   }
-  EXPECT_GE(total_ops, 10000);
+  EXPECT_GE(total_ops, 40000);
   EXPECT_GT(total_preemptions, 0) << "the small pools must force preemptions";
   EXPECT_GT(total_hits, 0) << "shared prefixes must hit the cache";
   EXPECT_GT(total_completions, 0);
