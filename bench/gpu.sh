@@ -24,7 +24,7 @@ ROOT=$PWD
 RESULTS=${OUT:-$ROOT/gpu-results}
 mkdir -p "$RESULTS"
 TESTS=(cuda_step_plan_test cublas_library_test layer_kernels_gpu_test attention_gpu_test sampling_gpu_test
-       quant_kernels_gpu_test cuda_backend_gpu_test cuda_worker_e2e_test)
+       quant_kernels_gpu_test cuda_backend_gpu_test cuda_weights_gpu_test cuda_worker_e2e_test)
 CPU_TESTS=(cpu_kernels_test cpu_backend_test quantized_model_test)
 TARGETS=("${TESTS[@]}" "${CPU_TESTS[@]}" gpu_bench pagoda-scheduler pagoda-worker pagoda-make-model pagoda-cli)
 

@@ -1,7 +1,8 @@
 // The CUDA backend against the CPU backend: logits of ragged batches (chunked prefills mixed
 // with decodes, shuffled pages, micro-batch splits), greedy tokens of the trained model against
-// llama.cpp's golden ids, CUDA-graph replays against eager steps, seeded sampling, and KV arena
-// sizing. Skips without a GPU.
+// llama.cpp's golden ids, CUDA-graph replays against eager steps, seeded sampling, KV arena
+// sizing, page copies and swaps. The weight formats are in cuda_weights_gpu_test. Skips without
+// a GPU.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
+#include "tests/gpu/cuda_backend_test_support.h"
 #include "tests/gpu/gpu_test_support.h"
 #include "tests/support/status_assertions.h"
 #include "tests/support/test_models.h"
@@ -29,120 +31,6 @@
 
 namespace pagoda::worker::cuda {
 namespace {
-
-#define SKIP_WITHOUT_GPU() \
-  if (DeviceCount() == 0) GTEST_SKIP() << "no CUDA device: CUDA backend test not run"
-
-// Built as cuda_backend_emulated_test, the backend runs on the host emulator
-// (worker/backend/cuda/emulation), where a prefilled token costs about a thousand times more.
-#ifdef PAGODA_CUDA_EMULATION
-constexpr bool kEmulated = true;
-#else
-constexpr bool kEmulated = false;
-#endif
-
-// A backend's options: num_pages pages of page_size tokens, dtype; the rest default.
-CudaBackendOptions CudaOptions(int page_size, int num_pages, DType dtype) {
-  CudaBackendOptions o;
-  o.page_size = page_size;
-  o.num_pages = num_pages;
-  o.dtype = dtype;
-  return o;
-}
-
-std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model,
-                                      const CudaBackendOptions& o) {
-  auto b = CudaBackend::Create(std::move(model), o);
-  EXPECT_OK(b);
-  return b.ok() ? *std::move(b) : nullptr;
-}
-
-std::unique_ptr<CudaBackend> MakeCuda(std::shared_ptr<const LlamaModel> model, int page_size,
-                                      int num_pages, DType dtype, bool graphs = true,
-                                      int max_batch_tokens = 2048) {
-  CudaBackendOptions o = CudaOptions(page_size, num_pages, dtype);
-  o.cuda_graphs = graphs;
-  o.max_batch_tokens = max_batch_tokens;
-  return MakeCuda(std::move(model), o);
-}
-
-// The CPU reference with float activations: the CUDA backend converts quantized weights to
-// BF16/FP16 at load and multiplies float activations, so the CPU's 8-bit activation path
-// (its default) is not its twin.
-std::unique_ptr<CpuBackend> MakeCpu(std::shared_ptr<const LlamaModel> model, int page_size,
-                                    int num_pages) {
-  CpuBackendOptions options{page_size, num_pages, 0};
-  options.quantize_activations = false;
-  auto b = CpuBackend::Create(std::move(model), options);
-  EXPECT_OK(b);
-  return b.ok() ? *std::move(b) : nullptr;
-}
-
-double RelError(std::span<const float> got, std::span<const float> ref) {
-  double err = 0, norm = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (std::isnan(got[i])) return INFINITY;
-    err += double(got[i] - ref[i]) * (got[i] - ref[i]);
-    norm += double(ref[i]) * ref[i];
-  }
-  return std::sqrt(err / std::max(norm, 1e-30));
-}
-
-// A sequence driven through ragged steps: its prompt, generated tokens and pages.
-struct Seq {
-  std::vector<int32_t> tokens;  // prompt, then one random token per decode
-  int done = 0;                 // positions already in the KV cache
-  std::vector<int32_t> pages;
-};
-
-// Runs `steps` ragged iterations over `seqs` on both backends and compares every logits row;
-// the largest row error goes to *max_error when given.
-void CompareRagged(CpuBackend& cpu, CudaBackend& gpu, std::mt19937_64& rng, int num_seqs,
-                   int max_prompt, int steps, double tolerance, double* max_error = nullptr) {
-  const common::ModelConfig& c = cpu.config();
-  const int ps = cpu.page_size();
-  std::vector<int32_t> free_pages(static_cast<size_t>(cpu.num_pages()));
-  std::iota(free_pages.begin(), free_pages.end(), 0);
-  std::shuffle(free_pages.begin(), free_pages.end(), rng);
-  std::vector<Seq> seqs(static_cast<size_t>(num_seqs));
-  for (Seq& s : seqs) {
-    const int len = 1 + static_cast<int>(rng() % static_cast<uint64_t>(max_prompt));
-    for (int i = 0; i < len; ++i) s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-  }
-  std::vector<float> ref, got;
-  for (int step = 0; step < steps; ++step) {
-    std::vector<SeqInput> batch;
-    for (Seq& s : seqs) {
-      if (s.done == static_cast<int>(s.tokens.size())) {  // decode: one more token
-        s.tokens.push_back(static_cast<int32_t>(rng() % c.vocab_size));
-      }
-      const int left = static_cast<int>(s.tokens.size()) - s.done;
-      const int n = rng() % 3 == 0 ? left : 1 + static_cast<int>(rng() % left);  // chunked
-      while (static_cast<int>(s.pages.size()) * ps < s.done + n) {
-        ASSERT_FALSE(free_pages.empty());
-        s.pages.push_back(free_pages.back());
-        free_pages.pop_back();
-      }
-      SeqInput in;
-      in.tokens = std::span<const int32_t>(s.tokens).subspan(s.done, n);
-      in.start_pos = s.done;
-      in.pages = s.pages;
-      in.want_logits = s.done + n == static_cast<int>(s.tokens.size()) || rng() % 4 == 0;
-      batch.push_back(in);
-      s.done += n;
-    }
-    ASSERT_OK(cpu.Forward(batch, &ref));
-    auto st = gpu.Forward(batch, &got);
-    ASSERT_OK(st);
-    ASSERT_EQ(got.size(), ref.size());
-    const size_t vocab = static_cast<size_t>(c.vocab_size);
-    for (size_t r = 0; r < ref.size() / vocab; ++r) {
-      const double e = RelError({got.data() + r * vocab, vocab}, {ref.data() + r * vocab, vocab});
-      EXPECT_LT(e, tolerance) << "step " << step << " row " << r;
-      if (max_error != nullptr) *max_error = std::max(*max_error, e);
-    }
-  }
-}
 
 struct Shape {
   int dim, heads, kv_heads;
@@ -185,81 +73,6 @@ INSTANTIATE_TEST_SUITE_P(
                           DTypeTestName(std::get<1>(info.param)));
     });
 
-// llama.cpp's quantized files, every type it writes, give the CPU backend's logits (which
-// computes with the stored blocks): with every matrix converted to the dtype at upload
-// (--dtype bf16|fp16), and with the quantized ones kept in their blocks (--dtype auto), multiplied
-// by the fused kernel up to 8 (or 2) tokens and on tensor cores beyond, or, decoded ahead of
-// cuBLAS in slices of 100-200 rows (a 100 KB scratch) for every product.
-struct QuantMode {
-  const char* name;
-  DType dtype;
-  bool keep_quantized;
-  int gemv_max_tokens;
-  bool decode_then_cublas = false;
-  size_t decode_scratch_bytes = kMaxDecodeScratchBytes;
-  bool gemv_int8 = false;
-};
-void PrintTo(const QuantMode& m, std::ostream* os) { *os << m.name; }
-
-class QuantizedFiles : public ::testing::TestWithParam<QuantMode> {};
-
-TEST_P(QuantizedFiles, MatchCpu) {
-  SKIP_WITHOUT_GPU();
-  const QuantMode mode = GetParam();
-  std::mt19937_64 rng(5);
-  for (const char* file : {"quant/tiny-Q4_K_M.gguf", "quant/tiny-Q8_0.gguf", "quant/tiny-Q4_0.gguf",
-                           "quant/tiny-Q5_K_M.gguf", "quant/tiny-Q6_K.gguf"}) {
-    PAGODA_SKIP_WITHOUT_TEST_MODELS(path, file);
-    auto model = LlamaModel::Load(*path);
-    ASSERT_OK(model);
-    SCOPED_TRACE(file);
-    auto cpu = MakeCpu(*model, 16, 16);
-    CudaBackendOptions o;
-    o.page_size = 16;
-    o.num_pages = 16;
-    o.dtype = mode.dtype;
-    o.keep_quantized = mode.keep_quantized;
-    o.quant_gemv_max_tokens = mode.gemv_max_tokens;
-    o.quant_decode_then_cublas = mode.decode_then_cublas;
-    o.quant_gemv_int8 = mode.gemv_int8;
-    o.max_decode_scratch_bytes = mode.decode_scratch_bytes;
-    auto gpu = CudaBackend::Create(*model, o);
-    ASSERT_OK(gpu);
-    // A step reads each kept matrix's file bytes, and two bytes per element of the others.
-    size_t step_bytes = 0;
-    auto add = [&](const WeightMatrix& m) {
-      const bool kept = mode.keep_quantized && QuantizedFormatOf(m.type).has_value();
-      step_bytes += kept ? m.num_bytes() : size_t{2} * m.rows * m.cols;
-    };
-    add((*model)->tied_output() ? (*model)->token_embedding() : (*model)->output());
-    for (int l = 0; l < (*model)->config().n_layers; ++l) {
-      const LlamaLayerWeights& w = (*model)->layer(l);
-      for (const WeightMatrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down}) {
-        add(*m);
-      }
-    }
-    EXPECT_EQ((*gpu)->weight_bytes_per_step(), step_bytes);
-    CompareRagged(*cpu, **gpu, rng, 2, kEmulated ? 6 : 40, kEmulated ? 3 : 6,
-                  mode.dtype == DType::kBf16 ? 3e-2 : 6e-3);
-  }
-}
-
-INSTANTIATE_TEST_SUITE_P(
-    CudaBackendGpuTest, QuantizedFiles,
-    ::testing::Values(QuantMode{"Fp16", DType::kFp16, false, 8},
-                      QuantMode{"Bf16", DType::kBf16, false, 8},
-                      QuantMode{"KeptFused8", DType::kBf16, true, 8},
-                      QuantMode{"KeptFused2Fp16", DType::kFp16, true, 2},
-                      QuantMode{"KeptTensorCores", DType::kBf16, true, 0},
-                      QuantMode{"KeptFused8Int8", DType::kBf16, true, 8, false,
-                                kMaxDecodeScratchBytes, true},
-                      QuantMode{"KeptDecodedInSlices", DType::kBf16, true, 0, true, 100 * 512 * 2}),
-    [](const ::testing::TestParamInfo<QuantMode>& info) { return std::string(info.param.name); });
-
-// With the quantized matrices kept in their blocks (--dtype auto), log-probabilities of every
-// quantized file follow llama.cpp's server within the tolerance the CPU backend meets
-// (tests/worker/llama_cpp_top5.h), through the fused product (decode steps and 4-token prompts)
-// and, on a GPU, through the tensor-core product and the fused one with 8-bit activations too.
 // max_batch_tokens 0 takes the device's default, and the backend asks for prefill chunks of its
 // whole budget.
 TEST(CudaBackendGpuTest, ZeroMaxBatchTokensFollowsTheDevice) {
@@ -281,42 +94,6 @@ TEST(CudaBackendGpuTest, ZeroMaxBatchTokensFollowsTheDevice) {
   ASSERT_NE(gpu, nullptr);
   EXPECT_EQ(gpu->max_batch_tokens(), 96);
   EXPECT_EQ(gpu->preferred_prefill_chunk(), 96);
-}
-
-TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
-  SKIP_WITHOUT_GPU();
-  PAGODA_SKIP_WITHOUT_TEST_MODELS(top5_path, "quant/llama_cpp_top5.json");
-  std::ifstream in(*top5_path);
-  const nlohmann::json top5 = nlohmann::json::parse(in);
-  // Paths: the fused product in FP32 (8), on tensor cores (0), fused with 8-bit activations (-8).
-  for (int path : kEmulated ? std::vector<int>{8} : std::vector<int>{8, 0, -8}) {
-    const int gemv_max_tokens = std::abs(path);
-    const char* name = path > 0 ? "fused" : path == 0 ? "tensor cores" : "fused int8";
-    for (const auto& [file_name, runs] : top5["files"].items()) {
-      SCOPED_TRACE(file_name + " " + name);
-      auto model = LlamaModel::Load(*testing::TestModelFile("quant/" + file_name));
-      ASSERT_OK(model);
-      testing::Gaps gaps;
-      for (const nlohmann::json& run : runs) {
-        CudaBackendOptions o;
-        o.page_size = 16;
-        o.num_pages = 8;
-        o.keep_quantized = true;
-        o.quant_gemv_max_tokens = gemv_max_tokens;
-        o.quant_gemv_int8 = path < 0;
-        o.max_batch_tokens = 64;
-        auto gpu = CudaBackend::Create(*model, o);
-        ASSERT_OK(gpu);
-        testing::CompareWithLlamaCpp(**gpu, run, &gaps);
-      }
-      ASSERT_GT(gaps.count, 5 * 4 * 5);
-      const double mean = gaps.sum / gaps.count;
-      EXPECT_LT(gaps.max, testing::kMaxLogProbGap);
-      EXPECT_LT(mean, testing::kMeanLogProbGap);
-      std::printf("%-18s %-12s |log p - llama.cpp|: max %.4f, mean %.4f over %d values\n",
-                  file_name.c_str(), name, gaps.max, mean, gaps.count);
-    }
-  }
 }
 
 // A phase timer splits each pass into its parts without changing what the pass samples: a
@@ -372,150 +149,19 @@ TEST(CudaBackendGpuTest, PhaseTimerTimesEveryPartAndChangesNothing) {
   }
 }
 
-// Benchmark models: random weights made on the device in quantized formats (a llama.cpp-style
-// mix: Q4_K, Q6_K for V, down and the classifier) give finite logits, and a step reads the
-// formats' bytes.
-TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
-  SKIP_WITHOUT_GPU();
-  common::ModelConfig c;
-  c.architecture = "llama";
-  c.n_layers = 2;
-  c.dim = 256;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 64;
-  c.ffn_dim = 512;
-  c.vocab_size = 512;
-  c.context_length = 256;
-  using F = WeightFormat;
-  WeightFormats formats;
-  formats.embedding = F::kQ4_K;
-  formats.output = F::kQ6_K;
-  formats.layers.assign(2, {F::kQ4_K, F::kQ4_K, F::kQ6_K, F::kQ4_K, F::kQ4_K, F::kQ4_K, F::kQ6_K});
-  CudaBackendOptions o;
-  o.page_size = 16;
-  o.num_pages = 16;
-  o.max_batch_tokens = 64;
-  auto gpu = CudaBackend::CreateRandom(c, 3, o, formats);
-  ASSERT_OK(gpu);
-  auto bytes = [](F f, int rows, int cols) { return FormatRowBytes(f, cols) * rows; };
-  const size_t layer = bytes(F::kQ4_K, 256 + 128, 256) + bytes(F::kQ6_K, 128, 256) +
-                       bytes(F::kQ4_K, 256, 256) + bytes(F::kQ4_K, 1024, 256) +
-                       bytes(F::kQ6_K, 256, 512);
-  EXPECT_EQ((*gpu)->weight_bytes_per_step(), bytes(F::kQ6_K, 512, 256) + 2 * layer);
-  std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 401, 2, 88, 100, 31};
-  std::vector<int32_t> pages = {3, 7};
-  SeqInput in{tokens, 0, pages, true};
-  std::vector<float> logits;
-  ASSERT_OK((*gpu)->Forward({&in, 1}, &logits));
-  ASSERT_EQ(logits.size(), 512u);
-  for (float l : logits) ASSERT_TRUE(std::isfinite(l));
-}
-
-// A small random F16 model (dim 256, 2 layers) whose matrices FP8 takes: every size a multiple
-// of 16.
-std::shared_ptr<const LlamaModel> Fp8ReadyModel(uint64_t seed) {
-  modelgen::RandomModelOptions mo = testing::SmallRandomOptions(256, 4, 2, 2, seed);
-  mo.dtype = common::GgmlType::F16;
-  mo.ffn_dim = 512;
-  return testing::RandomModel(mo);
-}
-
-// --dtype fp8: the layers' matrices in FP8 E4M3 with a scale per row, through our GEMV for steps
-// of up to 8 tokens and cuBLASLt (with FP8 activations) beyond, and through cuBLASLt alone. Their
-// logits against the CPU backend's float32 ones, beside BF16's on the same ragged steps: the
-// largest row's relative error, measured in emulation, is 0.059 for FP8 (0.069 through
-// cuBLASLt alone) against 0.0063 for BF16; asserted under 0.15 (and printed).
-TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(17);
-  auto model = Fp8ReadyModel(rng());
-  ASSERT_NE(model, nullptr);
-  auto cpu = MakeCpu(model, 16, 64);
-  CudaBackendOptions o;
-  o.page_size = 16;
-  o.num_pages = 64;
-  o.max_batch_tokens = 512;
-  o.keep_quantized = true;
-  o.fp8_weights = true;
-  auto gpu = CudaBackend::Create(model, o);
-  ASSERT_OK(gpu);
-  o.fp8_gemv_max_tokens = 0;
-  auto cublaslt = CudaBackend::Create(model, o);
-  ASSERT_OK(cublaslt);
-  o.fp8_weights = false;
-  auto bf16 = CudaBackend::Create(model, o);
-  ASSERT_OK(bf16);
-  // A layer reads its matrices in one byte per weight (the row scales aside): half BF16's.
-  const common::ModelConfig& c = model->config();
-  const size_t layer = size_t(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + size_t(c.q_dim()) * c.dim +
-                       3 * size_t(c.ffn_dim) * c.dim;
-  EXPECT_EQ((*gpu)->weight_bytes_per_step(), 2 * size_t(c.vocab_size) * c.dim + c.n_layers * layer);
-  double fp8_error = 0, cublaslt_error = 0, bf16_error = 0;
-  const std::mt19937_64 start = rng;
-  CompareRagged(*cpu, **gpu, rng, 3, kEmulated ? 20 : 90, 3, 0.15, &fp8_error);
-  std::mt19937_64 same = start;
-  CompareRagged(*MakeCpu(model, 16, 64), **cublaslt, same, 3, kEmulated ? 20 : 90, 3, 0.15,
-                &cublaslt_error);
-  same = start;
-  CompareRagged(*MakeCpu(model, 16, 64), **bf16, same, 3, kEmulated ? 20 : 90, 3, 3e-2,
-                &bf16_error);
-  std::printf(
-      "logits against the CPU's, largest row relative error: FP8 %.4f (cuBLASLt alone %.4f), "
-      "BF16 %.4f\n",
-      fp8_error, cublaslt_error, bf16_error);
-}
-
 #ifdef PAGODA_CUDA_EMULATION
-}  // namespace
-namespace emulation {
-void SetComputeCapability(int major, int minor);  // tests/support/cuda_emulation/cuda_emulation.h
-}  // namespace emulation
-namespace {
-
-// A GPU without FP8 tensor cores refuses --dtype fp8 at start, naming itself and what it lacks.
-TEST(CudaBackendGpuTest, Fp8IsRefusedBeforeAda) {
-  std::mt19937_64 rng(19);
-  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 4, 2, 2, rng()));
-  ASSERT_NE(model, nullptr);
-  CudaBackendOptions o;
-  o.num_pages = 16;
-  o.fp8_weights = true;
-  emulation::SetComputeCapability(8, 0);
-  auto gpu = CudaBackend::Create(model, o);
-  emulation::SetComputeCapability(9, 0);
-  ASSERT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
-  const std::string message(gpu.status().message());
-  for (const char* part : {"FP8", "8.0", "CUDA host emulation"}) {
-    EXPECT_NE(message.find(part), std::string::npos) << message;
-  }
-}
-
+// A GPU other than compute capability 9.0 refuses --prefill-attention wgmma at start.
 TEST(CudaBackendGpuTest, WgmmaPrefillIsRefusedOffHopper) {
-  std::mt19937_64 rng(23);
-  auto model = testing::RandomModel(testing::SmallRandomOptions(256, 4, 2, 2, rng()));
-  ASSERT_NE(model, nullptr);
   CudaBackendOptions o;
-  o.num_pages = 16;
   o.prefill_kernel = PrefillKernel::kWgmma;
-  emulation::SetComputeCapability(10, 0);
-  auto gpu = CudaBackend::Create(model, o);
-  emulation::SetComputeCapability(9, 0);
-  ASSERT_EQ(gpu.status().code(), absl::StatusCode::kFailedPrecondition) << gpu.status();
-  const std::string message(gpu.status().message());
-  for (const char* part : {"wgmma", "10.0", "mma_sync"}) {
-    EXPECT_NE(message.find(part), std::string::npos) << message;
-  }
+  ExpectRefusedOn(10, 0, o, std::mt19937_64(23)(), {"wgmma", "10.0", "mma_sync"});
 }
 #endif
 
 TEST(CudaBackendGpuTest, MicroBatchesMatchCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(11);
-  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 3);
-  o.context_length = 1024;
-  o.dtype = common::GgmlType::F16;
-  auto model = testing::RandomModel(o);
+  auto model = RandomF16Model(512, 8, 2, 2, 3);
   auto cpu = MakeCpu(model, 16, 400);
   auto gpu = MakeCuda(model, 16, 400, DType::kFp16, true, /*max_batch_tokens=*/40);
   ASSERT_NE(gpu, nullptr);
@@ -527,10 +173,7 @@ TEST(CudaBackendGpuTest, MmaSyncPrefillMatchesCpu) {
   // auto takes the wgmma kernel on compute capability 9.0 (the emulator's, an H100's): the
   // mma.sync kernel, which every other GPU runs, end to end as well.
   std::mt19937_64 rng(13);
-  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 3);
-  o.context_length = 1024;
-  o.dtype = common::GgmlType::F16;
-  auto model = testing::RandomModel(o);
+  auto model = RandomF16Model(512, 8, 2, 2, 3);
   auto cpu = MakeCpu(model, 16, 400);
   CudaBackendOptions options = CudaOptions(16, 400, DType::kFp16);
   options.prefill_kernel = PrefillKernel::kMmaSync;
@@ -539,77 +182,10 @@ TEST(CudaBackendGpuTest, MmaSyncPrefillMatchesCpu) {
   CompareRagged(*cpu, *gpu, rng, 6, 200, 4, 6e-3);
 }
 
-TEST(CudaBackendGpuTest, DenseGemvDecodeMatchesCpu) {
-  SKIP_WITHOUT_GPU();
-  // Steps of up to 8 tokens (6 decodes) through our GEMV instead of cuBLAS; prompts through
-  // cuBLAS.
-  std::mt19937_64 rng(17);
-  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 8, 2, 2, 4);
-  o.context_length = 1024;
-  o.dtype = common::GgmlType::F16;
-  auto model = testing::RandomModel(o);
-  for (DType dtype : {DType::kBf16, DType::kFp16}) {
-    auto cpu = MakeCpu(model, 16, 400);
-    CudaBackendOptions options = CudaOptions(16, 400, dtype);
-    options.dense_gemv_max_tokens = 8;
-    auto gpu = MakeCuda(model, options);
-    ASSERT_NE(gpu, nullptr);
-    CompareRagged(*cpu, *gpu, rng, 6, 40, 6, dtype == DType::kBf16 ? 3e-2 : 6e-3);
-  }
-}
-
-// kGemvAuto (the worker's default): each format's threshold is a size the start-up timing
-// picked (0, 1, 2, 4 or 8), per format present; the products then follow the CPU at every step
-// size. Out-of-range thresholds are refused at Create.
-TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
-  SKIP_WITHOUT_GPU();
-  std::mt19937_64 rng(23);
-  auto model = Fp8ReadyModel(rng());
-  ASSERT_NE(model, nullptr);
-  const std::set<int> sizes = {0, 1, 2, 4, 8};
-  for (const bool fp8 : {false, true}) {
-    SCOPED_TRACE(fp8 ? "fp8" : "bf16");
-    CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
-    o.max_batch_tokens = 512;
-    o.keep_quantized = true;
-    o.fp8_weights = fp8;
-    o.dense_gemv_max_tokens = kGemvAuto;
-    o.fp8_gemv_max_tokens = kGemvAuto;
-    auto gpu = MakeCuda(model, o);
-    ASSERT_NE(gpu, nullptr);
-    // The classifier stays dense with FP8 layers, so both formats are timed there.
-    EXPECT_TRUE(sizes.contains(gpu->dense_gemv_max_tokens())) << gpu->dense_gemv_max_tokens();
-    if (fp8) {
-      EXPECT_TRUE(sizes.contains(gpu->fp8_gemv_max_tokens())) << gpu->fp8_gemv_max_tokens();
-    } else {
-      EXPECT_EQ(gpu->fp8_gemv_max_tokens(), 0) << "no FP8 matrix: nothing to time";
-    }
-    std::printf("auto GEMV tokens: dense %d, FP8 %d\n", gpu->dense_gemv_max_tokens(),
-                gpu->fp8_gemv_max_tokens());
-    auto cpu = MakeCpu(model, 16, 64);
-    CompareRagged(*cpu, *gpu, rng, 4, kEmulated ? 20 : 60, 9, fp8 ? 0.15 : 3e-2);
-  }
-  for (const int bad : {-2, 9}) {  // kQuantGemvMaxTokens is 8
-    CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
-    o.dense_gemv_max_tokens = bad;
-    auto refused = CudaBackend::Create(model, o);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(refused.status().message().find("dense GEMV"), std::string::npos) << refused.status();
-    o.dense_gemv_max_tokens = 0;
-    o.fp8_gemv_max_tokens = bad;
-    refused = CudaBackend::Create(model, o);
-    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_NE(refused.status().message().find("FP8 GEMV"), std::string::npos) << refused.status();
-  }
-}
-
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);
-  modelgen::RandomModelOptions o = testing::SmallRandomOptions(512, 4, 1, 1, 9);
-  o.context_length = 4096;
-  o.dtype = common::GgmlType::F16;
-  auto model = testing::RandomModel(o);
+  auto model = RandomF16Model(512, 4, 1, 1, 9, /*context=*/4096);
   auto cpu = MakeCpu(model, 16, 600);
   // Room for both prompts in one step: a chunk may be a whole prompt of up to 4,000 tokens.
   auto gpu = MakeCuda(model, 16, 600, DType::kFp16, true, /*max_batch_tokens=*/8192);
@@ -736,10 +312,7 @@ INSTANTIATE_TEST_SUITE_P(CudaBackendGpuTest, TrainedModelGolden,
 // tokens eager steps give, greedy and seeded sampling alike.
 TEST(CudaBackendGpuTest, GraphReplaysMatchEagerSteps) {
   SKIP_WITHOUT_GPU();
-  modelgen::RandomModelOptions o = testing::SmallRandomOptions(256, 8, 2, 2, 21);
-  o.context_length = 1024;
-  o.dtype = common::GgmlType::F16;
-  auto model = testing::RandomModel(o);
+  auto model = RandomF16Model(256, 8, 2, 2, 21);
   auto graph = MakeCuda(model, 16, 4096, DType::kFp16, true);
   auto eager = MakeCuda(model, 16, 4096, DType::kFp16, false);
   std::mt19937_64 rng(3);
@@ -754,7 +327,8 @@ TEST(CudaBackendGpuTest, GraphReplaysMatchEagerSteps) {
       const int len = !kEmulated ? 1 + static_cast<int>(rng() % 700)
                       : i == 0   ? 513 + static_cast<int>(rng() % 188)
                                  : 1 + static_cast<int>(rng() % 100);
-      for (int t = 0; t <= len; ++t) toks[i].push_back(static_cast<int32_t>(rng() % o.vocab_size));
+      for (int t = 0; t <= len; ++t)
+        toks[i].push_back(static_cast<int32_t>(rng() % model->config().vocab_size));
       for (int p = 0; p * 16 < len + 1; ++p) pages[i].push_back(next++);
       prefill.push_back({std::span<const int32_t>(toks[i]).first(len), 0, pages[i], false});
       decode.push_back({std::span<const int32_t>(toks[i]).subspan(len, 1), len, pages[i], true});
