@@ -230,8 +230,15 @@ inline unsigned __ballot_sync(unsigned mask, int predicate) {
   return bits;
 }
 
+// A misaligned load faults on the GPU (a 16-byte load at an 8-byte boundary included); here it
+// fails the launch the same way.
 template <typename T>
 T __ldg(const T* p) {
+  if (reinterpret_cast<uintptr_t>(p) % alignof(T) != 0) {
+    ::pagoda::worker::cuda::emulation::ReportFault("__ldg of a misaligned " +
+                                                   std::to_string(sizeof(T)) + "-byte value");
+    return T{};
+  }
   return *p;
 }
 // Every emulated thread of a launch runs on one host thread, so read-modify-write is atomic.

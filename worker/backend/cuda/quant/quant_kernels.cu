@@ -472,7 +472,7 @@ void CheckMatrix(ArgCheck& check, const DeviceMatrix& w) {
   check
       .Require(IsBlockFormat(w.format), "w must be in a GGUF block format, not %s",
                WeightFormatName(w.format))
-      .RequirePointer(w.data, "w.data", 2)
+      .RequirePointer(w.data, "w.data", static_cast<uintptr_t>(DecodeAlignment(w.format)))
       .RequirePositive(w.rows, "w.rows")
       .RequirePositive(w.cols, "w.cols")
       .Require(!IsBlockFormat(w.format) || w.cols % BlockElements(w.format) == 0,
