@@ -306,8 +306,37 @@ __global__ void WgmmaNeverWaited() {
 }
 
 TEST(CudaEmulationTest, WgmmaNotWaitedForFailsTheLaunch) {
-  EXPECT_EQ(LaunchKernel(WgmmaNeverWaited, 1, 128, 4096, nullptr), cudaErrorLaunchFailure);
+  EXPECT_EQ(LaunchKernel(WgmmaNeverWaited, 1, 128, 16384, nullptr), cudaErrorLaunchFailure);
   EXPECT_NE(emulation::LastLaunchError().find("never waited for"), std::string::npos)
+      << emulation::LastLaunchError();
+  emulation::TakeLastError();
+}
+
+// A wgmma issued on a tile whose cp.async copies no wait has covered yet fails its launch, even
+// when a wait before the wgmma's own wait would land them in time here: on the GPU the
+// operation may read its operands as soon as it is issued.
+__global__ void WgmmaBeforeCopiesLand(const uint16_t* src) {
+  PAGODA_DYNAMIC_SHARED(uint32_t, words);
+  char* const tile = reinterpret_cast<char*>(words);
+  for (int i = static_cast<int>(threadIdx.x); i < 128 * 8; i += 128) {
+    mma::CpAsync16(tile + wgmma::SwizzledOffset(i / 8, i % 8 * 8), src, true);
+  }
+  mma::CpAsyncCommit();
+  float d[64];
+  const uint64_t desc = wgmma::Descriptor(wgmma::SharedAddress(tile), 16, wgmma::kAtomBytes);
+  wgmma::Fence();
+  wgmma::MmaSS<__nv_bfloat16, false, 128>(d, desc, desc, false);
+  wgmma::Commit();
+  mma::CpAsyncWait<0>();
+  wgmma::FenceProxyAsync();
+  wgmma::Wait<0>();
+}
+
+TEST(CudaEmulationTest, WgmmaIssuedBeforeItsCopiesLandFailsTheLaunch) {
+  std::vector<uint16_t> src(8, 0x3f80);  // bf16 1.0
+  EXPECT_EQ(LaunchKernel(WgmmaBeforeCopiesLand, 1, 128, 16384, nullptr, src.data()),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("has not landed"), std::string::npos)
       << emulation::LastLaunchError();
   emulation::TakeLastError();
 }

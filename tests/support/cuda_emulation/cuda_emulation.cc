@@ -186,6 +186,8 @@ struct LaunchState {
   // Per 16-byte granule of dynamic shared memory: written by cp.async (the generic proxy) and not
   // yet fenced by its writer, so invisible to wgmma (the async proxy) on the GPU.
   std::vector<bool> unfenced;
+  // Per granule: cp.async copies issued into it and not yet carried out (landed at a wait).
+  std::vector<int> in_flight;
   // The released warp collectives' values, each in the row of its lowest posting lane: a lane
   // reads them as it resumes, in the round after the release, before the next release can
   // reuse the row.
@@ -548,30 +550,56 @@ class SwizzledOperand {
 
   bool mn_major() const { return mn_major_; }
 
+  // The shared address of the 16-byte chunk holding (mn, k..k + 7) K-major or (mn..mn + 7, k)
+  // MN-major.
+  uint32_t ChunkAddress(int mn, int k) const {
+    const uint32_t m = static_cast<uint32_t>(mn), kk = static_cast<uint32_t>(k);
+    uint32_t addr = mn_major_ ? start_ + (m % 64) * 2 + (m / 64) * leading_ + (kk % 8) * 128 +
+                                    (kk / 8) * stride_
+                              : start_ + (m % 8) * 128 + (m / 8) * stride_ + (kk / 8) * 16;
+    return addr ^ (addr >> 7 & 7) << 4;  // Swizzle<3,4,3>: the 16-byte chunk XOR the row within 8
+  }
+  // False (after a fault naming `what`) outside the dynamic shared memory or where cp.async
+  // wrote and its writer has not fenced since.
+  static bool Readable(uint32_t addr, const char* what) {
+    const LaunchState& s = *active;
+    if (addr < kDynamicSharedAddress ||
+        addr + 16 > kDynamicSharedAddress + s.dynamic_shared_bytes) {
+      ReportFault(std::string("wgmma ") + what + " shared address " + std::to_string(addr) +
+                  ", outside the block's dynamic shared memory");
+      return false;
+    }
+    if (s.unfenced[(addr - kDynamicSharedAddress) / 16]) {
+      ReportFault(std::string("wgmma ") + what + " shared address " + std::to_string(addr) +
+                  ", written by cp.async with no fence.proxy.async by its writer since");
+      return false;
+    }
+    return true;
+  }
+
   // The eight elements of one 16-byte chunk: (mn, k..k + 7) K-major, (mn..mn + 7, k) MN-major,
   // where k (K-major) or mn (MN-major) is a multiple of 8. Both layouts
   // keep such a run in one chunk (the swizzle permutes whole chunks), which is also one
   // fence-tracking granule. False (after a fault) outside the dynamic shared memory or where
   // cp.async wrote and its writer has not fenced since.
   bool ReadChunk(int mn, int k, uint16_t (&out)[8]) const {
-    const uint32_t m = static_cast<uint32_t>(mn), kk = static_cast<uint32_t>(k);
-    uint32_t addr = mn_major_ ? start_ + (m % 64) * 2 + (m / 64) * leading_ + (kk % 8) * 128 +
-                                    (kk / 8) * stride_
-                              : start_ + (m % 8) * 128 + (m / 8) * stride_ + (kk / 8) * 16;
-    addr ^= (addr >> 7 & 7) << 4;  // Swizzle<3,4,3>: the 16-byte chunk XOR the row within 8
-    const LaunchState& s = *active;
-    if (addr < kDynamicSharedAddress ||
-        addr + 16 > kDynamicSharedAddress + s.dynamic_shared_bytes) {
-      ReportFault("wgmma read shared address " + std::to_string(addr) +
-                  ", outside the block's dynamic shared memory");
+    const uint32_t addr = ChunkAddress(mn, k);
+    if (!Readable(addr, "read")) return false;
+    std::memcpy(out, active->dynamic_shared.get() + (addr - kDynamicSharedAddress), 16);
+    return true;
+  }
+  // At issue: whether the chunk may be read from now on, its cp.async copies (any thread's)
+  // landed and fenced. On the GPU the operation reads at some point before its wait, so the
+  // operand must be complete when it is issued; carrying the operation out at the wait alone
+  // would hide a copy waited for only after the issue.
+  bool IssuableChunk(int mn, int k) const {
+    const uint32_t addr = ChunkAddress(mn, k);
+    if (!Readable(addr, "issued on")) return false;
+    if (active->in_flight[(addr - kDynamicSharedAddress) / 16] != 0) {
+      ReportFault("wgmma issued on shared address " + std::to_string(addr) +
+                  ", where a cp.async has not landed (no wait covers it yet)");
       return false;
     }
-    if (s.unfenced[(addr - kDynamicSharedAddress) / 16]) {
-      ReportFault("wgmma read shared address " + std::to_string(addr) +
-                  ", written by cp.async with no fence.proxy.async by its writer since");
-      return false;
-    }
-    std::memcpy(out, s.dynamic_shared.get() + (addr - kDynamicSharedAddress), 16);
     return true;
   }
 
@@ -599,6 +627,27 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
   if (n < 8 || n > 256 || n % 8 != 0) {
     ReportFault("wgmma with n " + std::to_string(n));
     return;
+  }
+  {
+    // This thread's share of the operands (the chunks it reads below) must be complete now.
+    const int g = lane / 4, t = lane % 4;
+    SwizzledOperand a_op, b_op;
+    if ((a_regs == nullptr && !a_op.Decode(a_desc, false)) || !b_op.Decode(b_desc, trans_b)) return;
+    for (int h = 0; h < 2 && a_regs == nullptr; ++h) {
+      for (int k = 0; k < 16; k += 8) {
+        if (!a_op.IssuableChunk(16 * warp + g + 8 * h, k)) return;
+      }
+    }
+    for (int j = 0; j < n / 8; ++j) {
+      for (int e = 0; e < 2 && !b_op.mn_major(); ++e) {
+        for (int k = 0; k < 16; k += 8) {
+          if (!b_op.IssuableChunk(8 * j + 2 * t + e, k)) return;
+        }
+      }
+      for (int k = 0; k < 16 && b_op.mn_major(); ++k) {
+        if (!b_op.IssuableChunk(8 * j, k)) return;
+      }
+    }
   }
   f.wgmma.open.push_back([=] {
     const int g = lane / 4, t = lane % 4;
@@ -667,14 +716,17 @@ void CopyAsync16(void* dst, const void* src, bool fill) {
   }
   std::array<unsigned char, 16> bytes{};
   if (fill) std::memcpy(bytes.data(), src, 16);  // global memory: the same bytes until then
-  Self().copies.open.push_back([dst, bytes] {
+  LaunchState& s = *active;
+  const char* base = s.dynamic_shared.get();
+  const char* c = static_cast<const char*>(dst);
+  const bool dynamic = c >= base && c < base + s.dynamic_shared_bytes;
+  const size_t granule = dynamic ? static_cast<size_t>(c - base) / 16 : 0;
+  if (dynamic) ++s.in_flight[granule];
+  Self().copies.open.push_back([dst, bytes, dynamic, granule] {
     std::memcpy(dst, bytes.data(), 16);
-    LaunchState& s = *active;
-    const char* base = s.dynamic_shared.get();
-    const char* c = static_cast<const char*>(dst);
-    if (c >= base && c < base + s.dynamic_shared_bytes) {
-      const size_t granule = static_cast<size_t>(c - base) / 16;
-      s.unfenced[granule] = true;
+    if (dynamic) {
+      --active->in_flight[granule];
+      active->unfenced[granule] = true;
       Self().unfenced.push_back(granule);
     }
   });
@@ -716,6 +768,7 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
         // Shared memory starts undefined on the GPU: poison the dynamic part (NaN as floats).
         std::memset(s.dynamic_shared.get(), 0xff, dynamic_shared_bytes);
         s.unfenced.assign((dynamic_shared_bytes + 15) / 16, false);
+        s.in_flight.assign((dynamic_shared_bytes + 15) / 16, 0);
         for (unsigned t = 0; t < threads; ++t) {
           const uint3 thread_idx =
               make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
