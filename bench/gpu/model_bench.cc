@@ -11,7 +11,8 @@
 // layers' matrices, --dtype fp8), or Q8_0 or Q4_K_M (llama.cpp's mix: Q4_K, with Q6_K for the
 // classifier and for V and down in its "more bits" layers) kept in their blocks (--dtype
 // auto), each beside its own roofline and with the device memory the backend holds; block
-// products past 8 tokens on tensor cores (tensor_cores) or decoded ahead of cuBLAS
+// products past 8 tokens on tensor cores (tensor_cores: wgmma on compute capability 9.0;
+// tensor_cores_mma_sync: the mma.sync kernel pinned) or decoded ahead of cuBLAS
 // (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8); BF16 and FP8 at the
 // worker's default (auto: our GEMV or the library for steps of up to 8 tokens, as timed at
 // start; counters dense_gemv_tokens and fp8_gemv_tokens), and at batch 1 also with our GEMV
@@ -126,16 +127,20 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
 // How weights are multiplied. The defaults (the worker's): BF16 and FP8 steps of up to 8
 // tokens through our GEMV or the library, as timed at start (--gemv-max-tokens auto: "auto"),
 // cuBLAS / cuBLASLt beyond; blocks through the fused FP32 product up to 8 tokens, tensor cores
-// beyond ("tensor_cores"). The others: blocks decoded ahead of cuBLAS beyond 8 tokens, or the
-// fused product with 8-bit activations; BF16 and FP8 with every small step through our GEMV
+// beyond ("tensor_cores": the wgmma kernel on compute capability 9.0). The others: blocks
+// decoded ahead of cuBLAS beyond 8 tokens, or on the mma.sync tensor-core kernel pinned (the
+// default's own on GPUs without wgmma), or the fused product with 8-bit activations; BF16 and FP8
+// with every small step through our GEMV
 // ("gemv", "gemv_cublaslt") or through the library ("cublas", "cublaslt").
-enum class Path { kDefault, kDecodeCublas, kGemvInt8, kGemv, kLibrary };
+enum class Path { kDefault, kDecodeCublas, kMmaSync, kGemvInt8, kGemv, kLibrary };
 const char* PathName(Path p, Weights w) {
   switch (p) {
     case Path::kDefault:
       return w == Weights::kBf16 || w == Weights::kFp8 ? "auto" : "tensor_cores";
     case Path::kDecodeCublas:
       return "decode_cublas";
+    case Path::kMmaSync:
+      return "tensor_cores_mma_sync";
     case Path::kGemvInt8:
       return "gemv_int8";
     case Path::kGemv:
@@ -159,6 +164,8 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.max_batch_tokens = kMaxChunk;
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
+  o.quant_gemm_kernel =
+      path == Path::kMmaSync ? pc::QuantGemmKernel::kMmaSync : pc::QuantGemmKernel::kAuto;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
   // The forced paths force only the weights' own format (FP8 rows keep the BF16 classifier's
   // choice).
@@ -443,11 +450,12 @@ const bool kPhasesRegistered = [] {
 // batch 1 both sides of its choice.
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
-    for (Path path :
-         {Path::kDefault, Path::kDecodeCublas, Path::kGemvInt8, Path::kGemv, Path::kLibrary}) {
+    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kMmaSync, Path::kGemvInt8,
+                      Path::kGemv, Path::kLibrary}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
       const bool applies = path == Path::kDefault ||
-                           (blocks && (path == Path::kDecodeCublas || path == Path::kGemvInt8)) ||
+                           (blocks && (path == Path::kDecodeCublas || path == Path::kGemvInt8 ||
+                                       path == Path::kMmaSync)) ||
                            (!blocks && (path == Path::kGemv || path == Path::kLibrary));
       if (!applies) continue;
       // The alternatives to a default's small-batch product run only where they differ from it.
@@ -456,7 +464,8 @@ const bool kWeightsRegistered = [] {
       const std::string name = std::string(WeightsName(w)) + "/" + PathName(path, w);
       for (int batch : {1, 16, 64, 256}) {
         const bool fused = batch <= pc::kQuantGemvMaxTokens;
-        if ((path == Path::kDecodeCublas && fused) || (small_only && !fused)) continue;
+        const bool large_only = path == Path::kDecodeCublas || path == Path::kMmaSync;
+        if ((large_only && fused) || (small_only && !fused)) continue;
         benchmark::RegisterBenchmark(
             ("BM_WeightsDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),
             [w, path, batch](benchmark::State& state) {

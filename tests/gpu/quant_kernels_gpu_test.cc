@@ -141,6 +141,18 @@ void CheckOutputs(const std::vector<float>& out, int tokens, int ld, int first, 
 
 using Launcher = absl::Status (*)(const QuantGemvParams&, cudaStream_t);
 
+// LaunchQuantGemm with each of its tensor-core kernels pinned.
+absl::Status QuantGemmMmaSync(const QuantGemvParams& p, cudaStream_t stream) {
+  QuantGemvParams pinned = p;
+  pinned.gemm_kernel = QuantGemmKernel::kMmaSync;
+  return LaunchQuantGemm(pinned, stream);
+}
+absl::Status QuantGemmWgmma(const QuantGemvParams& p, cudaStream_t stream) {
+  QuantGemvParams pinned = p;
+  pinned.gemm_kernel = QuantGemmKernel::kWgmma;
+  return LaunchQuantGemm(pinned, stream);
+}
+
 // x in 8-bit blocks of 32, as LaunchQuantizeQ8Blocks writes them: d = max|x| / 127, q =
 // round(x * 127 / max|x|); the values q * d.
 std::vector<float> Q8BlocksOnHost(const std::vector<float>& x, std::vector<int8_t>* q,
@@ -218,7 +230,8 @@ void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_
                                       ? std::vector<int>{block == 32 ? 224 : 256, 1024, 1280, 2304}
                                       : std::vector<int>{block == 32 ? 224 : 256, 1280};
   // The tensor-core product rounds each weight to the dtype first.
-  const double rel_tol = launch == LaunchQuantGemm ? 2 * Eps(dtype) : 1e-5;
+  const double rel_tol =
+      launch == QuantGemmMmaSync || launch == QuantGemmWgmma ? 2 * Eps(dtype) : 1e-5;
   for (int cols : widths) {
     const HostMatrix m = RandomMatrix(type, rows, cols, rng);
     DeviceArray d_w(m.bytes.size());
@@ -286,7 +299,19 @@ TEST_P(QuantKernelsTest, TensorCoreGemmMatchesTheDequantizedProduct) {
   std::mt19937 rng(static_cast<unsigned>(type) * 37 + (dtype == DType::kBf16 ? 5 : 6));
   // A partial tile of tokens, and three tiles with a partial last; two tiles of rows, the second
   // partial.
-  CheckProduct(type, dtype, LaunchQuantGemm, {9, 150}, rng, /*q8_x=*/false, /*rows=*/100,
+  CheckProduct(type, dtype, QuantGemmMmaSync, {9, 150}, rng, /*q8_x=*/false, /*rows=*/100,
+               /*all_widths=*/false);
+}
+
+// The wgmma kernel: tiles of 64 tokens (9, and 64 exactly) and of 128 (150: two, the second
+// partial); rows in a full and a partial tile of 64; widths of an odd count of 32-column units
+// (Q8_0, Q4_0: 224), of one 256-column block and of five. On the emulator the wgmma operations
+// run at their waits, so a fragment or stage overwritten before its wait fails here too.
+TEST_P(QuantKernelsTest, WgmmaGemmMatchesTheDequantizedProduct) {
+  if (!WgmmaAvailable()) GTEST_SKIP() << "the device has no wgmma (compute capability 9.0 only)";
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 41 + (dtype == DType::kBf16 ? 5 : 6));
+  CheckProduct(type, dtype, QuantGemmWgmma, {9, 64, 150}, rng, /*q8_x=*/false, /*rows=*/100,
                /*all_widths=*/false);
 }
 

@@ -149,6 +149,13 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
         "%s, has compute capability %d.%d: use auto or mma_sync",
         options_.device, prop.name, prop.major, prop.minor));
   }
+  if (options_.quant_gemm_kernel == QuantGemmKernel::kWgmma &&
+      (prop.major != 9 || prop.minor != 0)) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the wgmma product of quantized weights needs compute capability 9.0 (Hopper's sm_90a "
+        "code); GPU %d, %s, has compute capability %d.%d",
+        options_.device, prop.name, prop.major, prop.minor));
+  }
   if (weights_.fp8_max_rows() > 0 && prop.major * 10 + prop.minor < 89) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "--dtype fp8 needs FP8 tensor cores (compute capability 8.9 or later: Ada, Hopper, "
@@ -164,6 +171,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   products.fp8_max_n_in = weights_.fp8_max_cols();
   products.fp8_max_n_out = weights_.fp8_max_rows();
   products.decode_then_cublas = options_.quant_decode_then_cublas;
+  products.gemm_kernel = options_.quant_gemm_kernel;
   products.scratch_bytes =
       std::min(options_.max_decode_scratch_bytes, weights_.largest_quantized_part_dense_bytes());
   ASSIGN_OR_RETURN(products_, WeightProducts::Create(stream_, dtype_, products));

@@ -76,6 +76,9 @@ struct CudaBackendOptions {
   // in slices, multiplied by cuBLAS.
   int quant_gemv_max_tokens = 8;
   bool quant_decode_then_cublas = false;
+  // The tensor-core product's kernel (LaunchQuantGemm): wgmma on compute capability 9.0, mma.sync
+  // elsewhere, unless pinned (benchmarks compare them).
+  QuantGemmKernel quant_gemm_kernel = QuantGemmKernel::kAuto;
   // The fused product with activations quantized to 8-bit blocks and integer dot products (as
   // llama.cpp's CUDA backend for small batches), not the dtype's values in FP32.
   bool quant_gemv_int8 = false;

@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdio>
 
 #include "worker/backend/cuda/device.h"
@@ -23,6 +24,38 @@ std::string DeviceDescription(int index) {
   std::snprintf(buf, sizeof(buf), "%s (sm_%d%d, %zu GiB)", prop.name, prop.major, prop.minor,
                 prop.totalGlobalMem >> 30);
   return buf;
+}
+
+int CurrentDevice() {
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return -1;
+  return device;
+}
+
+int MultiprocessorCount() {
+  static std::atomic<int> counts[kMaxDevices] = {};
+  const int device = CurrentDevice();
+  if (device < 0) return 1;
+  if (counts[device].load(std::memory_order_relaxed) == 0) {
+    int n = 0;
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    counts[device].store(n > 0 ? n : 1, std::memory_order_relaxed);
+  }
+  return counts[device].load(std::memory_order_relaxed);
+}
+
+bool WgmmaAvailable() {
+  static std::atomic<int> known[kMaxDevices] = {};  // 0: not read yet, 1: no, 2: yes
+  const int device = CurrentDevice();
+  if (device < 0) return false;
+  if (known[device].load(std::memory_order_relaxed) == 0) {
+    int major = 0, minor = 0;
+    const bool read =
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
+    known[device].store(read && major == 9 && minor == 0 ? 2 : 1, std::memory_order_relaxed);
+  }
+  return known[device].load(std::memory_order_relaxed) == 2;
 }
 
 }  // namespace pagoda::worker::cuda

@@ -1,11 +1,14 @@
 // LaunchKernel and PAGODA_DYNAMIC_SHARED: the two places where kernel code differs between nvcc
 // and the host emulator (tests/support/cuda_emulation/cuda_emulation.h), so that the same launchers
-// and kernels also run in tests on machines without a GPU.
+// and kernels also run in tests on machines without a GPU; and OptInSharedMemory.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstddef>
+
+#include "worker/backend/cuda/device.h"
 
 // Declares the block's dynamic shared memory as `type name[]` (16-byte aligned).
 #ifdef PAGODA_CUDA_EMULATION
@@ -41,6 +44,23 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
   // clang-format on
   return cudaGetLastError();
 #endif
+}
+
+// Lets kKernel use `bytes` of dynamic shared memory: above the default 48 KiB a kernel must opt
+// in, once per device.
+template <auto kKernel>
+cudaError_t OptInSharedMemory(size_t bytes) {
+  static std::atomic<bool> opted_in[kMaxDevices] = {};
+  const int device = CurrentDevice();
+  if (device < 0) return cudaErrorInvalidDevice;
+  if (!opted_in[device].load(std::memory_order_acquire)) {
+    const cudaError_t err =
+        cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+    if (err != cudaSuccess) return err;
+    opted_in[device].store(true, std::memory_order_release);
+  }
+  return cudaSuccess;
 }
 
 }  // namespace pagoda::worker::cuda

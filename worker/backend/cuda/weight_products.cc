@@ -106,8 +106,9 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
       RETURN_IF_ERROR(
           LaunchQuantGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
     } else if (!options_.decode_then_cublas) {
-      RETURN_IF_ERROR(
-          LaunchQuantGemm({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
+      RETURN_IF_ERROR(LaunchQuantGemm(
+          {x, part, part_out, w.n_out, num_tokens, accumulate, dtype_, options_.gemm_kernel},
+          stream_));
     } else {
       // Slices of rows, decoded into the scratch and multiplied there.
       const size_t dense_row = static_cast<size_t>(w.n_in) * DTypeSize(dtype_);

@@ -3,7 +3,7 @@
 // dense_gemv_max_tokens tokens through our own GEMV (LaunchDenseGemv; CudaBackend times both to
 // set it). Quantized parts, for at
 // most gemv_max_tokens tokens, take the fused decode-and-multiply kernel (LaunchQuantGemv); for
-// more, the tensor-core kernel that decodes tiles into shared memory (LaunchQuantGemm: the decoded
+// more, the tensor-core kernel that decodes tiles on the fly (LaunchQuantGemm: the decoded
 // weights are rounded to the dtype there, where the fused product keeps them FP32, so logits
 // differ in their last bits between the two sides of gemv_max_tokens), or, when
 // asked (decode_then_cublas), are decoded a slice of rows at a time into a dtype scratch buffer
@@ -29,6 +29,7 @@
 #include "worker/backend/cuda/dtype.h"
 #include "worker/backend/cuda/fp8_gemm.h"
 #include "worker/backend/cuda/gemm.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
 #include "worker/backend/cuda/weight_format.h"
 
 namespace pagoda::worker::cuda {
@@ -49,6 +50,8 @@ class WeightProducts {
     bool gemv_int8 = false;
     int gemv_int8_max_cols = 0;
     bool decode_then_cublas = false;
+    // LaunchQuantGemm's kernel for the tensor-core product (kAuto: wgmma where the GPU has it).
+    QuantGemmKernel gemm_kernel = QuantGemmKernel::kAuto;
     // decode_then_cublas: room for the decoded slices; a quantized part's row must fit.
     size_t scratch_bytes = 0;
     // The widest FP8 part's columns and rows (0: no FP8 parts, no cuBLASLt).

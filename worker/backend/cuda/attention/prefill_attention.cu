@@ -187,48 +187,10 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(const PrefillArgs a) {
   }
 }
 
-// The current device, or -1 when there is none we can index.
-constexpr int kMaxDevices = 64;
-int CurrentDevice() {
-  int device = 0;
-  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxDevices) return -1;
-  return device;
-}
-
-// The current device's multiprocessors, read once per device.
-int MultiprocessorCount() {
-  static std::atomic<int> counts[kMaxDevices] = {};
-  const int device = CurrentDevice();
-  if (device < 0) return 1;
-  if (counts[device].load(std::memory_order_relaxed) == 0) {
-    int n = 0;
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    counts[device].store(n > 0 ? n : 1, std::memory_order_relaxed);
-  }
-  return counts[device].load(std::memory_order_relaxed);
-}
-
 template <typename T, int kMaxDim>
 cudaError_t Launch(const PrefillArgs& args, dim3 grid, cudaStream_t stream) {
   return LaunchKernel(PrefillKernel<T, kMaxDim>, grid, kThreads, SmemBytes(args.head_dim), stream,
                       args);
-}
-
-// Lets kKernel use `bytes` of dynamic shared memory: above the default 48 KiB a kernel must opt
-// in, once per device.
-template <auto kKernel>
-cudaError_t OptInSharedMemory(size_t bytes) {
-  static std::atomic<bool> opted_in[kMaxDevices] = {};
-  const int device = CurrentDevice();
-  if (device < 0) return cudaErrorInvalidDevice;
-  if (!opted_in[device].load(std::memory_order_acquire)) {
-    const cudaError_t err =
-        cudaFuncSetAttribute(reinterpret_cast<const void*>(kKernel),
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
-    if (err != cudaSuccess) return err;
-    opted_in[device].store(true, std::memory_order_release);
-  }
-  return cudaSuccess;
 }
 
 // The mma.sync kernel (prefill_mma_kernel.cuh) for head_dim kDim, kMTiles m16 tiles per warp.
@@ -354,19 +316,6 @@ absl::Status LaunchPrefillAttention(const PrefillAttentionParams& p, cudaStream_
                     "LaunchPrefillAttention");
 }
 
-// Compute capability 9.0 exactly, read once per device.
-bool PrefillWgmmaAvailable() {
-  static std::atomic<int> known[kMaxDevices] = {};  // 0: not read yet, 1: no, 2: yes
-  const int device = CurrentDevice();
-  if (device < 0) return false;
-  if (known[device].load(std::memory_order_relaxed) == 0) {
-    int major = 0, minor = 0;
-    const bool read =
-        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess;
-    known[device].store(read && major == 9 && minor == 0 ? 2 : 1, std::memory_order_relaxed);
-  }
-  return known[device].load(std::memory_order_relaxed) == 2;
-}
+bool PrefillWgmmaAvailable() { return WgmmaAvailable(); }
 
 }  // namespace pagoda::worker::cuda

@@ -10,6 +10,7 @@
 #include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/mma.cuh"
 #include "worker/backend/cuda/quant/quant_blocks.cuh"
+#include "worker/backend/cuda/quant/quant_gemm_wgmma.cuh"
 #include "worker/backend/cuda/quant/quant_kernels.h"
 #include "worker/backend/cuda/sampling/counter_uniform.cuh"
 
@@ -344,7 +345,7 @@ constexpr int kMmaStride = kMmaCols + 8;
 constexpr int kMmaThreads = 128;
 
 template <WeightFormat F, typename T>
-__global__ void __launch_bounds__(kMmaThreads) QuantGemmKernel(QuantGemvParams p) {
+__global__ void __launch_bounds__(kMmaThreads) QuantGemmMmaKernel(QuantGemvParams p) {
   __shared__ __align__(16) T ws[kMmaRows][kMmaStride];
   __shared__ __align__(16) T xs[kMmaTokens][kMmaStride];
   const int tid = static_cast<int>(threadIdx.x), lane = tid % 32, warp = tid / 32;
@@ -523,6 +524,16 @@ absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const 
                     name);
 }
 
+// The wgmma product (quant_gemm_wgmma.cuh) for kN tokens a block.
+template <WeightFormat F, typename T, int kN>
+cudaError_t LaunchWgmmaGemm(const QuantGemvParams& p, dim3 grid, cudaStream_t stream) {
+  namespace qw = quant_wgmma;
+  constexpr size_t kSmem = qw::SmemBytes<kN>();
+  constexpr auto* kKernel = qw::QuantGemmWgmmaKernel<F, T, kN>;
+  if (const cudaError_t err = OptInSharedMemory<kKernel>(kSmem); err != cudaSuccess) return err;
+  return LaunchKernel(kKernel, grid, dim3(qw::kThreads), kSmem, stream, p);
+}
+
 }  // namespace
 
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
@@ -599,17 +610,42 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
       .RequirePointer(p.out, "out", 4)
       .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
   RETURN_IF_ERROR(check.status());
+  const bool has_wgmma = WgmmaAvailable();
+  if (p.gemm_kernel == QuantGemmKernel::kWgmma ||
+      (p.gemm_kernel == QuantGemmKernel::kAuto && has_wgmma)) {
+    namespace qw = quant_wgmma;
+    const int row_tiles = (p.w.rows + qw::kRows - 1) / qw::kRows;
+    RETURN_IF_ERROR(
+        check.Require(has_wgmma, "gemm_kernel wgmma needs a GPU of compute capability 9.0")
+            .Require(row_tiles <= 65535, "w.rows %d needs %d tiles of %d, over 65535", p.w.rows,
+                     row_tiles, qw::kRows)
+            .status());
+    const bool wide = p.num_tokens > 64;  // 128 tokens a block, else 64
+    const int n = wide ? 128 : 64;
+    const dim3 grid((p.num_tokens + n - 1) / n, row_tiles);
+    return CudaStatus(DispatchFormat(p.w.format,
+                                     [&](auto format) {
+                                       return DispatchDType(p.dtype, [&](auto t) {
+                                         constexpr WeightFormat kF = decltype(format)::kFormat;
+                                         using T = decltype(t);
+                                         return wide ? LaunchWgmmaGemm<kF, T, 128>(p, grid, stream)
+                                                     : LaunchWgmmaGemm<kF, T, 64>(p, grid, stream);
+                                       });
+                                     }),
+                      "LaunchQuantGemm");
+  }
   const dim3 grid((p.w.rows + kMmaRows - 1) / kMmaRows,
                   (p.num_tokens + kMmaTokens - 1) / kMmaTokens);
-  return CudaStatus(DispatchFormat(p.w.format,
-                                   [&](auto format) {
-                                     return DispatchDType(p.dtype, [&](auto t) {
-                                       return LaunchKernel(
-                                           QuantGemmKernel<decltype(format)::kFormat, decltype(t)>,
-                                           grid, dim3(kMmaThreads), 0, stream, p);
-                                     });
-                                   }),
-                    "LaunchQuantGemm");
+  return CudaStatus(
+      DispatchFormat(p.w.format,
+                     [&](auto format) {
+                       return DispatchDType(p.dtype, [&](auto t) {
+                         return LaunchKernel(
+                             QuantGemmMmaKernel<decltype(format)::kFormat, decltype(t)>, grid,
+                             dim3(kMmaThreads), 0, stream, p);
+                       });
+                     }),
+      "LaunchQuantGemm");
 }
 
 absl::Status LaunchDequantizeRows(const DequantizeRowsParams& p, cudaStream_t stream) {

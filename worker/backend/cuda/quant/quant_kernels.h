@@ -29,6 +29,10 @@ inline constexpr int kQuantGemvMaxTokens = 8;
 // for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
 // a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
 // 32 per row in turn against x staged in shared memory.
+// The tensor-core kernel LaunchQuantGemm runs: kAuto takes wgmma where the device has it
+// (WgmmaAvailable: compute capability 9.0) and mma.sync elsewhere; tests and benchmarks pin one.
+enum class QuantGemmKernel { kAuto, kMmaSync, kWgmma };
+
 struct QuantGemvParams {
   const void* x;   // [num_tokens][w.cols] dtype
   DeviceMatrix w;  // a quantized format
@@ -37,6 +41,7 @@ struct QuantGemvParams {
   int num_tokens = 0;  // LaunchQuantGemv: 1 .. kQuantGemvMaxTokens; LaunchQuantGemm: >= 1
   bool accumulate = false;
   DType dtype = DType::kBf16;
+  QuantGemmKernel gemm_kernel = QuantGemmKernel::kAuto;  // LaunchQuantGemm's only
 };
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream);
 
@@ -81,11 +86,14 @@ absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream);
 // activations keep their dtype; each lane reads 16 weights per step.
 absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream);
 
-// The same product for any number of tokens on tensor cores: a block decodes a 64-row x 64-column
-// tile of w into shared memory in the dtype (one unit per thread), stages 64 tokens' x beside it
-// and multiplies them with mma.sync m16n8k16 (fp32 accumulators), tile after tile along the
-// row. Each weight tile is decoded once per 64 tokens, so the weight bytes read stay the
-// file's, where decoding to a scratch matrix first writes and reads the dtype's.
+// The same product for any number of tokens on tensor cores, the weights rounded to the dtype
+// once decoded. On compute capability 9.0 (gemm_kernel kAuto or kWgmma; quant_gemm_wgmma.cuh): a
+// warpgroup takes 64 rows and 64 or 128 tokens, decodes its wgmma A fragments straight from the
+// blocks into registers while the previous step's m64nNk16 run, with x staged by cp.async
+// several steps ahead. Elsewhere (kMmaSync): a block decodes a 64-row x 64-column tile of w into
+// shared memory (one unit per thread), stages 64 tokens' x beside it and multiplies them with
+// mma.sync m16n8k16. Either way each weight is decoded once per token tile, so the weight bytes
+// read stay the file's, where decoding to a scratch matrix first writes and reads the dtype's.
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream);
 
 // out[r][:] = decode(w[rows ? rows[r] : first_row + r]) for r < num_rows, as float32 (out_f32)
