@@ -10,13 +10,9 @@
 // BM_WeightsDecode/<weights>/<path>/batch:B: the same step with the weights in BF16, FP8 (the
 // layers' matrices, --dtype fp8), or Q8_0 or Q4_K_M (llama.cpp's mix: Q4_K, with Q6_K for the
 // classifier and for V and down in its "more bits" layers) kept in their blocks (--dtype
-// auto), each beside its own roofline and with the device memory the backend holds; block
-// products past 8 tokens on tensor cores (tensor_cores: wgmma on compute capability 9.0;
-// tensor_cores_mma_sync: the mma.sync kernel pinned) or decoded ahead of cuBLAS
-// (decode_cublas), and at batch 1 also with 8-bit activations (gemv_int8); BF16 and FP8 at the
-// worker's default (auto: our GEMV or the library for steps of up to 8 tokens, as timed at
-// start; counters dense_gemv_tokens and fp8_gemv_tokens), and at batch 1 also with our GEMV
-// forced (bf16/gemv, fp8/gemv_cublaslt) and the library forced (bf16/cublas, fp8/cublaslt).
+// auto), each beside its own roofline and with the device memory the backend holds, each at the
+// worker's default ("auto", its choices timed at start: counters dense_gemv_tokens,
+// fp8_gemv_tokens, block_cublas_tokens) and with each of those choices forced (Path below).
 // BM_WeightsPrefill: the same backends' time to first token of a 2048-token prompt in one
 // chunk, as tokens/s.
 //
@@ -124,19 +120,23 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
   return f;
 }
 
-// How weights are multiplied. The defaults (the worker's): BF16 and FP8 steps of up to 8
-// tokens through our GEMV or the library, as timed at start (--gemv-max-tokens auto: "auto"),
-// cuBLAS / cuBLASLt beyond; blocks through the fused FP32 product up to 8 tokens, tensor cores
-// beyond ("tensor_cores": the wgmma kernel on compute capability 9.0). The others: blocks
-// decoded ahead of cuBLAS beyond 8 tokens, or on the mma.sync tensor-core kernel pinned (the
-// default's own on GPUs without wgmma), or the fused product with 8-bit activations; BF16 and FP8
-// with every small step through our GEMV
-// ("gemv", "gemv_cublaslt") or through the library ("cublas", "cublaslt").
-enum class Path { kDefault, kDecodeCublas, kMmaSync, kGemvInt8, kGemv, kLibrary };
+// How weights are multiplied. The defaults (the worker's, "auto"): BF16 and FP8 steps of up to
+// 8 tokens through our GEMV or the library, as timed at start (--gemv-max-tokens auto), cuBLAS /
+// cuBLASLt beyond; blocks through the fused FP32 product up to 8 tokens, and beyond on tensor
+// cores or decoded ahead of cuBLAS, from the step size the start-up timing picked (counter
+// block_cublas_tokens, 0: tensor cores throughout). The others: blocks past 8 tokens always on
+// tensor cores ("tensor_cores": the wgmma kernel on compute capability 9.0), always on the
+// mma.sync kernel ("tensor_cores_mma_sync": the default's own on GPUs without wgmma), always
+// decoded ahead of cuBLAS ("decode_cublas"), or the fused product with 8-bit activations
+// ("gemv_int8"); BF16 and FP8 with every small step through our GEMV ("gemv",
+// "gemv_cublaslt") or through the library ("cublas", "cublaslt").
+enum class Path { kDefault, kTensorCores, kMmaSync, kDecodeCublas, kGemvInt8, kGemv, kLibrary };
 const char* PathName(Path p, Weights w) {
   switch (p) {
     case Path::kDefault:
-      return w == Weights::kBf16 || w == Weights::kFp8 ? "auto" : "tensor_cores";
+      return "auto";
+    case Path::kTensorCores:
+      return "tensor_cores";
     case Path::kDecodeCublas:
       return "decode_cublas";
     case Path::kMmaSync:
@@ -164,6 +164,7 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.max_batch_tokens = kMaxChunk;
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
+  o.quant_cublas_min_tokens = path == Path::kDefault ? pc::kGemvAuto : 0;
   o.quant_gemm_kernel =
       path == Path::kMmaSync ? pc::QuantGemmKernel::kMmaSync : pc::QuantGemmKernel::kAuto;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
@@ -253,6 +254,8 @@ void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
   // The small-batch products in use (what --gemv-max-tokens auto picked, for "auto").
   state.counters["dense_gemv_tokens"] = b.dense_gemv_max_tokens();
   state.counters["fp8_gemv_tokens"] = b.fp8_gemv_max_tokens();
+  // Kept blocks past the fused product: decoded ahead of cuBLAS from this many tokens (0: never).
+  state.counters["block_cublas_tokens"] = b.quant_cublas_min_tokens();
 }
 
 void BM_DecodeStep(benchmark::State& state) {
@@ -444,18 +447,19 @@ const bool kPhasesRegistered = [] {
 }();
 
 // Per weights and path (in an order that builds each backend once): decode at 1, 16, 64 and 256
-// sequences, then the prefill. For block weights: the default paths (fused FP32 product up to 8
-// tokens, tensor cores beyond), decode_cublas where it differs (past 8 tokens, and the prefill),
-// and gemv_int8 where that differs (batch 1). For BF16 and FP8: the default (auto), and at
-// batch 1 both sides of its choice.
+// sequences, then the prefill. For block weights: the default (auto), each of its products past 8
+// tokens forced (tensor_cores, tensor_cores_mma_sync, decode_cublas: 16, 64, 256 and the
+// prefill), and gemv_int8 (batch 1). For BF16 and FP8: the default (auto), and at batch 1 both
+// sides of its choice.
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
-    for (Path path : {Path::kDefault, Path::kDecodeCublas, Path::kMmaSync, Path::kGemvInt8,
-                      Path::kGemv, Path::kLibrary}) {
+    for (Path path : {Path::kDefault, Path::kTensorCores, Path::kMmaSync, Path::kDecodeCublas,
+                      Path::kGemvInt8, Path::kGemv, Path::kLibrary}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
+      const bool large_only =
+          path == Path::kTensorCores || path == Path::kMmaSync || path == Path::kDecodeCublas;
       const bool applies = path == Path::kDefault ||
-                           (blocks && (path == Path::kDecodeCublas || path == Path::kGemvInt8 ||
-                                       path == Path::kMmaSync)) ||
+                           (blocks && (large_only || path == Path::kGemvInt8)) ||
                            (!blocks && (path == Path::kGemv || path == Path::kLibrary));
       if (!applies) continue;
       // The alternatives to a default's small-batch product run only where they differ from it.
@@ -464,7 +468,6 @@ const bool kWeightsRegistered = [] {
       const std::string name = std::string(WeightsName(w)) + "/" + PathName(path, w);
       for (int batch : {1, 16, 64, 256}) {
         const bool fused = batch <= pc::kQuantGemvMaxTokens;
-        const bool large_only = path == Path::kDecodeCublas || path == Path::kMmaSync;
         if ((large_only && fused) || (small_only && !fused)) continue;
         benchmark::RegisterBenchmark(
             ("BM_WeightsDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),

@@ -27,7 +27,8 @@ namespace {
 // computes with the stored blocks): with every matrix converted to the dtype at upload
 // (--dtype bf16|fp16), and with the quantized ones kept in their blocks (--dtype auto), multiplied
 // by the fused kernel up to 8 (or 2) tokens and on tensor cores beyond, or, decoded ahead of
-// cuBLAS in slices of 100-200 rows (a 100 KB scratch) for every product.
+// cuBLAS in slices of 100-200 rows (a 100 KB scratch) for every product, or from a step size
+// (set, or timed at start as the worker does).
 struct QuantMode {
   const char* name;
   DType dtype;
@@ -36,6 +37,7 @@ struct QuantMode {
   bool decode_then_cublas = false;
   size_t decode_scratch_bytes = kMaxDecodeScratchBytes;
   bool gemv_int8 = false;
+  int cublas_min_tokens = 0;  // quant_cublas_min_tokens
 };
 void PrintTo(const QuantMode& m, std::ostream* os) { *os << m.name; }
 
@@ -61,8 +63,19 @@ TEST_P(QuantizedFiles, MatchCpu) {
     o.quant_decode_then_cublas = mode.decode_then_cublas;
     o.quant_gemv_int8 = mode.gemv_int8;
     o.max_decode_scratch_bytes = mode.decode_scratch_bytes;
+    o.quant_cublas_min_tokens = mode.cublas_min_tokens;
+    // Timed: a budget of 128 tokens keeps the timing to 16 and 64 (the emulator's 1024-token
+    // products take seconds).
+    if (mode.cublas_min_tokens == kGemvAuto) o.max_batch_tokens = 128;
     auto gpu = CudaBackend::Create(*model, o);
     ASSERT_OK(gpu);
+    if (mode.cublas_min_tokens == kGemvAuto) {  // a size the start-up timing tried, or never
+      const std::set<int> sizes = {0, 16, 64};
+      EXPECT_TRUE(sizes.contains((*gpu)->quant_cublas_min_tokens()))
+          << (*gpu)->quant_cublas_min_tokens();
+    } else {
+      EXPECT_EQ((*gpu)->quant_cublas_min_tokens(), mode.cublas_min_tokens);
+    }
     // A step reads each kept matrix's file bytes, and two bytes per element of the others.
     size_t step_bytes = 0;
     auto add = [&](const WeightMatrix& m) {
@@ -91,7 +104,13 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantMode{"KeptTensorCores", DType::kBf16, true, 0},
                       QuantMode{"KeptFused8Int8", DType::kBf16, true, 8, false,
                                 kMaxDecodeScratchBytes, true},
-                      QuantMode{"KeptDecodedInSlices", DType::kBf16, true, 0, true, 100 * 512 * 2}),
+                      QuantMode{"KeptDecodedInSlices", DType::kBf16, true, 0, true, 100 * 512 * 2},
+                      // Tensor cores below 3 tokens, decoded ahead of cuBLAS from there.
+                      QuantMode{"KeptCublasFrom3", DType::kBf16, true, 0, false,
+                                kMaxDecodeScratchBytes, false, 3},
+                      // The worker's default: the choice timed at start.
+                      QuantMode{"KeptTimedProducts", DType::kBf16, true, 8, false,
+                                kMaxDecodeScratchBytes, false, kGemvAuto}),
     [](const ::testing::TestParamInfo<QuantMode>& info) { return std::string(info.param.name); });
 
 // With the quantized matrices kept in their blocks (--dtype auto), log-probabilities of every
@@ -255,7 +274,8 @@ TEST(CudaBackendGpuTest, DenseGemvDecodeMatchesCpu) {
 
 // kGemvAuto (the worker's default): each format's threshold is a size the start-up timing
 // picked (0, 1, 2, 4 or 8), per format present; the products then follow the CPU at every step
-// size. Out-of-range thresholds are refused at Create.
+// size. Out-of-range thresholds (and a quant_cublas_min_tokens below kGemvAuto) are refused at
+// Create.
 TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(23);
@@ -296,6 +316,12 @@ TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(refused.status().message().find("FP8 GEMV"), std::string::npos) << refused.status();
   }
+  CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
+  o.quant_cublas_min_tokens = -2;
+  auto refused = CudaBackend::Create(model, o);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("quant_cublas_min_tokens"), std::string::npos)
+      << refused.status();
 }
 
 }  // namespace

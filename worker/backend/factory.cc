@@ -74,6 +74,9 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
         absl::StrFormat("--gemv-max-tokens \"%s\" is not supported; use auto or 0 to %d",
                         o.gemv_max_tokens, cuda::kQuantGemvMaxTokens));
   }
+  // Kept blocks past the fused product: tensor cores or decoded ahead of cuBLAS, whichever the
+  // start-up timing finds faster from which step size.
+  cuda.quant_cublas_min_tokens = cuda::kGemvAuto;
   auto backend = cuda::CudaBackend::Create(std::move(model), cuda);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(*std::move(backend));

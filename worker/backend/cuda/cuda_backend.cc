@@ -49,6 +49,11 @@ int UntilTimed(int gemv_max_tokens) {
 }
 
 absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig& c) {
+  if (o.quant_cublas_min_tokens < kGemvAuto) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CudaBackend quant_cublas_min_tokens (%d) must be >= 0, or kGemvAuto",
+                        o.quant_cublas_min_tokens));
+  }
   if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CudaBackend page_size (%d) must be positive, max_batch_tokens (%d) and num_pages (%d) "
@@ -170,10 +175,15 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   products.gemv_int8_max_cols = weights_.block_max_cols();
   products.fp8_max_n_in = weights_.fp8_max_cols();
   products.fp8_max_n_out = weights_.fp8_max_rows();
-  products.decode_then_cublas = options_.quant_decode_then_cublas;
+  // Decoded ahead of cuBLAS: every step past the fused product (quant_decode_then_cublas), those
+  // from a size (quant_cublas_min_tokens), or none until PickBlockProducts times it (kGemvAuto).
+  const int cublas_min = options_.quant_decode_then_cublas ? 1 : options_.quant_cublas_min_tokens;
+  products.cublas_min_tokens = std::max(cublas_min, 0);
   products.gemm_kernel = options_.quant_gemm_kernel;
-  products.scratch_bytes =
-      std::min(options_.max_decode_scratch_bytes, weights_.largest_quantized_part_dense_bytes());
+  if (cublas_min != 0) {
+    products.scratch_bytes =
+        std::min(options_.max_decode_scratch_bytes, weights_.largest_quantized_part_dense_bytes());
+  }
   ASSIGN_OR_RETURN(products_, WeightProducts::Create(stream_, dtype_, products));
   const int T = options_.max_batch_tokens;
   limits_.max_tokens = T;
@@ -253,7 +263,8 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
       CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "KV arena init"));
   RETURN_IF_ERROR(CheckFp8Products());
-  return PickGemvTokens();
+  RETURN_IF_ERROR(PickGemvTokens());
+  return PickBlockProducts();
 }
 
 absl::Status CudaBackend::CheckFp8Products() {
@@ -300,44 +311,11 @@ absl::Status CudaBackend::PickGemvTokens() {
     return has(l.wqkv, format) || has(l.wo, format) || has(l.w_gate_up, format) ||
            has(l.w_down, format);
   };
-  for (DeviceBuffer* input : {&xn_, &attn_, &h_}) {
-    RETURN_IF_ERROR(
-        CudaStatus(cudaMemsetAsync(input->get(), 0, input->bytes(), stream_), "GEMV timing"));
-  }
-  cudaEvent_t events[3] = {};
-  absl::Status status;
-  for (cudaEvent_t& e : events) {
-    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
-  }
-  // A step's products at n tokens that hold `format`: the first layer's (counted n_layers
-  // times) where it has such parts, and the classifier where it does; after one warm-up pass,
-  // each is timed over kPasses (zeros in: the time does not depend on the values). Eager
-  // launches, where decode replays graphs: at the shapes where the choice matters the kernels
-  // outlast their launches.
-  constexpr int kPasses = 3;
+  // A step's products at n tokens that hold `format` (TimeStepProducts), with the thresholds
+  // as they stand.
   auto time_step = [&](int n, WeightFormat format) -> absl::StatusOr<float> {
     RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
-    const bool layer = layer_has(format);
-    const bool classifier = has(head, format);
-    auto run_layer = [&]() -> absl::Status {
-      RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
-      RETURN_IF_ERROR(products_->Run(attn_.get(), l.wo, x_.get<float>(), n, false));
-      RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
-      return products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false);
-    };
-    auto run_head = [&] { return products_->Run(xn_.get(), head, logits_.get<float>(), n, false); };
-    if (layer) RETURN_IF_ERROR(run_layer());
-    if (classifier) RETURN_IF_ERROR(run_head());
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
-    for (int pass = 0; pass < kPasses && layer; ++pass) RETURN_IF_ERROR(run_layer());
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
-    for (int pass = 0; pass < kPasses && classifier; ++pass) RETURN_IF_ERROR(run_head());
-    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[2], stream_), "event"));
-    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[2]), "event"));
-    float layer_ms = 0, head_ms = 0;
-    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&layer_ms, events[0], events[1]), "event"));
-    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&head_ms, events[1], events[2]), "event"));
-    return (layer_ms * config().n_layers + head_ms) / kPasses;
+    return TimeStepProducts(n, [format](WeightFormat f) { return f == format; });
   };
   // Sizes in doubling steps; the GEMV keeps each while it is faster at it (the better of two
   // alternating trials per side, against noise), so a threshold is never above a size it lost.
@@ -362,16 +340,12 @@ absl::Status CudaBackend::PickGemvTokens() {
   };
   auto model_has = [&](WeightFormat format) { return layer_has(format) || has(head, format); };
   std::string dense_trace, fp8_trace;
-  if (status.ok() && dense_auto && model_has(WeightFormat::kDense)) {
-    status = pick(WeightFormat::kDense, dense, dense_trace);
+  if (dense_auto && model_has(WeightFormat::kDense)) {
+    RETURN_IF_ERROR(pick(WeightFormat::kDense, dense, dense_trace));
   }
-  if (status.ok() && fp8_auto && model_has(WeightFormat::kFp8)) {
-    status = pick(WeightFormat::kFp8, fp8, fp8_trace);
+  if (fp8_auto && model_has(WeightFormat::kFp8)) {
+    RETURN_IF_ERROR(pick(WeightFormat::kFp8, fp8, fp8_trace));
   }
-  for (cudaEvent_t e : events) {
-    if (e != nullptr) cudaEventDestroy(e);
-  }
-  RETURN_IF_ERROR(status);
   if (dense_auto && dense_trace.empty()) dense = 0;  // no dense matrix: nothing to choose
   if (fp8_auto && fp8_trace.empty()) fp8 = 0;
   RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
@@ -389,6 +363,102 @@ absl::Status CudaBackend::PickGemvTokens() {
   log("dense", "cuBLAS", dense, dense_trace);
   log("FP8", "cuBLASLt", fp8, fp8_trace);
   return CudaStatus(cudaStreamSynchronize(stream_), "PickGemvTokens");
+}
+
+absl::StatusOr<float> CudaBackend::TimeStepProducts(
+    int n, const std::function<bool(WeightFormat)>& matches) {
+  const DeviceLayer& l = weights_.layer(0);
+  const Projection& head = weights_.output();
+  auto holds = [&](const Projection& p) {
+    for (int i = 0; i < p.num_parts; ++i) {
+      if (matches(p.parts[static_cast<size_t>(i)].format)) return true;
+    }
+    return false;
+  };
+  const bool layer = holds(l.wqkv) || holds(l.wo) || holds(l.w_gate_up) || holds(l.w_down);
+  const bool classifier = holds(head) && n <= limits_.max_logit_rows;
+  for (DeviceBuffer* input : {&xn_, &attn_, &h_}) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(input->get(), 0, input->bytes(), stream_), "product timing"));
+  }
+  auto run_layer = [&]() -> absl::Status {
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(attn_.get(), l.wo, x_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
+    return products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false);
+  };
+  auto run_head = [&] { return products_->Run(xn_.get(), head, logits_.get<float>(), n, false); };
+  cudaEvent_t events[3] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  constexpr int kPasses = 3;
+  float layer_ms = 0, head_ms = 0;
+  auto timed = [&]() -> absl::Status {
+    if (layer) RETURN_IF_ERROR(run_layer());  // warm-up
+    if (classifier) RETURN_IF_ERROR(run_head());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+    for (int pass = 0; pass < kPasses && layer; ++pass) RETURN_IF_ERROR(run_layer());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
+    for (int pass = 0; pass < kPasses && classifier; ++pass) RETURN_IF_ERROR(run_head());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[2], stream_), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[2]), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&layer_ms, events[0], events[1]), "event"));
+    return CudaStatus(cudaEventElapsedTime(&head_ms, events[1], events[2]), "event");
+  };
+  if (status.ok()) status = timed();
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  return (layer_ms * config().n_layers + head_ms) / kPasses;
+}
+
+absl::Status CudaBackend::PickBlockProducts() {
+  if (options_.quant_cublas_min_tokens != kGemvAuto) return absl::OkStatus();
+  options_.quant_cublas_min_tokens = 0;
+  if (options_.quant_decode_then_cublas || weights_.block_max_cols() == 0) {
+    return absl::OkStatus();  // forced, or no kept parts: nothing to choose
+  }
+  const auto block = [](WeightFormat f) { return IsBlockFormat(f); };
+  // Per size, the better of two alternating trials per side; cuBLAS takes the steps from the
+  // smallest size from which it wins at every larger one timed.
+  std::string trace;
+  int chosen = 0;
+  for (const int n : {16, 64, 256, 1024, 4096}) {
+    if (n > limits_.max_tokens || n <= options_.quant_gemv_max_tokens) continue;
+    float tensor = std::numeric_limits<float>::infinity(), cublas = tensor;
+    for (int trial = 0; trial < 2; ++trial) {
+      RETURN_IF_ERROR(products_->SetCublasMinTokens(0));
+      ASSIGN_OR_RETURN(const float a, TimeStepProducts(n, block));
+      RETURN_IF_ERROR(products_->SetCublasMinTokens(1));
+      ASSIGN_OR_RETURN(const float b, TimeStepProducts(n, block));
+      tensor = std::min(tensor, a);
+      cublas = std::min(cublas, b);
+    }
+    absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, tensor, cublas);
+    if (cublas < tensor) {
+      if (chosen == 0) chosen = n;
+    } else {
+      chosen = 0;
+    }
+  }
+  RETURN_IF_ERROR(products_->SetCublasMinTokens(chosen));
+  options_.quant_cublas_min_tokens = chosen;
+  if (!trace.empty()) {
+    const std::string choice =
+        chosen > 0 ? absl::StrFormat(
+                         "tensor cores below %d tokens, decoded ahead of cuBLAS from "
+                         "there",
+                         chosen)
+                   : std::string("tensor cores at every size");
+    PAGODA_LOG(kInfo, "cuda",
+               "quantized matrices past the fused product: %s (a step's products, ms tensor "
+               "cores/cuBLAS at tokens%s)",
+               choice, trace);
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickBlockProducts");
 }
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {

@@ -28,6 +28,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -76,6 +77,12 @@ struct CudaBackendOptions {
   // in slices, multiplied by cuBLAS.
   int quant_gemv_max_tokens = 8;
   bool quant_decode_then_cublas = false;
+  // Kept parts past the fused product, for steps of at least this many tokens: decoded ahead of
+  // cuBLAS (as quant_decode_then_cublas does for all), tensor cores below; 0: never; kGemvAuto:
+  // measured at Init (PickBlockProducts: the smaller of 16, 64, 256, 1024, 4096 tokens from
+  // which cuBLAS is faster). The worker passes kGemvAuto; the default keeps tests independent
+  // of timings.
+  int quant_cublas_min_tokens = 0;
   // The tensor-core product's kernel (LaunchQuantGemm): wgmma on compute capability 9.0, mma.sync
   // elsewhere, unless pinned (benchmarks compare them).
   QuantGemmKernel quant_gemm_kernel = QuantGemmKernel::kAuto;
@@ -146,6 +153,9 @@ class CudaBackend : public Backend {
   // kGemvAuto is resolved).
   int dense_gemv_max_tokens() const { return options_.dense_gemv_max_tokens; }
   int fp8_gemv_max_tokens() const { return options_.fp8_gemv_max_tokens; }
+  // The steps of at least this many tokens that decode kept parts ahead of cuBLAS (0: none;
+  // after kGemvAuto is resolved).
+  int quant_cublas_min_tokens() const { return options_.quant_cublas_min_tokens; }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
   const KvArenaLayout& kv_layout() const { return layout_; }
@@ -162,6 +172,15 @@ class CudaBackend : public Backend {
   // tokens, timing a step's products (the first layer's, n_layers times, and the classifier);
   // the GEMV keeps every size up to the first where it is not faster.
   absl::Status PickGemvTokens();
+  // Resolves quant_cublas_min_tokens' kGemvAuto: a step's products of the kept parts on tensor
+  // cores against decoded ahead of cuBLAS, at 16, 64, 256, 1024 and 4096 tokens (up to the
+  // budget); cuBLAS takes every step from the smallest size from which it wins at each larger.
+  absl::Status PickBlockProducts();
+  // A step's products at n tokens of the parts `matches` holds: the first layer's, counted
+  // n_layers times, plus the classifier's where it holds such parts and n fits the logits (a
+  // decode step samples every row), timed over a few eager passes after a warm-up (zeros in:
+  // the time does not depend on the values). Milliseconds.
+  absl::StatusOr<float> TimeStepProducts(int n, const std::function<bool(WeightFormat)>& matches);
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits,
                              std::vector<SampledLogprobs>* logprobs);

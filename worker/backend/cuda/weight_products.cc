@@ -36,9 +36,13 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
     ASSIGN_OR_RETURN(fp8,
                      Fp8Gemm::Create(stream, dtype, options.fp8_max_n_in, options.fp8_max_n_out));
   }
+  if (options.cublas_min_tokens < 0 ||
+      (options.cublas_min_tokens > 0 && options.scratch_bytes == 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "cublas_min_tokens %d needs a decode scratch (and >= 0)", options.cublas_min_tokens));
+  }
   ASSIGN_OR_RETURN(DeviceBuffer scratch,
-                   DeviceBuffer::Allocate(options.decode_then_cublas ? options.scratch_bytes : 0,
-                                          "the weight decode scratch"));
+                   DeviceBuffer::Allocate(options.scratch_bytes, "the weight decode scratch"));
   auto products = std::unique_ptr<WeightProducts>(new WeightProducts(
       stream, dtype, options, std::move(gemm), std::move(fp8), std::move(scratch)));
   if (options.gemv_int8) {
@@ -55,6 +59,15 @@ absl::Status WeightProducts::SetGemvTokens(int dense, int fp8) {
   RETURN_IF_ERROR(CheckGemvTokens("FP8 GEMV", fp8));
   options_.dense_gemv_max_tokens = dense;
   options_.fp8_gemv_max_tokens = fp8;
+  return absl::OkStatus();
+}
+
+absl::Status WeightProducts::SetCublasMinTokens(int tokens) {
+  if (tokens < 0 || (tokens > 0 && scratch_.bytes() == 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cublas_min_tokens %d needs a decode scratch (and >= 0)", tokens));
+  }
+  options_.cublas_min_tokens = tokens;
   return absl::OkStatus();
 }
 
@@ -105,7 +118,7 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
     } else if (num_tokens <= options_.gemv_max_tokens) {
       RETURN_IF_ERROR(
           LaunchQuantGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
-    } else if (!options_.decode_then_cublas) {
+    } else if (options_.cublas_min_tokens == 0 || num_tokens < options_.cublas_min_tokens) {
       RETURN_IF_ERROR(LaunchQuantGemm(
           {x, part, part_out, w.n_out, num_tokens, accumulate, dtype_, options_.gemm_kernel},
           stream_));

@@ -5,9 +5,9 @@
 // most gemv_max_tokens tokens, take the fused decode-and-multiply kernel (LaunchQuantGemv); for
 // more, the tensor-core kernel that decodes tiles on the fly (LaunchQuantGemm: the decoded
 // weights are rounded to the dtype there, where the fused product keeps them FP32, so logits
-// differ in their last bits between the two sides of gemv_max_tokens), or, when
-// asked (decode_then_cublas), are decoded a slice of rows at a time into a dtype scratch buffer
-// that cuBLAS then multiplies. Which is faster at which batch is bench/gpu.sh's to measure.
+// differ in their last bits between the two sides of gemv_max_tokens), or, for steps of at
+// least cublas_min_tokens, are decoded a slice of rows at a time into a dtype scratch buffer
+// that cuBLAS then multiplies (CudaBackend times which is faster from which size).
 //
 // FP8 parts go through Fp8Gemm (cuBLASLt), or for at most fp8_gemv_max_tokens tokens through
 // our own GEMV (LaunchFp8Gemv: one kernel, activations in the dtype, where Fp8Gemm quantizes
@@ -49,10 +49,13 @@ class WeightProducts {
     // in the dtype; gemv_int8_max_cols: the widest block part's columns (sizes the buffers).
     bool gemv_int8 = false;
     int gemv_int8_max_cols = 0;
-    bool decode_then_cublas = false;
+    // Quantized parts past gemv_max_tokens, for steps of at least this many tokens: decoded a
+    // slice of rows at a time into the scratch and multiplied by cuBLAS (0: never; 1: always).
+    int cublas_min_tokens = 0;
     // LaunchQuantGemm's kernel for the tensor-core product (kAuto: wgmma where the GPU has it).
     QuantGemmKernel gemm_kernel = QuantGemmKernel::kAuto;
-    // decode_then_cublas: room for the decoded slices; a quantized part's row must fit.
+    // Room for the decoded slices (0: no scratch, and cublas_min_tokens must stay 0); a
+    // quantized part's row must fit.
     size_t scratch_bytes = 0;
     // The widest FP8 part's columns and rows (0: no FP8 parts, no cuBLASLt).
     int fp8_max_n_in = 0;
@@ -68,6 +71,8 @@ class WeightProducts {
   // Changes Options::dense_gemv_max_tokens and fp8_gemv_max_tokens (each 0 to
   // kQuantGemvMaxTokens): CudaBackend times both sides of each at start.
   absl::Status SetGemvTokens(int dense, int fp8);
+  // Changes Options::cublas_min_tokens (CudaBackend times both products of kept parts).
+  absl::Status SetCublasMinTokens(int tokens);
   // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare); nothing for other formats.
   absl::Status Prepare(const Projection& w);
   size_t workspace_bytes() const {
