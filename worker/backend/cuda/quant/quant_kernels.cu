@@ -20,10 +20,13 @@ namespace {
 constexpr int kGemvWarps = 8;
 constexpr int kGemvRowsPerWarp = 2;
 constexpr int kGemvRows = kGemvWarps * kGemvRowsPerWarp;  // rows of one block
-// A block walks the row in chunks of one unit per lane; the staged x of a unit is padded to 33
-// floats so that the 32 lanes, each reading its own unit, hit 32 different banks.
+// A block walks the row in chunks of one unit per lane. The staged x of lane L's unit is 8
+// float4s, piece c at slot c ^ (L % 8), so that the 8 lanes of each 16-byte-load phase, reading
+// the same piece of their units, hit 8 different bank groups.
 constexpr int kGemvChunk = 32 * kQuantUnit;
-constexpr int kGemvStride = kQuantUnit + 1;
+__device__ __forceinline__ int GemvXSlot(int lane, int piece) {
+  return lane * 8 + (piece ^ (lane % 8));
+}
 constexpr int kDequantThreads = 128;
 
 // The fused products' end: each (row, token) sum over the warp's lanes, written by lane 0
@@ -49,8 +52,8 @@ __device__ __forceinline__ void StoreWarpSums(
 }
 
 template <WeightFormat F, typename T>
-__global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvParams p) {
-  __shared__ float xs[kQuantGemvMaxTokens][32 * kGemvStride];
+__global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvParams p) {
+  __shared__ float4 xs[kQuantGemvMaxTokens][32 * 8];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
   const int tokens = p.num_tokens, n_in = p.w.cols;
@@ -62,21 +65,29 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvKernel(QuantGemvPara
     __syncthreads();  // the previous chunk's reads are done
     for (int i = static_cast<int>(threadIdx.x); i < tokens * len; i += kGemvWarps * 32) {
       const int t = i / len, k = i - t * len;
-      xs[t][k / kQuantUnit * kGemvStride + k % kQuantUnit] =
+      reinterpret_cast<float*>(&xs[t][GemvXSlot(k / kQuantUnit, k % kQuantUnit / 4)])[k % 4] =
           ToFloat(x[static_cast<size_t>(t) * n_in + c0 + k]);
     }
     __syncthreads();
     if (lane * kQuantUnit >= len) continue;
     const int unit = c0 / kQuantUnit + lane;
+    // Unrolled, so that acc stays in registers (indexed by a loop variable, it went to local
+    // memory).
+#pragma unroll
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
       const int row = row0 + r;
-      if (row >= p.w.rows) break;
+      if (row >= p.w.rows) continue;
       float y[kQuantUnit];
       DecodeUnit<F>(w + static_cast<size_t>(row) * p.w.row_bytes, unit, y);
 #pragma unroll
       for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
         if (t >= tokens) break;
-        const float* xt = &xs[t][lane * kGemvStride];
+        float xt[kQuantUnit];
+#pragma unroll
+        for (int c = 0; c < kQuantUnit / 4; ++c) {
+          const float4 v = xs[t][GemvXSlot(lane, c)];
+          xt[4 * c] = v.x, xt[4 * c + 1] = v.y, xt[4 * c + 2] = v.z, xt[4 * c + 3] = v.w;
+        }
         float s = 0.0f;
 #pragma unroll
         for (int k = 0; k < kQuantUnit; ++k) s += y[k] * xt[k];
@@ -282,9 +293,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemv
     }
     __syncthreads();
     if (lane >= chunk_units) continue;
+#pragma unroll  // acc in registers, as in QuantGemvKernel
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
       const int row = row0 + r;
-      if (row >= p.w.rows) break;
+      if (row >= p.w.rows) continue;
       IntUnit unit;
       DecodeUnitInt<F>(w + static_cast<size_t>(row) * p.w.row_bytes, u0 + lane, unit);
       int packed[8];
