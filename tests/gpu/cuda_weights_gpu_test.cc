@@ -73,8 +73,11 @@ TEST_P(QuantizedFiles, MatchCpu) {
       const std::set<int> sizes = {0, 16, 64};
       EXPECT_TRUE(sizes.contains((*gpu)->quant_cublas_min_tokens()))
           << (*gpu)->quant_cublas_min_tokens();
-    } else {
-      EXPECT_EQ((*gpu)->quant_cublas_min_tokens(), mode.cublas_min_tokens);
+    } else {  // as set; decode_then_cublas is every size from 1; nothing kept, nothing
+      const int expected = !mode.keep_quantized      ? 0
+                           : mode.decode_then_cublas ? 1
+                                                     : mode.cublas_min_tokens;
+      EXPECT_EQ((*gpu)->quant_cublas_min_tokens(), expected);
     }
     // A step reads each kept matrix's file bytes, and two bytes per element of the others.
     size_t step_bytes = 0;
@@ -315,6 +318,15 @@ TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
     refused = CudaBackend::Create(model, o);
     EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(refused.status().message().find("FP8 GEMV"), std::string::npos) << refused.status();
+  }
+  // A model with no kept blocks: the block products' choice has nothing to time or decode.
+  for (const bool forced : {false, true}) {
+    CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
+    o.quant_decode_then_cublas = forced;
+    o.quant_cublas_min_tokens = forced ? 0 : kGemvAuto;
+    auto gpu = MakeCuda(model, o);
+    ASSERT_NE(gpu, nullptr);
+    EXPECT_EQ(gpu->quant_cublas_min_tokens(), 0);
   }
   CudaBackendOptions o = CudaOptions(16, 64, DType::kBf16);
   o.quant_cublas_min_tokens = -2;

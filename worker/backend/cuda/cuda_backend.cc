@@ -177,7 +177,12 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   products.fp8_max_n_out = weights_.fp8_max_rows();
   // Decoded ahead of cuBLAS: every step past the fused product (quant_decode_then_cublas), those
   // from a size (quant_cublas_min_tokens), or none until PickBlockProducts times it (kGemvAuto).
-  const int cublas_min = options_.quant_decode_then_cublas ? 1 : options_.quant_cublas_min_tokens;
+  // A model without kept parts has nothing to decode: no scratch, and the threshold reads 0.
+  const bool blocks = weights_.block_max_cols() > 0;
+  if (options_.quant_decode_then_cublas || !blocks) {
+    options_.quant_cublas_min_tokens = options_.quant_decode_then_cublas && blocks ? 1 : 0;
+  }
+  const int cublas_min = options_.quant_cublas_min_tokens;
   products.cublas_min_tokens = std::max(cublas_min, 0);
   products.gemm_kernel = options_.quant_gemm_kernel;
   if (cublas_min != 0) {
@@ -418,8 +423,14 @@ absl::StatusOr<float> CudaBackend::TimeStepProducts(
 absl::Status CudaBackend::PickBlockProducts() {
   if (options_.quant_cublas_min_tokens != kGemvAuto) return absl::OkStatus();
   options_.quant_cublas_min_tokens = 0;
-  if (options_.quant_decode_then_cublas || weights_.block_max_cols() == 0) {
-    return absl::OkStatus();  // forced, or no kept parts: nothing to choose
+  const size_t widest_row = static_cast<size_t>(weights_.block_max_cols()) * DTypeSize(dtype_);
+  if (options_.max_decode_scratch_bytes < widest_row) {
+    PAGODA_LOG(kInfo, "cuda",
+               "quantized matrices past the fused product: tensor cores at every size (a decode "
+               "scratch of %d bytes holds no row of %d)",
+               static_cast<int64_t>(options_.max_decode_scratch_bytes),
+               static_cast<int64_t>(widest_row));
+    return absl::OkStatus();
   }
   const auto block = [](WeightFormat f) { return IsBlockFormat(f); };
   // Per size, the better of two alternating trials per side; cuBLAS takes the steps from the

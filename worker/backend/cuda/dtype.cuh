@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <cstring>
 #include <utility>
 
 #include "worker/backend/cuda/dtype.h"
@@ -58,10 +59,23 @@ __device__ __forceinline__ float2 UnpackPair(uint32_t w) {
                      ToFloat(FromBits<T>(static_cast<uint16_t>(w >> 16))));
 }
 
+// Two floats -> two elements packed in one 32-bit word (x in the low half), rounded to nearest
+// even by one packed conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32).
 template <typename T>
-__device__ __forceinline__ uint32_t PackPair(float x, float y) {
-  return static_cast<uint32_t>(ToBits(FromFloat<T>(x))) |
-         (static_cast<uint32_t>(ToBits(FromFloat<T>(y))) << 16);
+__device__ __forceinline__ uint32_t PackPair(float x, float y);
+template <>
+__device__ __forceinline__ uint32_t PackPair<__nv_bfloat16>(float x, float y) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+  uint32_t word;
+  memcpy(&word, &v, sizeof(word));
+  return word;
+}
+template <>
+__device__ __forceinline__ uint32_t PackPair<__half>(float x, float y) {
+  const __half2 v = __floats2half2_rn(x, y);
+  uint32_t word;
+  memcpy(&word, &v, sizeof(word));
+  return word;
 }
 
 // Eight elements (16 bytes) -> floats in address order.

@@ -29,8 +29,8 @@ __device__ __forceinline__ float LoadHalf(const uint8_t* p) {
   return HalfToFloat(*reinterpret_cast<const uint16_t*>(p));
 }
 
-// The decoders' loads: a unit's bytes in as few loads as the block's alignment allows (one byte
-// at a time, a Q4_K unit took 37 loads; now 3). Q4_K and Q5_K blocks (144 and 176 bytes) start at
+// The decoders' loads: a unit's bytes in as few loads as the block's alignment allows (they were
+// read one byte at a time). Q4_K and Q5_K blocks (144 and 176 bytes) start at
 // multiples of 16 of rows whose first byte is 16-byte aligned (DecodeAlignment; the launchers
 // check it), so they are read 16 bytes at a time. Q8_0, Q4_0 and Q6_K blocks (34, 18 and 210
 // bytes) are only 2-byte aligned: read 4 bytes at a time and joined across the misalignment.

@@ -7,9 +7,10 @@
 // g + 8 of its warp's 16, columns 2t, 2t + 1, 2t + 8 and 2t + 9 of each k-step of 16: wgmma.cuh),
 // so the weights never pass through shared memory; the activations come in by cp.async into
 // 128-byte swizzled tiles (kN token rows of 64 columns), kStages - 1 steps ahead, and are wgmma's
-// B operand, K-major. Step k issues its four m64nNk16 with A from registers, then, while they run
-// on the tensor cores, decodes step k + 1's fragments into the other register set; one barrier a
-// step. The weights of a step kPrefetchSteps ahead are asked into L2 meanwhile.
+// B operand, K-major. Step k issues its four m64nNk16 with A from registers, waits for step
+// k - 1's, then, while step k's run on the tensor cores, decodes step k + 1's fragments into the
+// register set step k - 1 read; one barrier a step. The weights of a step kPrefetchSteps ahead
+// are asked into L2 meanwhile.
 //
 // The values are DecodeUnit's (the same formulas and float operations), rounded to the dtype as
 // the mma.sync kernel rounds them; sums are fp32 in the tensor cores' order.
@@ -244,15 +245,18 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
                      inside ? x + static_cast<size_t>(tok0 + r) * n_in + col : x, inside);
     }
   };
-  // The first bytes of step k of this thread's rows, into L2 (thread t of a quad a 32-byte
-  // sector each).
+  // Step k's bytes of this thread's rows, into L2. Q8_0 and Q4_0 steps read two blocks (68 or
+  // 36 bytes): thread t of a quad asks for the 32-byte sector at 32 t. The K formats' four steps
+  // of a block read all of it (up to 210 bytes): the block's first step asks for the whole
+  // block, 64 t from its start.
   auto prefetch = [&](int k) {
     const int u = 2 * k;
-    if (u >= units) return;
+    constexpr bool kWholeBlock = F != WeightFormat::kQ8_0 && F != WeightFormat::kQ4_0;
+    if (u >= units || (kWholeBlock && (u & 7) != 0)) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = min(row_g + 8 * h, p.w.rows - 1);
-      const size_t at = UnitBlockOffset<F>(u) + 32 * t;
+      const size_t at = UnitBlockOffset<F>(u) + (kWholeBlock ? 64 : 32) * t;
       if (at < p.w.row_bytes) {
         PrefetchL2(static_cast<const uint8_t*>(p.w.data) +
                    static_cast<size_t>(row) * p.w.row_bytes + at);

@@ -25,14 +25,14 @@ namespace pagoda::worker::cuda {
 // The most tokens one QuantGemv launch takes.
 inline constexpr int kQuantGemvMaxTokens = 8;
 
-// out[t * ld_out + o] = sum_i w[o][i] * float(x[t][i]) (+ out[t * ld_out + o] when accumulating)
-// for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
-// a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
-// 32 per row in turn against x staged in shared memory.
 // The tensor-core kernel LaunchQuantGemm runs: kAuto takes wgmma where the device has it
 // (WgmmaAvailable: compute capability 9.0) and mma.sync elsewhere; tests and benchmarks pin one.
 enum class QuantGemmKernel { kAuto, kMmaSync, kWgmma };
 
+// out[t * ld_out + o] = sum_i w[o][i] * float(x[t][i]) (+ out[t * ld_out + o] when accumulating)
+// for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
+// a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
+// 32 per row in turn against x staged in shared memory.
 struct QuantGemvParams {
   const void* x;   // [num_tokens][w.cols] dtype
   DeviceMatrix w;  // a quantized format
