@@ -179,7 +179,8 @@ class CudaBackend : public Backend {
   // A step's products at n tokens of the parts `matches` holds: the first layer's, counted
   // n_layers times, plus the classifier's where it holds such parts and n fits the logits (a
   // decode step samples every row), timed over a few eager passes after a warm-up (zeros in:
-  // the time does not depend on the values). Milliseconds.
+  // the time does not depend on the values). Milliseconds. Eager launches, where decode replays
+  // graphs: at the shapes where the choices matter the kernels outlast their launches.
   absl::StatusOr<float> TimeStepProducts(int n, const std::function<bool(WeightFormat)>& matches);
   absl::Status RunMicroBatch(std::span<const SeqInput> batch, std::span<const SampleInput> samples,
                              bool sample, std::vector<int32_t>* tokens, std::vector<float>* logits,
