@@ -273,17 +273,19 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
 }
 
 absl::Status CudaBackend::CheckFp8Products() {
-  if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
-  // Every FP8 shape planned for every slice size (so a graph capture plans nothing), then each
-  // projection of the first layer run for one token (our GEMV, where it is on) and for one more
-  // than the GEMV takes (cuBLASLt): a GPU or cuBLASLt without a kernel for these shapes fails
-  // here, at start, not in the first request.
+  // Every projection prepared (FP8 shapes planned for every slice size, block kernels set up),
+  // so that a graph capture, which records the first step of each decode shape, does neither.
   for (int i = 0; i < config().n_layers; ++i) {
     const DeviceLayer& layer = weights_.layer(i);
     for (const Projection* p : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
       RETURN_IF_ERROR(products_->Prepare(*p));
     }
   }
+  RETURN_IF_ERROR(products_->Prepare(weights_.output()));
+  if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
+  // Each FP8 projection of the first layer run for one token (our GEMV, where it is on) and for
+  // one more than the GEMV takes (cuBLASLt): a GPU or cuBLASLt without a kernel for these shapes
+  // fails here, at start, not in the first request.
   const DeviceLayer& l = weights_.layer(0);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));

@@ -167,7 +167,9 @@ class CudaBackend : public Backend {
  private:
   CudaBackend(const CudaBackendOptions& options, DeviceWeights weights);
   absl::Status Init(cudaStream_t stream);  // workspace, arena, staging
-  absl::Status CheckFp8Products();         // FP8 plans and one token through them, at Init
+  // At Init: every projection prepared (FP8 plans, block kernels' set-up), then the first
+  // layer's FP8 projections run through both of their products.
+  absl::Status CheckFp8Products();
   // Resolves kGemvAuto thresholds: per format, our GEMV against the library at 1, 2, 4 and 8
   // tokens, timing a step's products (the first layer's, n_layers times, and the classifier);
   // the GEMV keeps every size up to the first where it is not faster.

@@ -74,6 +74,9 @@ absl::Status WeightProducts::SetCublasMinTokens(int tokens) {
 absl::Status WeightProducts::Prepare(const Projection& w) {
   for (int i = 0; i < w.num_parts; ++i) {
     const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
+    if (IsBlockFormat(part.format)) {
+      RETURN_IF_ERROR(PrepareQuantGemm(part.format, dtype_, options_.gemm_kernel));
+    }
     if (part.format != WeightFormat::kFp8) continue;
     if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
     RETURN_IF_ERROR(fp8_->Prepare(part));

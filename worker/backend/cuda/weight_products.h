@@ -16,7 +16,7 @@
 // Contract: out[t][o] = sum_i W[o][i] * x[t][i] (+ out[t][o] when accumulating), W the
 // projection's parts stacked along o. Enqueued on the stream given at Create(); never
 // synchronizes, and allocates nothing after Create once Prepare() has seen each projection with
-// FP8 parts (CUDA-graph safe). Not thread-safe.
+// FP8 or block parts (CUDA-graph safe). Not thread-safe.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -73,7 +73,9 @@ class WeightProducts {
   absl::Status SetGemvTokens(int dense, int fp8);
   // Changes Options::cublas_min_tokens (CudaBackend times both products of kept parts).
   absl::Status SetCublasMinTokens(int tokens);
-  // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare); nothing for other formats.
+  // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare) and sets up the block parts'
+  // tensor-core kernels (PrepareQuantGemm), so that a graph capture does neither; nothing for
+  // dense parts.
   absl::Status Prepare(const Projection& w);
   size_t workspace_bytes() const {
     return gemm_->workspace_bytes() + scratch_.bytes() + xq_.bytes() +

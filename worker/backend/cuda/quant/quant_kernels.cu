@@ -660,6 +660,27 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
       "LaunchQuantGemm");
 }
 
+absl::Status PrepareQuantGemm(WeightFormat format, DType dtype, QuantGemmKernel kernel) {
+  if (!IsBlockFormat(format) || kernel == QuantGemmKernel::kMmaSync || !WgmmaAvailable()) {
+    return absl::OkStatus();
+  }
+  namespace qw = quant_wgmma;
+  return CudaStatus(
+      DispatchFormat(
+          format,
+          [&](auto f) {
+            return DispatchDType(dtype, [&](auto t) {
+              constexpr WeightFormat kF = decltype(f)::kFormat;
+              using T = decltype(t);
+              const cudaError_t err =
+                  OptInSharedMemory<qw::QuantGemmWgmmaKernel<kF, T, 64>>(qw::SmemBytes<64>());
+              if (err != cudaSuccess) return err;
+              return OptInSharedMemory<qw::QuantGemmWgmmaKernel<kF, T, 128>>(qw::SmemBytes<128>());
+            });
+          }),
+      "PrepareQuantGemm");
+}
+
 absl::Status LaunchDequantizeRows(const DequantizeRowsParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchDequantizeRows");
   CheckMatrix(check, p.w);

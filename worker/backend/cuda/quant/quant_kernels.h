@@ -95,6 +95,10 @@ absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream);
 // mma.sync m16n8k16. Either way each weight is decoded once per token tile, so the weight bytes
 // read stay the file's, where decoding to a scratch matrix first writes and reads the dtype's.
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream);
+// Does ahead, outside any graph capture, what LaunchQuantGemm's first launch for this format and
+// dtype would: the wgmma kernels' opt-in to more than 48 KiB of shared memory (a setting, not
+// work on a stream). Nothing for kMmaSync, nor where the device has no wgmma.
+absl::Status PrepareQuantGemm(WeightFormat format, DType dtype, QuantGemmKernel kernel);
 
 // out[r][:] = decode(w[rows ? rows[r] : first_row + r]) for r < num_rows, as float32 (out_f32)
 // or rounded to the dtype: the embedding gather (rows = tokens) and the decode of a slice of
