@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "worker/backend/cuda/dtype.h"
@@ -62,19 +63,15 @@ __device__ __forceinline__ float2 UnpackPair(uint32_t w) {
 // Two floats -> two elements packed in one 32-bit word (x in the low half), rounded to nearest
 // even by one packed conversion (cvt.rn.bf16x2.f32 / cvt.rn.f16x2.f32).
 template <typename T>
-__device__ __forceinline__ uint32_t PackPair(float x, float y);
-template <>
-__device__ __forceinline__ uint32_t PackPair<__nv_bfloat16>(float x, float y) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+__device__ __forceinline__ uint32_t PackPair(float x, float y) {
   uint32_t word;
-  memcpy(&word, &v, sizeof(word));
-  return word;
-}
-template <>
-__device__ __forceinline__ uint32_t PackPair<__half>(float x, float y) {
-  const __half2 v = __floats2half2_rn(x, y);
-  uint32_t word;
-  memcpy(&word, &v, sizeof(word));
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    memcpy(&word, &v, sizeof(word));
+  } else {
+    const __half2 v = __floats2half2_rn(x, y);
+    memcpy(&word, &v, sizeof(word));
+  }
   return word;
 }
 
