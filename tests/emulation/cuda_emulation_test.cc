@@ -341,6 +341,41 @@ TEST(CudaEmulationTest, WgmmaIssuedBeforeItsCopiesLandFailsTheLaunch) {
   emulation::TakeLastError();
 }
 
+// A cp.async into shared bytes that an issued wgmma reads, before the wgmma's wait, fails its
+// launch (on the GPU the operation may read them at any time until then); a copy into bytes no
+// wgmma in flight reads does not.
+__global__ void CopyUnderWgmma(const uint16_t* src, int offset) {
+  PAGODA_DYNAMIC_SHARED(uint32_t, words);
+  char* const tile = reinterpret_cast<char*>(words);
+  for (int i = static_cast<int>(threadIdx.x); i < 128 * 8; i += 128) {
+    mma::CpAsync16(tile + wgmma::SwizzledOffset(i / 8, i % 8 * 8), src, true);
+  }
+  mma::CpAsyncCommit();
+  mma::CpAsyncWait<0>();
+  wgmma::FenceProxyAsync();
+  __syncthreads();
+  float d[64];
+  const uint64_t desc = wgmma::Descriptor(wgmma::SharedAddress(tile), 16, wgmma::kAtomBytes);
+  wgmma::Fence();
+  wgmma::MmaSS<__nv_bfloat16, false, 128>(d, desc, desc, false);
+  wgmma::Commit();
+  mma::CpAsync16(tile + offset + 16 * threadIdx.x, src, true);  // thread 0: bytes it reads
+  mma::CpAsyncCommit();
+  wgmma::Wait<0>();
+  mma::CpAsyncWait<0>();
+}
+
+TEST(CudaEmulationTest, CopyIntoAWgmmaOperandBeforeItsWaitFailsTheLaunch) {
+  std::vector<uint16_t> src(8, 0x3f80);  // bf16 1.0
+  EXPECT_EQ(LaunchKernel(CopyUnderWgmma, 1, 128, 32768, nullptr, src.data(), 0),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("not yet waited for reads"), std::string::npos)
+      << emulation::LastLaunchError();
+  emulation::TakeLastError();
+  EXPECT_EQ(LaunchKernel(CopyUnderWgmma, 1, 128, 32768, nullptr, src.data(), 16384), cudaSuccess)
+      << emulation::LastLaunchError();
+}
+
 // cp.async lands at the wait that covers its group, as late as the GPU allows: before it the
 // destination holds its old bytes; wait_group 1 lands the older of two groups only; a copy
 // without fill writes zeros; copies still in flight at exit land.

@@ -188,6 +188,10 @@ struct LaunchState {
   std::vector<bool> unfenced;
   // Per granule: cp.async copies issued into it and not yet carried out (landed at a wait).
   std::vector<int> in_flight;
+  // Per granule: wgmma shares (one thread's chunks of one operation) issued on it and not yet
+  // carried out. On the GPU an operation reads its shared operands at any time until its wait,
+  // so a copy into them before then races with it.
+  std::vector<int> wgmma_reads;
   // The released warp collectives' values, each in the row of its lowest posting lane: a lane
   // reads them as it resumes, in the round after the release, before the next release can
   // reuse the row.
@@ -592,14 +596,17 @@ class SwizzledOperand {
   // landed and fenced. On the GPU the operation reads at some point before its wait, so the
   // operand must be complete when it is issued; carrying the operation out at the wait alone
   // would hide a copy waited for only after the issue.
-  bool IssuableChunk(int mn, int k) const {
+  // The chunk's granule goes to `granules` (read until the operation is carried out).
+  bool IssuableChunk(int mn, int k, std::vector<size_t>& granules) const {
     const uint32_t addr = ChunkAddress(mn, k);
     if (!Readable(addr, "issued on")) return false;
-    if (active->in_flight[(addr - kDynamicSharedAddress) / 16] != 0) {
+    const size_t granule = (addr - kDynamicSharedAddress) / 16;
+    if (active->in_flight[granule] != 0) {
       ReportFault("wgmma issued on shared address " + std::to_string(addr) +
                   ", where a cp.async has not landed (no wait covers it yet)");
       return false;
     }
+    granules.push_back(granule);
     return true;
   }
 
@@ -628,28 +635,32 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
     ReportFault("wgmma with n " + std::to_string(n));
     return;
   }
+  // This thread's share of the operands (the chunks it reads below) must be complete now, and
+  // stays claimed (wgmma_reads) until the operation is carried out.
+  std::vector<size_t> granules;
   {
-    // This thread's share of the operands (the chunks it reads below) must be complete now.
     const int g = lane / 4, t = lane % 4;
     SwizzledOperand a_op, b_op;
     if ((a_regs == nullptr && !a_op.Decode(a_desc, false)) || !b_op.Decode(b_desc, trans_b)) return;
     for (int h = 0; h < 2 && a_regs == nullptr; ++h) {
       for (int k = 0; k < 16; k += 8) {
-        if (!a_op.IssuableChunk(16 * warp + g + 8 * h, k)) return;
+        if (!a_op.IssuableChunk(16 * warp + g + 8 * h, k, granules)) return;
       }
     }
     for (int j = 0; j < n / 8; ++j) {
       for (int e = 0; e < 2 && !b_op.mn_major(); ++e) {
         for (int k = 0; k < 16; k += 8) {
-          if (!b_op.IssuableChunk(8 * j + 2 * t + e, k)) return;
+          if (!b_op.IssuableChunk(8 * j + 2 * t + e, k, granules)) return;
         }
       }
       for (int k = 0; k < 16 && b_op.mn_major(); ++k) {
-        if (!b_op.IssuableChunk(8 * j, k)) return;
+        if (!b_op.IssuableChunk(8 * j, k, granules)) return;
       }
     }
   }
+  for (size_t granule : granules) ++active->wgmma_reads[granule];
   f.wgmma.open.push_back([=] {
+    for (size_t granule : granules) --active->wgmma_reads[granule];
     const int g = lane / 4, t = lane % 4;
     // The warp's A registers, lane l's in gathered[l], read now: they belong to the operation
     // until its wait, as its accumulators do.
@@ -721,8 +732,19 @@ void CopyAsync16(void* dst, const void* src, bool fill) {
   const char* c = static_cast<const char*>(dst);
   const bool dynamic = c >= base && c < base + s.dynamic_shared_bytes;
   const size_t granule = dynamic ? static_cast<size_t>(c - base) / 16 : 0;
+  // The copy may land at any time until its wait: a wgmma issued on those bytes and not yet
+  // waited for, at its issue or at its landing, races with it.
+  auto unclaimed = [dynamic, granule, c, base] {
+    if (!dynamic || active->wgmma_reads[granule] == 0) return true;
+    ReportFault("cp.async into shared address " +
+                std::to_string(kDynamicSharedAddress + static_cast<size_t>(c - base)) +
+                ", which a wgmma issued and not yet waited for reads");
+    return false;
+  };
+  if (!unclaimed()) return;
   if (dynamic) ++s.in_flight[granule];
-  Self().copies.open.push_back([dst, bytes, dynamic, granule] {
+  Self().copies.open.push_back([dst, bytes, dynamic, granule, unclaimed] {
+    if (!unclaimed()) return;
     std::memcpy(dst, bytes.data(), 16);
     if (dynamic) {
       --active->in_flight[granule];
@@ -769,6 +791,7 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
         std::memset(s.dynamic_shared.get(), 0xff, dynamic_shared_bytes);
         s.unfenced.assign((dynamic_shared_bytes + 15) / 16, false);
         s.in_flight.assign((dynamic_shared_bytes + 15) / 16, 0);
+        s.wgmma_reads.assign((dynamic_shared_bytes + 15) / 16, 0);
         for (unsigned t = 0; t < threads; ++t) {
           const uint3 thread_idx =
               make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
