@@ -14,8 +14,9 @@
 // intra-warpgroup overlap of FlashAttention-3); the two warpgroups' steps interleave on the SM.
 // Shared memory: Q, then two stages of K tiles and two of V tiles, each in wgmma.cuh's 128-byte
 // swizzled blocks, written by cp.async straight from the pages: during step t, K(t + 2) and
-// V(t + 1) load into the stages K(t) and V(t - 1) left, one barrier per step. Positions past
-// the block's last are zero-filled, never read from the cache.
+// V(t + 1) load into the stages K(t) and V(t - 1) left, one barrier per step, the copies issued
+// after the step's wgmma. Positions past the block's last are zero-filled, never read from the
+// cache.
 //
 // Grid: (n_kv_heads, row blocks, sequences) as PrefillBlock reads it.
 #pragma once
@@ -164,13 +165,17 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   softmax(0);
   pack_probabilities();
 
-  // Waits for this thread's pieces of K(t + 1) and V(t) (its only loads in flight), then for
-  // everyone's; every warpgroup is then done with S(t) and P·V(t - 1), so K(t + 2) may load into
-  // K(t)'s stage and V(t + 1) into V(t - 1)'s.
-  auto next_loads = [&](int t) {
+  // At the start of step t: waits for this thread's pieces of K(t + 1) and V(t) (its only loads
+  // in flight), then for everyone's. Every warpgroup is then also done with S(t) and P·V(t - 1).
+  auto landed = [&] {
     mma::CpAsyncWait<0>();
     wgmma::FenceProxyAsync();
     __syncthreads();
+  };
+  // After step t's wgmma are issued (they read K(t + 1) and V(t)): K(t + 2) loads into K(t)'s
+  // stage and V(t + 1) into V(t - 1)'s, freed at `landed`. Issued behind the tensor cores' work,
+  // the page-table reads and copies leave no gap before it.
+  auto next_loads = [&](int t) {
     if (t + 2 < tiles) load_kv(a.k_cache, k_s + stage(t), (t + 2) * kKeys);
     if (t + 1 < tiles) load_kv(a.v_cache, v_s + stage(t + 1), (t + 1) * kKeys);
     mma::CpAsyncCommit();
@@ -195,9 +200,10 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
   // is peeled off: with the S issue and its wait under a condition, ptxas serializes every
   // wgmma of the kernel (C7514).
   for (int t = 0; t + 1 < tiles; ++t) {
-    next_loads(t);
+    landed();
     issue_scores(t + 1);
     issue_output(t);
+    next_loads(t);
     wgmma::Wait<1>();  // S(t + 1) is done; P(t)·V(t) may still run
     const bool rescale = softmax(t + 1);
     wgmma::Wait<0>();  // P(t)·V(t) is done: o and p are this thread's again
@@ -209,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, 1) PrefillWgmmaKernel(const PrefillA
     }
     pack_probabilities();
   }
-  next_loads(tiles - 1);
+  landed();
   issue_output(tiles - 1);
   wgmma::Wait<0>();
   wgmma::FenceOperand(o);
