@@ -63,8 +63,9 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
 ABSL_FLAG(int32_t, device, 0, "cuda: GPU index");
 ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only iterations");
 ABSL_FLAG(std::string, prefill_attention, "auto",
-          "cuda: prefill attention's tensor-core kernel (head dims 64 and 128): auto (wgmma on "
-          "compute capability 9.0, mma.sync elsewhere), mma_sync, or wgmma (9.0 only)");
+          "cuda: prefill attention's tensor-core kernel (head dims 64 and 128): auto (on "
+          "compute capability 9.0 whichever of wgmma and mma_sync times faster at start, "
+          "mma_sync elsewhere), mma_sync, or wgmma (9.0 only)");
 ABSL_FLAG(std::string, gemv_max_tokens, "auto",
           "cuda: steps of up to N tokens multiply BF16/FP16 and FP8 weights with Pagoda's GEMV "
           "instead of cuBLAS/cuBLASLt: auto (each format's N timed at start on the model's own "

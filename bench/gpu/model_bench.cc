@@ -175,6 +175,7 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.dense_gemv_max_tokens = forcing && weights == Weights::kBf16 ? forced : pc::kGemvAuto;
   o.fp8_gemv_max_tokens = forcing && weights == Weights::kFp8 ? forced : pc::kGemvAuto;
   o.prefill_kernel = BenchPrefillKernel();
+  o.time_prefill_kernel = o.prefill_kernel == pc::PrefillKernel::kAuto;  // as the worker
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
   if (!b.ok()) {
@@ -327,6 +328,8 @@ void RunPrefill(benchmark::State& state, pc::CudaBackend& b, int tokens, int chu
   if (timer != nullptr) PhaseCounters(state, *timer, static_cast<double>(state.iterations()));
   state.counters["tokens"] = tokens;
   state.counters["chunk"] = chunk;
+  // Prefill attention's kernel in the pass (the start-up timing's pick, unless forced).
+  state.counters["prefill_wgmma"] = b.prefill_kernel() == pc::PrefillKernel::kWgmma;
   // The chunk the scheduler plans on this GPU at the worker's defaults.
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) {

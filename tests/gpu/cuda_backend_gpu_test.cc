@@ -182,6 +182,34 @@ TEST(CudaBackendGpuTest, MmaSyncPrefillMatchesCpu) {
   CompareRagged(*cpu, *gpu, rng, 6, 200, 4, 6e-3);
 }
 
+// time_prefill_kernel (the worker's --prefill-attention auto): on a GPU with both tensor-core
+// kernels Init times them and keeps one; the pages it timed on read as poison again, and the
+// steps after match the CPU.
+TEST(CudaBackendGpuTest, TimedPrefillKernelMatchesCpu) {
+  SKIP_WITHOUT_GPU();
+  std::mt19937_64 rng(17);
+  auto model = RandomF16Model(512, 8, 2, 2, 3);  // head dim 64, groups of 4
+  auto cpu = MakeCpu(model, 16, 400);
+  CudaBackendOptions options = CudaOptions(16, 400, DType::kFp16);
+  options.max_batch_tokens = 48;  // the timed prompt: 48 tokens in pages 0, 1 and 2
+  options.time_prefill_kernel = true;
+  auto gpu = MakeCuda(model, options);
+  ASSERT_NE(gpu, nullptr);
+  if (PrefillWgmmaAvailable()) {
+    EXPECT_NE(gpu->prefill_kernel(), PrefillKernel::kAuto);
+  } else {
+    EXPECT_EQ(gpu->prefill_kernel(), PrefillKernel::kAuto);  // one kernel: nothing to time
+  }
+  ASSERT_OK(gpu->InitSwapSpace(2));
+  ASSERT_OK(gpu->SwapOut(std::vector<SwapCopy>{{2, 0}, {3, 1}}));
+  for (int slot : {0, 1}) {
+    const std::span<const std::byte> kv = gpu->swap_slot(slot);
+    EXPECT_TRUE(std::all_of(kv.begin(), kv.end(), [](std::byte x) { return x == std::byte{0xff}; }))
+        << "page " << slot + 2;
+  }
+  CompareRagged(*cpu, *gpu, rng, 6, 40, 4, 6e-3);
+}
+
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);

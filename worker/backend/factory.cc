@@ -64,6 +64,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
         absl::StrFormat("--prefill-attention \"%s\" is not supported; use auto, mma_sync or wgmma",
                         o.prefill_attention));
   }
+  // auto on a GPU with both tensor-core kernels: whichever times faster at start.
+  cuda.time_prefill_kernel = cuda.prefill_kernel == cuda::PrefillKernel::kAuto;
   if (o.gemv_max_tokens == "auto") {
     cuda.dense_gemv_max_tokens = cuda.fp8_gemv_max_tokens = cuda::kGemvAuto;
   } else if (int tokens = 0; absl::SimpleAtoi(o.gemv_max_tokens, &tokens) && tokens >= 0 &&

@@ -267,6 +267,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "KV arena init"));
+  RETURN_IF_ERROR(PickPrefillKernel());
   RETURN_IF_ERROR(CheckFp8Products());
   RETURN_IF_ERROR(PickGemvTokens());
   return PickBlockProducts();
@@ -472,6 +473,95 @@ absl::Status CudaBackend::PickBlockProducts() {
                choice, trace);
   }
   return CudaStatus(cudaStreamSynchronize(stream_), "PickBlockProducts");
+}
+
+absl::Status CudaBackend::PickPrefillKernel() {
+  const common::ModelConfig& c = config();
+  const int ps = options_.page_size;
+  if (!options_.time_prefill_kernel || options_.prefill_kernel != PrefillKernel::kAuto ||
+      !PrefillWgmmaAvailable() || (c.head_dim != 64 && c.head_dim != 128)) {
+    return absl::OkStatus();
+  }
+  // The prompt the worker's default plan prefills in one step (its whole budget, from position
+  // 0), as far as the context and the arena allow: what a long prompt's time to first token is
+  // made of.
+  const int n =
+      std::min({limits_.max_tokens, 8192, c.context_length, layout_.num_pages * ps}) / ps * ps;
+  if (n == 0) return absl::OkStatus();
+  const int pages = n / ps;
+  std::vector<int32_t> ints = {0, n, 0};  // token_start, num_tokens, start_pos, then the pages
+  for (int p = 0; p < pages; ++p) ints.push_back(p);
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(inputs_.get(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_),
+      "prefill kernel timing"));
+  char* const arena = arena_.get<char>();
+  const size_t kv_bytes = static_cast<size_t>(pages) * layout_.page_bytes();
+  const size_t kv_count = kv_bytes / DTypeSize(dtype_);
+  RETURN_IF_ERROR(LaunchFillRandom(q_.get(), size_t(n) * c.q_dim(), dtype_, 1.0f, 1, stream_));
+  RETURN_IF_ERROR(
+      LaunchFillRandom(arena + layout_.k_offset(0), kv_count, dtype_, 1.0f, 2, stream_));
+  RETURN_IF_ERROR(
+      LaunchFillRandom(arena + layout_.v_offset(0), kv_count, dtype_, 1.0f, 3, stream_));
+  PrefillAttentionParams p{};
+  const int32_t* in = inputs_.get<int32_t>();
+  p.batch.token_start = in;
+  p.batch.num_tokens = in + 1;
+  p.batch.start_pos = in + 2;
+  p.batch.page_table = in + 3;
+  p.batch.page_table_stride = pages;
+  p.batch.num_seqs = 1;
+  p.shape.n_heads = c.n_heads;
+  p.shape.n_kv_heads = c.n_kv_heads;
+  p.shape.head_dim = c.head_dim;
+  p.shape.page_size = ps;
+  p.shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.shape.dtype = dtype_;
+  p.q = q_.get();
+  p.k_cache = arena + layout_.k_offset(0);
+  p.v_cache = arena + layout_.v_offset(0);
+  p.out = attn_.get();
+  p.max_chunk_tokens = n;
+  cudaEvent_t events[2] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  constexpr int kLaunches = 3;
+  auto time_kernel = [&](PrefillKernel kernel) -> absl::StatusOr<float> {
+    p.kernel = kernel;
+    RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));  // warm-up
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+    for (int i = 0; i < kLaunches; ++i) RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[1]), "event"));
+    float ms = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, events[0], events[1]), "event"));
+    return ms / kLaunches;
+  };
+  float wgmma = std::numeric_limits<float>::infinity(), mma_sync = wgmma;
+  for (int trial = 0; trial < 2 && status.ok(); ++trial) {
+    absl::StatusOr<float> a = time_kernel(PrefillKernel::kWgmma);
+    absl::StatusOr<float> b = a.ok() ? time_kernel(PrefillKernel::kMmaSync) : a;
+    if (!b.ok()) status = b.status();
+    if (status.ok()) wgmma = std::min(wgmma, *a), mma_sync = std::min(mma_sync, *b);
+  }
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  // As Init left them: the pages poisoned, the attention output zeros.
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(arena + layout_.k_offset(0), 0xff, kv_bytes, stream_),
+                             "prefill kernel timing"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(arena + layout_.v_offset(0), 0xff, kv_bytes, stream_),
+                             "prefill kernel timing"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(attn_.get(), 0, attn_.bytes(), stream_), "prefill kernel timing"));
+  options_.prefill_kernel = mma_sync < wgmma ? PrefillKernel::kMmaSync : PrefillKernel::kWgmma;
+  PAGODA_LOG(kInfo, "cuda",
+             "prefill attention: %s (one layer's attention of a %d-token prompt, ms wgmma %.3f, "
+             "mma.sync %.3f)",
+             mma_sync < wgmma ? "mma.sync" : "wgmma", n, wgmma, mma_sync);
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickPrefillKernel");
 }
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {

@@ -104,6 +104,10 @@ struct CudaBackendOptions {
   // Prefill attention's tensor-core kernel (head dims 64 and 128): auto takes wgmma on
   // compute capability 9.0 and mma.sync elsewhere; wgmma is refused at Init anywhere else.
   PrefillKernel prefill_kernel = PrefillKernel::kAuto;
+  // With prefill_kernel auto on a GPU that runs both kernels: Init times each on one prompt of
+  // the step budget and keeps the faster (PickPrefillKernel). The worker sets it for
+  // --prefill-attention auto; the default keeps tests independent of timings.
+  bool time_prefill_kernel = false;
   int device = 0;
   bool cuda_graphs = true;
   int max_graph_seqs = 256;       // decode batches up to this size replay graphs
@@ -156,6 +160,9 @@ class CudaBackend : public Backend {
   // The steps of at least this many tokens that decode kept parts ahead of cuBLAS (0: none;
   // after kGemvAuto is resolved).
   int quant_cublas_min_tokens() const { return options_.quant_cublas_min_tokens; }
+  // Prefill attention's kernel: what time_prefill_kernel picked, else as given (kAuto: the
+  // launcher's choice).
+  PrefillKernel prefill_kernel() const { return options_.prefill_kernel; }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
   const KvArenaLayout& kv_layout() const { return layout_; }
@@ -178,6 +185,11 @@ class CudaBackend : public Backend {
   // cores against decoded ahead of cuBLAS, at 16, 64, 256, 1024 and 4096 tokens (up to the
   // budget); cuBLAS takes every step from the smallest size from which it wins at each larger.
   absl::Status PickBlockProducts();
+  // Resolves time_prefill_kernel: one prompt of min(budget, 8192, context, arena) tokens from
+  // position 0 through the first layer's prefill attention, on random queries and pages, with
+  // each tensor-core kernel (the better of two alternating trials of three launches); keeps the
+  // faster, and poisons those pages again.
+  absl::Status PickPrefillKernel();
   // A step's products at n tokens of the parts `matches` holds: the first layer's, counted
   // n_layers times, plus the classifier's where it holds such parts and n fits the logits (a
   // decode step samples every row), timed over a few eager passes after a warm-up (zeros in:
