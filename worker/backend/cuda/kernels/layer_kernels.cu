@@ -103,26 +103,32 @@ __global__ void RopeKvWriteKernel(RopeKvWriteParams p) {
     k_dst = static_cast<T*>(p.k_cache) + slot * kv_dim;
     v_dst = static_cast<T*>(p.v_cache) + slot * kv_dim;
   }
-  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j.
+  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j. A thread moves a
+  // whole pair (one 8-byte load, one 4-byte store): q and k lie side by side in the row, and
+  // every row, head and slot starts at an even element (head_dim is even).
+  const float2* const in = reinterpret_cast<const float2*>(row);
+  uint32_t* const q_words = reinterpret_cast<uint32_t*>(q_out);
+  uint32_t* const k_words = reinterpret_cast<uint32_t*>(k_dst);
   const int q_pairs = q_dim / 2, pairs = (q_dim + kv_dim) / 2;
   for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
     const bool is_q = i < q_pairs;
-    const int e = 2 * (is_q ? i : i - q_pairs);  // element within q or k
-    const float2 cs = rope[(e % hd) / 2];
-    const float* src = row + (is_q ? 0 : q_dim) + e;
-    const float a = src[0], b = src[1];
-    const float ra = a * cs.x - b * cs.y, rb = a * cs.y + b * cs.x;
+    const int j = is_q ? i : i - q_pairs;  // pair within q or k
+    const float2 cs = rope[j % half];
+    const float2 x = in[i];
+    const uint32_t rotated = PackPair<T>(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
     if (is_q) {
-      q_out[e] = FromFloat<T>(ra);
-      q_out[e + 1] = FromFloat<T>(rb);
-    } else if (k_dst != nullptr) {
-      k_dst[e] = FromFloat<T>(ra);
-      k_dst[e + 1] = FromFloat<T>(rb);
+      q_words[j] = rotated;
+    } else if (k_words != nullptr) {
+      k_words[j] = rotated;
     }
   }
   if (v_dst != nullptr) {
-    const float* v = row + q_dim + kv_dim;
-    for (int i = threadIdx.x; i < kv_dim; i += blockDim.x) v_dst[i] = FromFloat<T>(v[i]);
+    const float2* const v = in + (q_dim + kv_dim) / 2;
+    uint32_t* const v_words = reinterpret_cast<uint32_t*>(v_dst);
+    for (int i = threadIdx.x; i < kv_dim / 2; i += blockDim.x) {
+      const float2 x = v[i];
+      v_words[i] = PackPair<T>(x.x, x.y);
+    }
   }
 }
 
@@ -271,14 +277,14 @@ absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) 
       .RequirePositive(p.n_kv_heads, "n_kv_heads")
       .RequirePositive(p.page_size, "page_size")
       .RequirePositive(p.page_table_stride, "page_table_stride")
-      .RequirePointer(p.qkv, "qkv")
+      .RequirePointer(p.qkv, "qkv", alignof(float2))
       .RequirePointer(p.rope, "rope", alignof(float2))
       .RequirePointer(p.positions, "positions")
       .RequirePointer(p.token_seq, "token_seq")
       .RequirePointer(p.page_table, "page_table")
-      .RequirePointer(p.q_out, "q_out")
-      .RequirePointer(p.k_cache, "k_cache")
-      .RequirePointer(p.v_cache, "v_cache");
+      .RequirePointer(p.q_out, "q_out", 4)
+      .RequirePointer(p.k_cache, "k_cache", 4)
+      .RequirePointer(p.v_cache, "v_cache", 4);
   RETURN_IF_ERROR(check.status());
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto tag) {
