@@ -215,7 +215,7 @@ for b in runs:
     key = (int(b["tokens"]), int(b["chunk"]))
     default = min(key[1], key[0]) == min(int(b.get("default_chunk", 0)), key[0])
     kernel = "wgmma" if b.get("prefill_wgmma") else "mma.sync"  # the backend's start-up pick
-    print("%-52s %12.1f" % ("TTFT ms, %d tokens, chunk %d%s, %s" %
+    print("%-60s %12.1f" % ("TTFT ms, %d tokens, chunk %d%s, %s" %
                             (key + (" (default)" if default else "", kernel)), b["ttft_ms"]))
     if key in floor and key[0] in torch_ms:
         f = floor[key] + 32 * torch_ms[key[0]]

@@ -342,11 +342,14 @@ TEST(CudaEmulationTest, WgmmaIssuedBeforeItsCopiesLandFailsTheLaunch) {
 }
 
 // A cp.async into shared bytes that an issued wgmma reads, before the wgmma's wait, fails its
-// launch (on the GPU the operation may read them at any time until then); a copy into bytes no
-// wgmma in flight reads does not.
-__global__ void CopyUnderWgmma(const uint16_t* src, int offset) {
+// launch (on the GPU the operation may read them at any time until then); a copy into bytes of
+// the same tile that the k16 wgmma does not read (columns 16 and on) does not.
+__global__ void CopyUnderWgmma(const uint16_t* src, int column) {
   PAGODA_DYNAMIC_SHARED(uint32_t, words);
-  char* const tile = reinterpret_cast<char*>(words);
+  // The tile on a swizzle atom, as the kernels place theirs: the swizzle follows the address.
+  char* const raw = reinterpret_cast<char*>(words);
+  char* const tile =
+      raw + (wgmma::kAtomBytes - wgmma::SharedAddress(raw) % wgmma::kAtomBytes) % wgmma::kAtomBytes;
   for (int i = static_cast<int>(threadIdx.x); i < 128 * 8; i += 128) {
     mma::CpAsync16(tile + wgmma::SwizzledOffset(i / 8, i % 8 * 8), src, true);
   }
@@ -359,7 +362,8 @@ __global__ void CopyUnderWgmma(const uint16_t* src, int offset) {
   wgmma::Fence();
   wgmma::MmaSS<__nv_bfloat16, false, 128>(d, desc, desc, false);
   wgmma::Commit();
-  mma::CpAsync16(tile + offset + 16 * threadIdx.x, src, true);  // thread 0: bytes it reads
+  __syncthreads();  // every warp's wgmma issued, none waited for: the copy below races with them
+  mma::CpAsync16(tile + wgmma::SwizzledOffset(threadIdx.x, column), src, true);
   mma::CpAsyncCommit();
   wgmma::Wait<0>();
   mma::CpAsyncWait<0>();
@@ -367,12 +371,13 @@ __global__ void CopyUnderWgmma(const uint16_t* src, int offset) {
 
 TEST(CudaEmulationTest, CopyIntoAWgmmaOperandBeforeItsWaitFailsTheLaunch) {
   std::vector<uint16_t> src(8, 0x3f80);  // bf16 1.0
-  EXPECT_EQ(LaunchKernel(CopyUnderWgmma, 1, 128, 32768, nullptr, src.data(), 0),
+  EXPECT_EQ(LaunchKernel(CopyUnderWgmma, 1, 128, 16384 + 1024, nullptr, src.data(), 8),
             cudaErrorLaunchFailure);
   EXPECT_NE(emulation::LastLaunchError().find("not yet waited for reads"), std::string::npos)
       << emulation::LastLaunchError();
   emulation::TakeLastError();
-  EXPECT_EQ(LaunchKernel(CopyUnderWgmma, 1, 128, 32768, nullptr, src.data(), 16384), cudaSuccess)
+  EXPECT_EQ(LaunchKernel(CopyUnderWgmma, 1, 128, 16384 + 1024, nullptr, src.data(), 16),
+            cudaSuccess)
       << emulation::LastLaunchError();
 }
 

@@ -659,8 +659,15 @@ void WgmmaIssue(float* d, int n, const uint32_t* a_regs, uint64_t a_desc, uint64
     }
   }
   for (size_t granule : granules) ++active->wgmma_reads[granule];
-  f.wgmma.open.push_back([=] {
-    for (size_t granule : granules) --active->wgmma_reads[granule];
+  f.wgmma.open.push_back([=, granules = std::move(granules)] {
+    // The claim holds until the operation is done reading, early returns included: the shared
+    // operands are read below, after a warp collective that lets other warps run first.
+    struct Release {
+      const std::vector<size_t>& granules;
+      ~Release() {
+        for (size_t granule : granules) --active->wgmma_reads[granule];
+      }
+    } release{granules};
     const int g = lane / 4, t = lane % 4;
     // The warp's A registers, lane l's in gathered[l], read now: they belong to the operation
     // until its wait, as its accumulators do.
@@ -732,19 +739,17 @@ void CopyAsync16(void* dst, const void* src, bool fill) {
   const char* c = static_cast<const char*>(dst);
   const bool dynamic = c >= base && c < base + s.dynamic_shared_bytes;
   const size_t granule = dynamic ? static_cast<size_t>(c - base) / 16 : 0;
-  // The copy may land at any time until its wait: a wgmma issued on those bytes and not yet
-  // waited for, at its issue or at its landing, races with it.
-  auto unclaimed = [dynamic, granule, c, base] {
-    if (!dynamic || active->wgmma_reads[granule] == 0) return true;
+  // The copy may land at any time until its wait, so a wgmma issued on those bytes and not yet
+  // done reading them races with it. (None can claim them after this issue: a wgmma is refused
+  // on bytes with a copy in flight, so checking here covers the landing too.)
+  if (dynamic && s.wgmma_reads[granule] != 0) {
     ReportFault("cp.async into shared address " +
                 std::to_string(kDynamicSharedAddress + static_cast<size_t>(c - base)) +
                 ", which a wgmma issued and not yet waited for reads");
-    return false;
-  };
-  if (!unclaimed()) return;
+    return;
+  }
   if (dynamic) ++s.in_flight[granule];
-  Self().copies.open.push_back([dst, bytes, dynamic, granule, unclaimed] {
-    if (!unclaimed()) return;
+  Self().copies.open.push_back([dst, bytes, dynamic, granule] {
     std::memcpy(dst, bytes.data(), 16);
     if (dynamic) {
       --active->in_flight[granule];
