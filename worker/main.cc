@@ -62,6 +62,9 @@ ABSL_FLAG(double, gpu_memory_fraction, 0.9,
           "weights and the workspace (when --kv-pages is 0)");
 ABSL_FLAG(int32_t, device, 0, "cuda: GPU index");
 ABSL_FLAG(bool, cuda_graphs, true, "cuda: replay CUDA graphs for decode-only iterations");
+ABSL_FLAG(bool, programmatic_launch, true,
+          "cuda: launch the per-layer kernels of our own (norms, RoPE, attention, SiLU, GEMVs) as "
+          "programmatic dependent launches, each overlapping the tail of the kernel before it");
 ABSL_FLAG(std::string, prefill_attention, "auto",
           "cuda: prefill attention's tensor-core kernel (head dims 64 and 128): auto (on "
           "compute capability 9.0 whichever of wgmma and mma_sync times faster at start, "
@@ -263,6 +266,7 @@ int main(int argc, char** argv) {
   backend_options.gpu_memory_fraction = absl::GetFlag(FLAGS_gpu_memory_fraction);
   backend_options.device = absl::GetFlag(FLAGS_device);
   backend_options.cuda_graphs = absl::GetFlag(FLAGS_cuda_graphs);
+  backend_options.programmatic_launch = absl::GetFlag(FLAGS_programmatic_launch);
   backend_options.prefill_attention = absl::GetFlag(FLAGS_prefill_attention);
   backend_options.gemv_max_tokens = absl::GetFlag(FLAGS_gemv_max_tokens);
   absl::StatusOr<LoadedBackend> loaded = LoadBackend(model_path, backend_options);

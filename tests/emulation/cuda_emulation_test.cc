@@ -381,6 +381,30 @@ TEST(CudaEmulationTest, CopyIntoAWgmmaOperandBeforeItsWaitFailsTheLaunch) {
       << emulation::LastLaunchError();
 }
 
+// A kernel launched after its prior grid (programmatic dependent launch) must wait for that grid
+// in every thread: one whose threads never call PriorGridsDone fails its launch, unless
+// programmatic launches are off (then it is a plain launch, and the wait a no-op).
+__global__ void WritesAfterPriorGrid(int* out, bool wait) {
+  if (wait) PriorGridsDone();
+  out[threadIdx.x] = 1;
+}
+
+TEST(CudaEmulationTest, AKernelLaunchedAfterItsPriorGridMustWaitForIt) {
+  std::vector<int> out(64, 0);
+  EXPECT_EQ(LaunchKernelAfterPrior(WritesAfterPriorGrid, 1, 64, 0, nullptr, out.data(), true),
+            cudaSuccess);
+  EXPECT_EQ(out, std::vector<int>(64, 1));
+  EXPECT_EQ(LaunchKernelAfterPrior(WritesAfterPriorGrid, 1, 64, 0, nullptr, out.data(), false),
+            cudaErrorLaunchFailure);
+  EXPECT_NE(emulation::LastLaunchError().find("without waiting"), std::string::npos)
+      << emulation::LastLaunchError();
+  emulation::TakeLastError();
+  SetProgrammaticLaunch(false);
+  EXPECT_EQ(LaunchKernelAfterPrior(WritesAfterPriorGrid, 1, 64, 0, nullptr, out.data(), false),
+            cudaSuccess);
+  SetProgrammaticLaunch(true);
+}
+
 // cp.async lands at the wait that covers its group, as late as the GPU allows: before it the
 // destination holds its old bytes; wait_group 1 lands the older of two groups only; a copy
 // without fill writes zeros; copies still in flight at exit land.

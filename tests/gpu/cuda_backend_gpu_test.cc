@@ -212,6 +212,29 @@ TEST(CudaBackendGpuTest, TimedPrefillKernelMatchesCpu) {
   CompareRagged(*cpu, *gpu, rng, 6, 40, 4, 6e-3);
 }
 
+// Programmatic launches pass their start-up check (two kernels, eagerly and from a graph) and
+// stay on; off by option, every kernel launches plainly. Either way the steps are the same.
+TEST(CudaBackendGpuTest, ProgrammaticLaunchesPassTheStartCheck) {
+  SKIP_WITHOUT_GPU();
+  auto model = RandomF16Model(256, 4, 2, 2, 5);
+  std::vector<std::vector<float>> logits;
+  for (const bool programmatic : {true, false}) {
+    CudaBackendOptions options = CudaOptions(16, 64, DType::kFp16);
+    options.programmatic_launch = programmatic;
+    auto gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    EXPECT_EQ(gpu->programmatic_launch(), programmatic);
+    EXPECT_EQ(ProgrammaticLaunch(), programmatic);
+    const std::vector<int32_t> prompt = {5, 77, 200, 12, 9}, next = {41}, pages = {3};
+    std::vector<float> out;
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{prompt, 0, pages, false}}, &out));
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{next, 5, pages, true}}, &out));
+    logits.push_back(out);
+  }
+  SetProgrammaticLaunch(true);
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(5);

@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
   cuda.gpu_memory_fraction = o.gpu_memory_fraction;
   cuda.device = o.device;
   cuda.cuda_graphs = o.cuda_graphs;
+  cuda.programmatic_launch = o.programmatic_launch;
   if (o.prefill_attention == "auto") {
     cuda.prefill_kernel = cuda::PrefillKernel::kAuto;
   } else if (o.prefill_attention == "mma_sync") {

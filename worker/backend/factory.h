@@ -32,6 +32,7 @@ struct BackendOptions {
   double gpu_memory_fraction = 0.9;
   int device = 0;
   bool cuda_graphs = true;
+  bool programmatic_launch = true;
   std::string prefill_attention = "auto";  // auto, mma_sync or wgmma
   // Steps of up to N tokens multiply BF16/FP16 and FP8 matrices with our GEMV instead of
   // cuBLAS/cuBLASLt: "auto" (timed at start, per format) or N in 0..8.

@@ -134,6 +134,7 @@ struct Fiber {
   // 16-byte granules of dynamic shared memory this thread's cp.async copies wrote since its last
   // fence.proxy.async (LaunchState::unfenced marks them for the whole block).
   std::vector<size_t> unfenced;
+  bool waited_prior = false;  // called PriorGridsDone (griddepcontrol.wait)
 };
 
 // One mapping holding every fiber's stack, each above a guard page.
@@ -180,6 +181,8 @@ struct LaunchState {
   std::string fault;  // the first ReportFault of the launch
   Context scheduler;
   const std::function<void()>* body = nullptr;
+  // Launched after its prior grid (LaunchKernelAfterPrior): every thread must wait for it.
+  bool after_prior = false;
   Fiber* current = nullptr;
   std::unique_ptr<char[]> dynamic_shared;
   size_t dynamic_shared_bytes = 0;
@@ -262,6 +265,11 @@ void FiberMain() {
   (*s.body)();
   Fiber& f = *s.current;
   if (!f.wgmma.empty()) ReportFault("a thread exited with wgmma operations it never waited for");
+  if (s.after_prior && !f.waited_prior) {
+    ReportFault(
+        "a thread of a kernel launched after its prior grid (programmatic dependent launch) "
+        "exited without waiting for that grid (PriorGridsDone: griddepcontrol.wait)");
+  }
   // Copies still in flight land anyway, as on the GPU.
   if (!f.copies.empty()) {
     f.copies.Commit();
@@ -387,6 +395,7 @@ void StartFiber(Fiber& f, const Builtins& builtins) {
   f.wgmma.Clear();
   f.copies.Clear();
   f.unfenced.clear();
+  f.waited_prior = false;
   Prepare(f.context, f.stack, kStackBytes, FiberMain);
 }
 
@@ -769,8 +778,10 @@ void CopyAsyncCommit() { Self().copies.Commit(); }
 
 void CopyAsyncWait(int pending) { Self().copies.Retire(pending); }
 
+void PriorGridsDone() { Self().waited_prior = true; }
+
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-                   const std::function<void()>& body) {
+                   const std::function<void()>& body, bool after_prior) {
   if (CheckConfiguration(grid, block, dynamic_shared_bytes) != cudaSuccess) {
     SetError(cudaErrorInvalidConfiguration, "invalid launch configuration");
     return cudaErrorInvalidConfiguration;
@@ -779,6 +790,7 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   LaunchState s;
   s.rng = ++launches;
   s.body = &body;
+  s.after_prior = after_prior;
   const unsigned threads = block.x * block.y * block.z;
   s.fibers.resize(threads);
   s.values.resize(threads);

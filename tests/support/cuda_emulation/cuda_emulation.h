@@ -65,8 +65,10 @@ inline const Builtins& Current() {
 // DynamicShared() per block. Returns cudaErrorInvalidConfiguration for an empty grid or block,
 // a block over 1024 threads or a grid past the device's limits, cudaErrorLaunchFailure for a
 // deadlocked schedule; the error is also what the fake cudaGetLastError returns next.
+// after_prior: a programmatic dependent launch (LaunchKernelAfterPrior), whose threads must each
+// call PriorGridsDone before they exit, or the launch fails.
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
-                   const std::function<void()>& body);
+                   const std::function<void()>& body, bool after_prior = false);
 
 // Streams and graphs. Work enqueued on a stream runs at once (everything is synchronous), unless
 // the stream is capturing (cudaStreamBeginCapture): then it is recorded, and each cudaGraphLaunch
@@ -90,6 +92,9 @@ cudaError_t PeekLastError();
 
 // Kernel-side primitives (only valid inside Launch's body).
 void SyncThreads();
+// griddepcontrol.wait: the grids before this one are done (they are here, always); recorded for
+// Launch's after_prior check.
+void PriorGridsDone();
 void* DynamicShared();
 // Every lane of `mask` that has not exited posts `value`; returns once all of them have, with the
 // mask of the lanes that posted in *posted and the values of lanes 0..31 (0 for the others) at the

@@ -146,6 +146,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   attention.dtype = dtype_;
   decode_blocks_per_sm_ = DecodeBlocksPerMultiprocessor(attention);
   max_pitch_ = prop.memPitch;
+  SetProgrammaticLaunch(options_.programmatic_launch);
   RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&swap_stream_, cudaStreamNonBlocking),
                              "cudaStreamCreate"));
   if (options_.prefill_kernel == PrefillKernel::kWgmma && (prop.major != 9 || prop.minor != 0)) {
@@ -267,6 +268,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "KV arena init"));
+  RETURN_IF_ERROR(CheckProgrammaticLaunch());
   RETURN_IF_ERROR(PickPrefillKernel());
   RETURN_IF_ERROR(CheckFp8Products());
   RETURN_IF_ERROR(PickGemvTokens());
@@ -473,6 +475,47 @@ absl::Status CudaBackend::PickBlockProducts() {
                choice, trace);
   }
   return CudaStatus(cudaStreamSynchronize(stream_), "PickBlockProducts");
+}
+
+absl::Status CudaBackend::CheckProgrammaticLaunch() {
+  if (!options_.programmatic_launch) return absl::OkStatus();
+  // One of our kernels twice, each launched after the one before it, eagerly and then replayed
+  // from a captured graph (as decode steps are). Where the driver refuses either, its error is
+  // not sticky: programmatic launches go off and every kernel launches plainly.
+  const SiluMulParams silu{gate_up_.get<float>(), h_.get(), 1, config().ffn_dim, dtype_};
+  auto twice = [&]() -> absl::Status {
+    RETURN_IF_ERROR(LaunchSiluMul(silu, stream_));
+    return LaunchSiluMul(silu, stream_);
+  };
+  absl::Status status = twice();
+  if (status.ok()) status = CudaStatus(cudaStreamSynchronize(stream_), "programmatic launch");
+  if (status.ok()) {
+    status = CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                        "programmatic launch capture");
+    if (status.ok()) {
+      const absl::Status enqueued = twice();
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+      status = enqueued.ok() ? CudaStatus(ended, "programmatic launch capture") : enqueued;
+      cudaGraphExec_t exec = nullptr;
+      if (status.ok()) {
+        status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "programmatic launch graph");
+      }
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (status.ok()) status = CudaStatus(cudaGraphLaunch(exec, stream_), "programmatic launch");
+      if (status.ok()) {
+        status = CudaStatus(cudaStreamSynchronize(stream_), "programmatic launch graph");
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+  }
+  if (status.ok()) return absl::OkStatus();
+  cudaGetLastError();  // clear the (non-sticky) error
+  options_.programmatic_launch = false;
+  SetProgrammaticLaunch(false);
+  PAGODA_LOG(kWarning, "cuda", "programmatic dependent launches are off: %s",
+             std::string(status.message()));
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::PickPrefillKernel() {

@@ -40,6 +40,7 @@
 #include "worker/backend/backend.h"
 #include "worker/backend/cuda/arena_layout.h"
 #include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/device_weights.h"
 #include "worker/backend/cuda/dtype.h"
@@ -110,6 +111,9 @@ struct CudaBackendOptions {
   bool time_prefill_kernel = false;
   int device = 0;
   bool cuda_graphs = true;
+  // Our per-layer kernels as programmatic dependent launches (LaunchKernelAfterPrior), each
+  // overlapping the tail of the kernel before it; off while a phase timer is set.
+  bool programmatic_launch = true;
   int max_graph_seqs = 256;       // decode batches up to this size replay graphs
   int max_graph_context = 32768;  // ... when their longest context is at most this
 };
@@ -151,7 +155,10 @@ class CudaBackend : public Backend {
 
   // Benchmarks: times the parts of every following pass into `timer` (null: stops), which runs
   // them without CUDA graphs (phase_timer.h). The timer outlives its use here.
-  void set_phase_timer(PhaseTimer* timer) { timer_ = timer; }
+  void set_phase_timer(PhaseTimer* timer) {
+    timer_ = timer;
+    SetProgrammaticLaunch(timer == nullptr && options_.programmatic_launch);
+  }
 
   // The steps of up to this many tokens that multiply dense / FP8 matrices with our GEMV (after
   // kGemvAuto is resolved).
@@ -163,6 +170,9 @@ class CudaBackend : public Backend {
   // Prefill attention's kernel: what time_prefill_kernel picked, else as given (kAuto: the
   // launcher's choice).
   PrefillKernel prefill_kernel() const { return options_.prefill_kernel; }
+  // Whether our per-layer kernels launch after each other programmatically (the option, unless
+  // the start-up check turned it off).
+  bool programmatic_launch() const { return options_.programmatic_launch; }
   size_t weight_bytes() const { return weights_.bytes(); }
   size_t weight_bytes_per_step() const { return weights_.bytes_read_per_step(); }
   const KvArenaLayout& kv_layout() const { return layout_; }
@@ -190,6 +200,9 @@ class CudaBackend : public Backend {
   // each tensor-core kernel (the better of two alternating trials of three launches); keeps the
   // faster, and poisons those pages again.
   absl::Status PickPrefillKernel();
+  // With programmatic_launch: two of our kernels launched after each other, eagerly and from a
+  // captured graph; where either fails, programmatic launches go off (logged), not the start.
+  absl::Status CheckProgrammaticLaunch();
   // A step's products at n tokens of the parts `matches` holds: the first layer's, counted
   // n_layers times, plus the classifier's where it holds such parts and n fits the logits (a
   // decode step samples every row), timed over a few eager passes after a warm-up (zeros in:

@@ -58,4 +58,12 @@ bool WgmmaAvailable() {
   return known[device].load(std::memory_order_relaxed) == 2;
 }
 
+namespace {
+std::atomic<bool> programmatic_launch{true};
+}  // namespace
+
+void SetProgrammaticLaunch(bool on) { programmatic_launch.store(on, std::memory_order_relaxed); }
+
+bool ProgrammaticLaunch() { return programmatic_launch.load(std::memory_order_relaxed); }
+
 }  // namespace pagoda::worker::cuda

@@ -20,4 +20,9 @@ int MultiprocessorCount();
 // once per device. Later GPUs get the compute_90 PTX, which has no wgmma.
 bool WgmmaAvailable();
 
+// Whether LaunchKernelAfterPrior (launch.cuh) launches its kernels as programmatic dependent
+// launches (on by default; process-wide, as the backend's option sets it at Init).
+void SetProgrammaticLaunch(bool on);
+bool ProgrammaticLaunch();
+
 }  // namespace pagoda::worker::cuda

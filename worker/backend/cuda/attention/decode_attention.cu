@@ -55,7 +55,7 @@ cudaError_t LaunchSplitKernel(const DecodeAttentionParams& p, const DecodeArgs& 
                        attention_internal::Aligned(p.k_cache, 16) &&
                        attention_internal::Aligned(p.v_cache, 16);
   return WithSplitKernel<T, kContiguous>(p.shape.head_dim, args.group, aligned, [&](auto kernel) {
-    return LaunchKernel(kernel, grid, kDecodeThreads, 0, stream, args);
+    return LaunchKernelAfterPrior(kernel, grid, kDecodeThreads, 0, stream, args);
   });
 }
 
@@ -96,21 +96,20 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
   args.max_partitions = p.max_partitions;
   args.partition_tokens = pt;
 
-  return CudaStatus(DispatchDType(s.dtype,
-                                  [&](auto tag) -> cudaError_t {
-                                    using T = decltype(tag);
-                                    const cudaError_t err =
-                                        p.contiguous_kv
-                                            ? LaunchSplitKernel<T, true>(p, args, stream)
-                                            : LaunchSplitKernel<T, false>(p, args, stream);
-                                    if (err != cudaSuccess) return err;
-                                    if (p.max_partitions == 1)
-                                      return cudaSuccess;  // one partition each
-                                    return LaunchKernel(attention_internal::DecodeMergeKernel<T>,
-                                                        dim3(s.n_heads, b.num_seqs), kDecodeThreads,
-                                                        0, stream, args);
-                                  }),
-                    "LaunchDecodeAttention");
+  return CudaStatus(
+      DispatchDType(s.dtype,
+                    [&](auto tag) -> cudaError_t {
+                      using T = decltype(tag);
+                      const cudaError_t err = p.contiguous_kv
+                                                  ? LaunchSplitKernel<T, true>(p, args, stream)
+                                                  : LaunchSplitKernel<T, false>(p, args, stream);
+                      if (err != cudaSuccess) return err;
+                      if (p.max_partitions == 1) return cudaSuccess;  // one partition each
+                      return LaunchKernelAfterPrior(attention_internal::DecodeMergeKernel<T>,
+                                                    dim3(s.n_heads, b.num_seqs), kDecodeThreads, 0,
+                                                    stream, args);
+                    }),
+      "LaunchDecodeAttention");
 }
 
 int DecodeBlocksPerMultiprocessor(const AttentionShape& s) {

@@ -47,6 +47,7 @@ __device__ __forceinline__ float GroupReduceTransposed(float (&v)[kHeads], int l
 // of loads.
 template <typename T, int kHeadDim, int kGroupPad, bool kContiguous>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeFastKernel(const DecodeArgs a) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   constexpr int kLanes = kHeadDim / 8;
   constexpr int kRowsPerStep = kDecodeThreads / kLanes;
   constexpr int kUnroll = kGroupPad >= 8 ? 4 : 8;

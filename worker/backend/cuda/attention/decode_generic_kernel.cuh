@@ -22,6 +22,7 @@ inline constexpr int kMaxHeadDim = 2 * 32 * kGenericPairs;
 
 template <typename T, bool kContiguous>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeGenericKernel(const DecodeArgs a) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ int slots[kDecodePartitionTokens];
   __shared__ float scores[kGenericHeads * kScoreStride];
   __shared__ float2 q_s[kGenericHeads][kMaxHeadDim / 2];  // pre-scaled pairs

@@ -26,6 +26,7 @@
 
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/kernel_args.h"
+#include "worker/backend/cuda/launch.cuh"
 
 namespace pagoda::worker::cuda::attention_internal {
 
@@ -150,6 +151,7 @@ __device__ __forceinline__ float BlockReduce(float v, float* red, Op op) {
 
 template <typename T>
 __global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const DecodeArgs a) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float weight[kMergeChunk];
   __shared__ float red[kDecodeWarps];
   const int h = blockIdx.x, seq = blockIdx.y;

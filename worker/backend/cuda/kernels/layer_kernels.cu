@@ -41,6 +41,7 @@ template <typename T>
 __global__ void RmsNormCastKernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
                                   const float* __restrict__ weight, T* __restrict__ out, int dim,
                                   float eps) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const int src = rows != nullptr ? rows[blockIdx.x] : static_cast<int>(blockIdx.x);
   const float* row = x + static_cast<size_t>(src) * dim;
   float sum = 0;
@@ -87,6 +88,7 @@ __global__ void QkvHooksKernel(QkvHooksParams p) {
 
 template <typename T>
 __global__ void RopeKvWriteKernel(RopeKvWriteParams p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const int t = blockIdx.x;
   const int hd = p.head_dim, half = hd / 2;
   const int q_dim = p.n_heads * hd, kv_dim = p.n_kv_heads * hd;
@@ -137,6 +139,7 @@ __device__ __forceinline__ float SiluTimes(float g, float u) { return g / (1.0f 
 template <typename T>
 __global__ void SiluMulKernel(const float* __restrict__ gate_up, T* __restrict__ out,
                               int num_tokens, int ffn) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const size_t n = static_cast<size_t>(num_tokens) * ffn;
   for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
        i += size_t{gridDim.x} * blockDim.x) {
@@ -151,6 +154,7 @@ __global__ void SiluMulKernel(const float* __restrict__ gate_up, T* __restrict__
 template <typename T>
 __global__ void SiluMulQuadsKernel(const float* __restrict__ gate_up, T* __restrict__ out,
                                    int num_tokens, int ffn) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const int quads = ffn / 4;
   for (int t = blockIdx.y; t < num_tokens; t += gridDim.y) {
     const float4* gate =
@@ -228,9 +232,9 @@ absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) 
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto tag) {
                                     using T = decltype(tag);
-                                    return LaunchKernel(RmsNormCastKernel<T>, p.num_rows, kThreads,
-                                                        0, stream, p.x, p.rows, p.weight,
-                                                        static_cast<T*>(p.out), p.dim, p.eps);
+                                    return LaunchKernelAfterPrior(
+                                        RmsNormCastKernel<T>, p.num_rows, kThreads, 0, stream, p.x,
+                                        p.rows, p.weight, static_cast<T*>(p.out), p.dim, p.eps);
                                   }),
                     "LaunchRmsNormCast");
 }
@@ -289,8 +293,8 @@ absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) 
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto tag) {
                                     using T = decltype(tag);
-                                    return LaunchKernel(RopeKvWriteKernel<T>, p.num_tokens,
-                                                        kThreads, 0, stream, p);
+                                    return LaunchKernelAfterPrior(
+                                        RopeKvWriteKernel<T>, p.num_tokens, kThreads, 0, stream, p);
                                   }),
                     "LaunchRopeKvWrite");
 }
@@ -305,21 +309,22 @@ absl::Status LaunchSiluMul(const SiluMulParams& p, cudaStream_t stream) {
   RETURN_IF_ERROR(check.status());
   const bool quads = p.ffn_dim % 4 == 0 && reinterpret_cast<uintptr_t>(p.gate_up) % 16 == 0 &&
                      reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
-  return CudaStatus(
-      DispatchDType(p.dtype,
-                    [&](auto tag) {
-                      using T = decltype(tag);
-                      T* out = static_cast<T*>(p.out);
-                      if (!quads) {
-                        return LaunchKernel(SiluMulKernel<T>, GridFor(n), kThreads, 0, stream,
-                                            p.gate_up, out, p.num_tokens, p.ffn_dim);
-                      }
-                      const int per_token = (p.ffn_dim / 4 + kThreads - 1) / kThreads;
-                      const dim3 grid(per_token, std::min(p.num_tokens, 65535));
-                      return LaunchKernel(SiluMulQuadsKernel<T>, grid, kThreads, 0, stream,
-                                          p.gate_up, out, p.num_tokens, p.ffn_dim);
-                    }),
-      "LaunchSiluMul");
+  return CudaStatus(DispatchDType(p.dtype,
+                                  [&](auto tag) {
+                                    using T = decltype(tag);
+                                    T* out = static_cast<T*>(p.out);
+                                    if (!quads) {
+                                      return LaunchKernelAfterPrior(SiluMulKernel<T>, GridFor(n),
+                                                                    kThreads, 0, stream, p.gate_up,
+                                                                    out, p.num_tokens, p.ffn_dim);
+                                    }
+                                    const int per_token = (p.ffn_dim / 4 + kThreads - 1) / kThreads;
+                                    const dim3 grid(per_token, std::min(p.num_tokens, 65535));
+                                    return LaunchKernelAfterPrior(SiluMulQuadsKernel<T>, grid,
+                                                                  kThreads, 0, stream, p.gate_up,
+                                                                  out, p.num_tokens, p.ffn_dim);
+                                  }),
+                    "LaunchSiluMul");
 }
 
 absl::Status LaunchFillRandom(void* data, size_t count, DType dtype, float scale, uint64_t seed,

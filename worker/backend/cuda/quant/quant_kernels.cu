@@ -53,6 +53,7 @@ __device__ __forceinline__ void StoreWarpSums(
 
 template <WeightFormat F, typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvParams p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float4 xs[kQuantGemvMaxTokens][32 * 8];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
@@ -129,6 +130,7 @@ constexpr int kDenseChunk = kDenseSteps * 256;
 
 template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvParams p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float4 xs[2][kQuantGemvMaxTokens][kDenseChunk / 8];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
@@ -194,6 +196,7 @@ __device__ __forceinline__ void DecodeFp8x16(const uint4& raw, float (&f)[16]) {
 
 template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ uint4 xs[2][kQuantGemvMaxTokens][kFp8Chunk / 16];  // 8 elements of the dtype each
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
@@ -246,6 +249,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams
 // One thread per block of 32 activations.
 template <typename T>
 __global__ void QuantizeQ8BlocksKernel(Q8BlocksParams p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const size_t blocks = static_cast<size_t>(p.tokens) * (p.cols / kQuantUnit);
   const T* x = static_cast<const T*>(p.x);
   for (size_t b = blockIdx.x * size_t{blockDim.x} + threadIdx.x; b < blocks;
@@ -270,6 +274,7 @@ constexpr int kInt8Stride = kQuantUnit / 4 + 1;
 
 template <WeightFormat F>
 __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemvInt8Params p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ int xs[kQuantGemvMaxTokens][32 * kInt8Stride];
   __shared__ float2 dss[kQuantGemvMaxTokens][32];
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -530,8 +535,8 @@ absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const 
   const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto t) {
-                                    return LaunchKernel(kernel_of(t), grid, dim3(kGemvWarps * 32),
-                                                        0, stream, p);
+                                    return LaunchKernelAfterPrior(
+                                        kernel_of(t), grid, dim3(kGemvWarps * 32), 0, stream, p);
                                   }),
                     name);
 }
@@ -558,7 +563,7 @@ absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   return CudaStatus(DispatchFormat(p.w.format,
                                    [&](auto format) {
                                      return DispatchDType(p.dtype, [&](auto t) {
-                                       return LaunchKernel(
+                                       return LaunchKernelAfterPrior(
                                            QuantGemvKernel<decltype(format)::kFormat, decltype(t)>,
                                            grid, dim3(kGemvWarps * 32), 0, stream, p);
                                      });
@@ -592,8 +597,9 @@ absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream
   const unsigned grid = static_cast<unsigned>(std::min<size_t>((blocks + 127) / 128, 65536));
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto t) {
-                                    return LaunchKernel(QuantizeQ8BlocksKernel<decltype(t)>,
-                                                        dim3(grid), dim3(128), 0, stream, p);
+                                    return LaunchKernelAfterPrior(
+                                        QuantizeQ8BlocksKernel<decltype(t)>, dim3(grid), dim3(128),
+                                        0, stream, p);
                                   }),
                     "LaunchQuantizeQ8Blocks");
 }
@@ -607,7 +613,7 @@ absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stre
   const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
   return CudaStatus(DispatchFormat(p.w.format,
                                    [&](auto format) {
-                                     return LaunchKernel(
+                                     return LaunchKernelAfterPrior(
                                          QuantGemvInt8Kernel<decltype(format)::kFormat>, grid,
                                          dim3(kGemvWarps * 32), 0, stream, p);
                                    }),
