@@ -244,9 +244,10 @@ if decode:
         if w == "bf16" and batch == 1: goal = "roof >=0.80"  # issue 36: batch-1 decode
         if path != "auto": goal = ""  # the goals are on the defaults
         label = w + "/" + path
-        if path == "auto" and w in ("bf16", "fp8"):  # the start-up timing's choice
+        timed = path in ("auto", "serial_launch")  # serial_launch timed its own choices
+        if timed and w in ("bf16", "fp8"):  # the start-up timing's choice
             label += " (gemv<=%d)" % b["%s_gemv_tokens" % ("fp8" if w == "fp8" else "dense")]
-        elif path == "auto":  # blocks: decoded ahead of cuBLAS from N tokens (0: never)
+        elif timed:  # blocks: decoded ahead of cuBLAS from N tokens (0: never)
             label += " (cublas>=%d)" % b.get("block_cublas_tokens", 0)
         print("%-34s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (label, batch, b["tokens_per_s"],
                                                        ratio, roof, b["device_GB"], goal))

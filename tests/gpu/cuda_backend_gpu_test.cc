@@ -213,26 +213,45 @@ TEST(CudaBackendGpuTest, TimedPrefillKernelMatchesCpu) {
 }
 
 // Programmatic launches pass their start-up check (two kernels, eagerly and from a graph) and
-// stay on; off by option, every kernel launches plainly. Either way the steps are the same.
+// stay on; off by option, every kernel launches plainly. Either way a prefill and decode steps
+// replayed from graphs, with our GEMV for the products (so the whole layer is our kernels), give
+// the same logits and tokens.
 TEST(CudaBackendGpuTest, ProgrammaticLaunchesPassTheStartCheck) {
   SKIP_WITHOUT_GPU();
+  struct Restore {  // the process-wide switch back to its default, whatever happens
+    ~Restore() { SetProgrammaticLaunch(true); }
+  } restore;
   auto model = RandomF16Model(256, 4, 2, 2, 5);
   std::vector<std::vector<float>> logits;
+  std::vector<std::vector<int32_t>> tokens;
   for (const bool programmatic : {true, false}) {
     CudaBackendOptions options = CudaOptions(16, 64, DType::kFp16);
     options.programmatic_launch = programmatic;
+    options.dense_gemv_max_tokens = kQuantGemvMaxTokens;
     auto gpu = MakeCuda(model, options);
     ASSERT_NE(gpu, nullptr);
     EXPECT_EQ(gpu->programmatic_launch(), programmatic);
     EXPECT_EQ(ProgrammaticLaunch(), programmatic);
-    const std::vector<int32_t> prompt = {5, 77, 200, 12, 9}, next = {41}, pages = {3};
+    std::vector<int32_t> seq = {5, 77, 200, 12, 9};
+    const std::vector<int32_t> pages = {3};
     std::vector<float> out;
-    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{prompt, 0, pages, false}}, &out));
-    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{next, 5, pages, true}}, &out));
+    ASSERT_OK(gpu->Forward(std::vector<SeqInput>{{seq, 0, pages, true}}, &out));
     logits.push_back(out);
+    tokens.emplace_back();
+    for (int step = 0; step < 4; ++step) {
+      const int start = static_cast<int>(seq.size()) - 1;
+      const SeqInput in{std::span<const int32_t>(seq).subspan(start), start, pages, true};
+      const SampleInput greedy{SamplingParams{}, 0};
+      std::vector<int32_t> sampled;
+      ASSERT_OK(gpu->ForwardSample({&in, 1}, {&greedy, 1}, &sampled));
+      ASSERT_EQ(sampled.size(), 1u);
+      seq.push_back(sampled[0]);
+      tokens.back().push_back(sampled[0]);
+    }
+    EXPECT_GT(gpu->graph_replays(), 0);
   }
-  SetProgrammaticLaunch(true);
   EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(tokens[0], tokens[1]);
 }
 
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {

@@ -425,11 +425,27 @@ const Builtins& OutsideKernel() {
   std::abort();
 }
 
-void SyncThreads() { Block(Self(), Wait::kSync); }
+// A kernel launched after its prior grid must wait for it before anything else; the emulator
+// sees its barriers, warp collectives and copies (not its plain loads and stores), so those
+// before the wait fail the launch.
+void CheckWaitedPrior(const char* what) {
+  const Fiber& f = Self();
+  if (active->after_prior && !f.waited_prior) {
+    ReportFault(std::string(what) +
+                " before PriorGridsDone in a kernel launched after its prior grid (programmatic "
+                "dependent launch)");
+  }
+}
+
+void SyncThreads() {
+  CheckWaitedPrior("__syncthreads");
+  Block(Self(), Wait::kSync);
+}
 
 void* DynamicShared() { return active->dynamic_shared.get(); }
 
 const uint64_t* WarpExchange(unsigned mask, uint64_t value, unsigned* posted) {
+  CheckWaitedPrior("a warp collective");
   Fiber& f = Self();
   if ((mask >> LaneId() & 1u) == 0) {
     std::fprintf(stderr, "cuda emulation: a warp collective called by a lane outside its mask\n");
@@ -734,6 +750,7 @@ void WgmmaCommit() { Self().wgmma.Commit(); }
 void WgmmaWait(int pending) { Self().wgmma.Retire(pending); }
 
 void CopyAsync16(void* dst, const void* src, bool fill) {
+  CheckWaitedPrior("cp.async");
   // cp.async of 16 bytes faults on the GPU ("misaligned address") unless both ends are 16-byte
   // aligned; the source is checked only where it is read.
   if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 ||

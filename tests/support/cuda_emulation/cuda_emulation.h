@@ -66,7 +66,8 @@ inline const Builtins& Current() {
 // a block over 1024 threads or a grid past the device's limits, cudaErrorLaunchFailure for a
 // deadlocked schedule; the error is also what the fake cudaGetLastError returns next.
 // after_prior: a programmatic dependent launch (LaunchKernelAfterPrior), whose threads must each
-// call PriorGridsDone before they exit, or the launch fails.
+// call PriorGridsDone before their first barrier, warp collective or cp.async and before they
+// exit, or the launch fails.
 cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
                    const std::function<void()>& body, bool after_prior = false);
 

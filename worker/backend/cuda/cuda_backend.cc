@@ -483,6 +483,8 @@ absl::Status CudaBackend::CheckProgrammaticLaunch() {
   // from a captured graph (as decode steps are). Where the driver refuses either, its error is
   // not sticky: programmatic launches go off and every kernel launches plainly.
   const SiluMulParams silu{gate_up_.get<float>(), h_.get(), 1, config().ffn_dim, dtype_};
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(gate_up_.get(), 0, gate_up_.bytes(), stream_),
+                             "programmatic launch"));
   auto twice = [&]() -> absl::Status {
     RETURN_IF_ERROR(LaunchSiluMul(silu, stream_));
     return LaunchSiluMul(silu, stream_);
@@ -510,7 +512,8 @@ absl::Status CudaBackend::CheckProgrammaticLaunch() {
     }
   }
   if (status.ok()) return absl::OkStatus();
-  cudaGetLastError();  // clear the (non-sticky) error
+  cudaGetLastError();  // clear the error: a refusal is not sticky, a fault in a kernel is
+  if (cudaStreamSynchronize(stream_) != cudaSuccess) return status;
   options_.programmatic_launch = false;
   SetProgrammaticLaunch(false);
   PAGODA_LOG(kWarning, "cuda", "programmatic dependent launches are off: %s",

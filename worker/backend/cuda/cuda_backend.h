@@ -112,7 +112,8 @@ struct CudaBackendOptions {
   int device = 0;
   bool cuda_graphs = true;
   // Our per-layer kernels as programmatic dependent launches (LaunchKernelAfterPrior), each
-  // overlapping the tail of the kernel before it; off while a phase timer is set.
+  // overlapping the tail of the kernel before it. Process-wide: Init sets it (ProgrammaticLaunch)
+  // for every backend of the process.
   bool programmatic_launch = true;
   int max_graph_seqs = 256;       // decode batches up to this size replay graphs
   int max_graph_context = 32768;  // ... when their longest context is at most this
@@ -155,10 +156,7 @@ class CudaBackend : public Backend {
 
   // Benchmarks: times the parts of every following pass into `timer` (null: stops), which runs
   // them without CUDA graphs (phase_timer.h). The timer outlives its use here.
-  void set_phase_timer(PhaseTimer* timer) {
-    timer_ = timer;
-    SetProgrammaticLaunch(timer == nullptr && options_.programmatic_launch);
-  }
+  void set_phase_timer(PhaseTimer* timer) { timer_ = timer; }
 
   // The steps of up to this many tokens that multiply dense / FP8 matrices with our GEMV (after
   // kGemvAuto is resolved).

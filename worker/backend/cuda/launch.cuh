@@ -54,7 +54,8 @@ cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block,
 // PriorGridsDone() first, before it reads or writes any memory: it returns once every grid
 // before it in the stream has completed and its writes are visible (griddepcontrol.wait), then
 // lets the next kernel's launch start (griddepcontrol.launch_dependents), so at most one
-// kernel ahead is launched early. The emulator fails a launch whose threads never call it.
+// kernel ahead is launched early. The emulator fails a launch whose threads never call it, or
+// call it after a barrier, warp collective or cp.async.
 __device__ __forceinline__ void PriorGridsDone() {
 #ifdef PAGODA_CUDA_EMULATION
   emulation::PriorGridsDone();
@@ -98,6 +99,7 @@ cudaError_t LaunchKernelAfterPrior(void (*kernel)(Params...), dim3 grid, dim3 bl
   config.attrs = &attribute;
   config.numAttrs = 1;
   const cudaError_t err = cudaLaunchKernelEx(&config, kernel, args...);
+  if (err != cudaSuccess) cudaGetLastError();  // consumed here, as LaunchKernel's is
   return err != cudaSuccess ? err : cudaGetLastError();
 #endif
 }

@@ -69,6 +69,7 @@ __global__ void RopeTableKernel(const int32_t* __restrict__ positions, float2* _
 // One thread per head of one token (block = token): bias, then the head's RMSNorm, serially
 // over head_dim (at most 256); cheap next to the QKV GEMM.
 __global__ void QkvHooksKernel(QkvHooksParams p) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const int hd = p.head_dim;
   const int heads = p.n_heads + 2 * p.n_kv_heads;
   float* row = p.qkv + static_cast<size_t>(blockIdx.x) * heads * hd;
@@ -267,7 +268,8 @@ absl::Status LaunchQkvHooks(const QkvHooksParams& p, cudaStream_t stream) {
                "q_norm and k_norm must both be set or both be null")
       .RequirePointer(p.qkv, "qkv");
   RETURN_IF_ERROR(check.status());
-  return CudaStatus(LaunchKernel(QkvHooksKernel, p.num_tokens, 64, 0, stream, p), "LaunchQkvHooks");
+  return CudaStatus(LaunchKernelAfterPrior(QkvHooksKernel, p.num_tokens, 64, 0, stream, p),
+                    "LaunchQkvHooks");
 }
 
 absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) {
