@@ -64,6 +64,12 @@ int DefaultMaxBatchTokens(size_t device_memory, int major);
 // library on the model's own matrices (CudaBackend::PickGemvTokens).
 inline constexpr int kGemvAuto = -1;
 
+// A small-batch threshold as it stands until PickGemvTokens: kGemvAuto takes the GEMV's whole
+// range (so the start-up checks run it), a set value is itself.
+inline int UntilTimed(int gemv_max_tokens) {
+  return gemv_max_tokens == kGemvAuto ? kQuantGemvMaxTokens : gemv_max_tokens;
+}
+
 struct CudaBackendOptions {
   int page_size = 16;
   int num_pages = 0;  // 0 = what gpu_memory_fraction leaves after weights and workspace

@@ -1,0 +1,356 @@
+// CudaBackend's start-up checks and timed choices, run once by Init after the workspace and
+// the arena exist: every projection prepared and the FP8 paths run once, programmatic launches
+// tried, and the small-batch products, the kept blocks' products and the prefill attention
+// kernel each timed on the device against their alternative.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "worker/backend/cuda/attention/paged_attention.h"
+#include "worker/backend/cuda/cuda_backend.h"
+#include "worker/backend/cuda/kernels/layer_kernels.h"
+#include "worker/backend/cuda/quant/quant_kernels.h"
+
+namespace pagoda::worker::cuda {
+
+absl::Status CudaBackend::CheckFp8Products() {
+  // Every projection prepared (FP8 shapes planned for every slice size, block kernels set up),
+  // so that a graph capture, which records the first step of each decode shape, does neither.
+  for (int i = 0; i < config().n_layers; ++i) {
+    const DeviceLayer& layer = weights_.layer(i);
+    for (const Projection* p : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
+      RETURN_IF_ERROR(products_->Prepare(*p));
+    }
+  }
+  RETURN_IF_ERROR(products_->Prepare(weights_.output()));
+  if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
+  // Each FP8 projection of the first layer run for one token (our GEMV, where it is on) and for
+  // one more than the GEMV takes (cuBLASLt): a GPU or cuBLASLt without a kernel for these shapes
+  // fails here, at start, not in the first request.
+  const DeviceLayer& l = weights_.layer(0);
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));
+  const int past_gemv = UntilTimed(options_.fp8_gemv_max_tokens) + 1;
+  for (const int n : {1, past_gemv}) {
+    if (n > limits_.max_tokens || (n == past_gemv && past_gemv == 1)) continue;
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.wo, x_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false));
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_), "FP8 check");
+}
+
+absl::Status CudaBackend::PickGemvTokens() {
+  const bool dense_auto = options_.dense_gemv_max_tokens == kGemvAuto;
+  const bool fp8_auto = options_.fp8_gemv_max_tokens == kGemvAuto;
+  if (!dense_auto && !fp8_auto) return absl::OkStatus();
+  int dense = UntilTimed(options_.dense_gemv_max_tokens);
+  int fp8 = UntilTimed(options_.fp8_gemv_max_tokens);
+  const DeviceLayer& l = weights_.layer(0);
+  const Projection& head = weights_.output();
+  auto has = [](const Projection& p, WeightFormat format) {
+    for (int i = 0; i < p.num_parts; ++i) {
+      if (p.parts[static_cast<size_t>(i)].format == format) return true;
+    }
+    return false;
+  };
+  auto layer_has = [&](WeightFormat format) {
+    return has(l.wqkv, format) || has(l.wo, format) || has(l.w_gate_up, format) ||
+           has(l.w_down, format);
+  };
+  // A step's products at n tokens that hold `format` (TimeStepProducts), with the thresholds
+  // as they stand.
+  auto time_step = [&](int n, WeightFormat format) -> absl::StatusOr<float> {
+    RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
+    return TimeStepProducts(n, [format](WeightFormat f) { return f == format; });
+  };
+  // Sizes in doubling steps; the GEMV keeps each while it is faster at it (the better of two
+  // alternating trials per side, against noise), so a threshold is never above a size it lost.
+  auto pick = [&](WeightFormat format, int& threshold, std::string& trace) -> absl::Status {
+    int chosen = 0;
+    for (int n = 1; n <= kQuantGemvMaxTokens && n <= limits_.max_logit_rows; n *= 2) {
+      float gemv = std::numeric_limits<float>::infinity(), library = gemv;
+      for (int trial = 0; trial < 2; ++trial) {
+        threshold = n;
+        ASSIGN_OR_RETURN(const float a, time_step(n, format));
+        threshold = 0;
+        ASSIGN_OR_RETURN(const float b, time_step(n, format));
+        gemv = std::min(gemv, a);
+        library = std::min(library, b);
+      }
+      absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, gemv, library);
+      if (!(gemv < library)) break;
+      chosen = n;
+    }
+    threshold = chosen;
+    return absl::OkStatus();
+  };
+  auto model_has = [&](WeightFormat format) { return layer_has(format) || has(head, format); };
+  std::string dense_trace, fp8_trace;
+  if (dense_auto && model_has(WeightFormat::kDense)) {
+    RETURN_IF_ERROR(pick(WeightFormat::kDense, dense, dense_trace));
+  }
+  if (fp8_auto && model_has(WeightFormat::kFp8)) {
+    RETURN_IF_ERROR(pick(WeightFormat::kFp8, fp8, fp8_trace));
+  }
+  if (dense_auto && dense_trace.empty()) dense = 0;  // no dense matrix: nothing to choose
+  if (fp8_auto && fp8_trace.empty()) fp8 = 0;
+  RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
+  options_.dense_gemv_max_tokens = dense;
+  options_.fp8_gemv_max_tokens = fp8;
+  auto log = [](const char* format, const char* library, int tokens, const std::string& trace) {
+    if (trace.empty()) return;
+    const std::string choice =
+        tokens > 0
+            ? absl::StrFormat("our GEMV for steps of up to %d tokens, %s beyond", tokens, library)
+            : absl::StrFormat("%s at every step size", library);
+    PAGODA_LOG(kInfo, "cuda", "%s matrices: %s (a step's products, ms GEMV/%s at tokens%s)", format,
+               choice, library, trace);
+  };
+  log("dense", "cuBLAS", dense, dense_trace);
+  log("FP8", "cuBLASLt", fp8, fp8_trace);
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickGemvTokens");
+}
+
+absl::StatusOr<float> CudaBackend::TimeStepProducts(
+    int n, const std::function<bool(WeightFormat)>& matches) {
+  const DeviceLayer& l = weights_.layer(0);
+  const Projection& head = weights_.output();
+  auto holds = [&](const Projection& p) {
+    for (int i = 0; i < p.num_parts; ++i) {
+      if (matches(p.parts[static_cast<size_t>(i)].format)) return true;
+    }
+    return false;
+  };
+  const bool layer = holds(l.wqkv) || holds(l.wo) || holds(l.w_gate_up) || holds(l.w_down);
+  const bool classifier = holds(head) && n <= limits_.max_logit_rows;
+  for (DeviceBuffer* input : {&xn_, &attn_, &h_}) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(input->get(), 0, input->bytes(), stream_), "product timing"));
+  }
+  auto run_layer = [&]() -> absl::Status {
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(attn_.get(), l.wo, x_.get<float>(), n, false));
+    RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
+    return products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false);
+  };
+  auto run_head = [&] { return products_->Run(xn_.get(), head, logits_.get<float>(), n, false); };
+  cudaEvent_t events[3] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  constexpr int kPasses = 3;
+  float layer_ms = 0, head_ms = 0;
+  auto timed = [&]() -> absl::Status {
+    if (layer) RETURN_IF_ERROR(run_layer());  // warm-up
+    if (classifier) RETURN_IF_ERROR(run_head());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+    for (int pass = 0; pass < kPasses && layer; ++pass) RETURN_IF_ERROR(run_layer());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
+    for (int pass = 0; pass < kPasses && classifier; ++pass) RETURN_IF_ERROR(run_head());
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[2], stream_), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[2]), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&layer_ms, events[0], events[1]), "event"));
+    return CudaStatus(cudaEventElapsedTime(&head_ms, events[1], events[2]), "event");
+  };
+  if (status.ok()) status = timed();
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  return (layer_ms * config().n_layers + head_ms) / kPasses;
+}
+
+absl::Status CudaBackend::PickBlockProducts() {
+  if (options_.quant_cublas_min_tokens != kGemvAuto) return absl::OkStatus();
+  options_.quant_cublas_min_tokens = 0;
+  const size_t widest_row = static_cast<size_t>(weights_.block_max_cols()) * DTypeSize(dtype_);
+  if (options_.max_decode_scratch_bytes < widest_row) {
+    PAGODA_LOG(kInfo, "cuda",
+               "quantized matrices past the fused product: tensor cores at every size (a decode "
+               "scratch of %d bytes holds no row of %d)",
+               static_cast<int64_t>(options_.max_decode_scratch_bytes),
+               static_cast<int64_t>(widest_row));
+    return absl::OkStatus();
+  }
+  const auto block = [](WeightFormat f) { return IsBlockFormat(f); };
+  // Per size, the better of two alternating trials per side; cuBLAS takes the steps from the
+  // smallest size from which it wins at every larger one timed.
+  std::string trace;
+  int chosen = 0;
+  for (const int n : {16, 64, 256, 1024, 4096}) {
+    if (n > limits_.max_tokens || n <= options_.quant_gemv_max_tokens) continue;
+    float tensor = std::numeric_limits<float>::infinity(), cublas = tensor;
+    for (int trial = 0; trial < 2; ++trial) {
+      RETURN_IF_ERROR(products_->SetCublasMinTokens(0));
+      ASSIGN_OR_RETURN(const float a, TimeStepProducts(n, block));
+      RETURN_IF_ERROR(products_->SetCublasMinTokens(1));
+      ASSIGN_OR_RETURN(const float b, TimeStepProducts(n, block));
+      tensor = std::min(tensor, a);
+      cublas = std::min(cublas, b);
+    }
+    absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, tensor, cublas);
+    if (cublas < tensor) {
+      if (chosen == 0) chosen = n;
+    } else {
+      chosen = 0;
+    }
+  }
+  RETURN_IF_ERROR(products_->SetCublasMinTokens(chosen));
+  options_.quant_cublas_min_tokens = chosen;
+  if (!trace.empty()) {
+    const std::string choice =
+        chosen > 0 ? absl::StrFormat(
+                         "tensor cores below %d tokens, decoded ahead of cuBLAS from "
+                         "there",
+                         chosen)
+                   : std::string("tensor cores at every size");
+    PAGODA_LOG(kInfo, "cuda",
+               "quantized matrices past the fused product: %s (a step's products, ms tensor "
+               "cores/cuBLAS at tokens%s)",
+               choice, trace);
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickBlockProducts");
+}
+
+absl::Status CudaBackend::CheckProgrammaticLaunch() {
+  if (!options_.programmatic_launch) return absl::OkStatus();
+  // One of our kernels twice, each launched after the one before it, eagerly and then replayed
+  // from a captured graph (as decode steps are). Where the driver refuses either, its error is
+  // not sticky: programmatic launches go off and every kernel launches plainly.
+  const SiluMulParams silu{gate_up_.get<float>(), h_.get(), 1, config().ffn_dim, dtype_};
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(gate_up_.get(), 0, gate_up_.bytes(), stream_),
+                             "programmatic launch"));
+  auto twice = [&]() -> absl::Status {
+    RETURN_IF_ERROR(LaunchSiluMul(silu, stream_));
+    return LaunchSiluMul(silu, stream_);
+  };
+  absl::Status status = twice();
+  if (status.ok()) status = CudaStatus(cudaStreamSynchronize(stream_), "programmatic launch");
+  if (status.ok()) {
+    status = CudaStatus(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal),
+                        "programmatic launch capture");
+    if (status.ok()) {
+      const absl::Status enqueued = twice();
+      cudaGraph_t graph = nullptr;
+      const cudaError_t ended = cudaStreamEndCapture(stream_, &graph);
+      status = enqueued.ok() ? CudaStatus(ended, "programmatic launch capture") : enqueued;
+      cudaGraphExec_t exec = nullptr;
+      if (status.ok()) {
+        status = CudaStatus(cudaGraphInstantiate(&exec, graph, 0), "programmatic launch graph");
+      }
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      if (status.ok()) status = CudaStatus(cudaGraphLaunch(exec, stream_), "programmatic launch");
+      if (status.ok()) {
+        status = CudaStatus(cudaStreamSynchronize(stream_), "programmatic launch graph");
+      }
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+  }
+  if (status.ok()) return absl::OkStatus();
+  cudaGetLastError();  // clear the error: a refusal is not sticky, a fault in a kernel is
+  if (cudaStreamSynchronize(stream_) != cudaSuccess) return status;
+  options_.programmatic_launch = false;
+  SetProgrammaticLaunch(false);
+  PAGODA_LOG(kWarning, "cuda", "programmatic dependent launches are off: %s",
+             std::string(status.message()));
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PickPrefillKernel() {
+  const common::ModelConfig& c = config();
+  const int ps = options_.page_size;
+  if (!options_.time_prefill_kernel || options_.prefill_kernel != PrefillKernel::kAuto ||
+      !PrefillWgmmaAvailable() || (c.head_dim != 64 && c.head_dim != 128)) {
+    return absl::OkStatus();
+  }
+  // The prompt the worker's default plan prefills in one step (its whole budget, from position
+  // 0), as far as the context and the arena allow: what a long prompt's time to first token is
+  // made of.
+  const int n =
+      std::min({limits_.max_tokens, 8192, c.context_length, layout_.num_pages * ps}) / ps * ps;
+  if (n == 0) return absl::OkStatus();
+  const int pages = n / ps;
+  std::vector<int32_t> ints = {0, n, 0};  // token_start, num_tokens, start_pos, then the pages
+  for (int p = 0; p < pages; ++p) ints.push_back(p);
+  RETURN_IF_ERROR(CudaStatus(
+      cudaMemcpyAsync(inputs_.get(), ints.data(), ints.size() * 4, cudaMemcpyHostToDevice, stream_),
+      "prefill kernel timing"));
+  char* const arena = arena_.get<char>();
+  const size_t kv_bytes = static_cast<size_t>(pages) * layout_.page_bytes();
+  const size_t kv_count = kv_bytes / DTypeSize(dtype_);
+  RETURN_IF_ERROR(LaunchFillRandom(q_.get(), size_t(n) * c.q_dim(), dtype_, 1.0f, 1, stream_));
+  RETURN_IF_ERROR(
+      LaunchFillRandom(arena + layout_.k_offset(0), kv_count, dtype_, 1.0f, 2, stream_));
+  RETURN_IF_ERROR(
+      LaunchFillRandom(arena + layout_.v_offset(0), kv_count, dtype_, 1.0f, 3, stream_));
+  PrefillAttentionParams p{};
+  const int32_t* in = inputs_.get<int32_t>();
+  p.batch.token_start = in;
+  p.batch.num_tokens = in + 1;
+  p.batch.start_pos = in + 2;
+  p.batch.page_table = in + 3;
+  p.batch.page_table_stride = pages;
+  p.batch.num_seqs = 1;
+  p.shape.n_heads = c.n_heads;
+  p.shape.n_kv_heads = c.n_kv_heads;
+  p.shape.head_dim = c.head_dim;
+  p.shape.page_size = ps;
+  p.shape.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  p.shape.dtype = dtype_;
+  p.q = q_.get();
+  p.k_cache = arena + layout_.k_offset(0);
+  p.v_cache = arena + layout_.v_offset(0);
+  p.out = attn_.get();
+  p.max_chunk_tokens = n;
+  cudaEvent_t events[2] = {};
+  absl::Status status;
+  for (cudaEvent_t& e : events) {
+    if (status.ok()) status = CudaStatus(cudaEventCreate(&e), "cudaEventCreate");
+  }
+  constexpr int kLaunches = 3;
+  auto time_kernel = [&](PrefillKernel kernel) -> absl::StatusOr<float> {
+    p.kernel = kernel;
+    RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));  // warm-up
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[0], stream_), "event"));
+    for (int i = 0; i < kLaunches; ++i) RETURN_IF_ERROR(LaunchPrefillAttention(p, stream_));
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events[1], stream_), "event"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events[1]), "event"));
+    float ms = 0;
+    RETURN_IF_ERROR(CudaStatus(cudaEventElapsedTime(&ms, events[0], events[1]), "event"));
+    return ms / kLaunches;
+  };
+  float wgmma = std::numeric_limits<float>::infinity(), mma_sync = wgmma;
+  for (int trial = 0; trial < 2 && status.ok(); ++trial) {
+    absl::StatusOr<float> a = time_kernel(PrefillKernel::kWgmma);
+    absl::StatusOr<float> b = a.ok() ? time_kernel(PrefillKernel::kMmaSync) : a;
+    if (!b.ok()) status = b.status();
+    if (status.ok()) wgmma = std::min(wgmma, *a), mma_sync = std::min(mma_sync, *b);
+  }
+  for (cudaEvent_t e : events) {
+    if (e != nullptr) cudaEventDestroy(e);
+  }
+  RETURN_IF_ERROR(status);
+  // As Init left them: the pages poisoned, the attention output zeros.
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(arena + layout_.k_offset(0), 0xff, kv_bytes, stream_),
+                             "prefill kernel timing"));
+  RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(arena + layout_.v_offset(0), 0xff, kv_bytes, stream_),
+                             "prefill kernel timing"));
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(attn_.get(), 0, attn_.bytes(), stream_), "prefill kernel timing"));
+  options_.prefill_kernel = mma_sync < wgmma ? PrefillKernel::kMmaSync : PrefillKernel::kWgmma;
+  PAGODA_LOG(kInfo, "cuda",
+             "prefill attention: %s (one layer's attention of a %d-token prompt, ms wgmma %.3f, "
+             "mma.sync %.3f)",
+             mma_sync < wgmma ? "mma.sync" : "wgmma", n, wgmma, mma_sync);
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickPrefillKernel");
+}
+
+}  // namespace pagoda::worker::cuda
