@@ -27,6 +27,7 @@
 #include "tests/support/status_assertions.h"
 #include "worker/backend/cuda/device.h"
 #include "worker/backend/cuda/fp8_gemm.h"
+#include "worker/backend/cuda/kernels/layer_kernels.h"
 #include "worker/backend/cuda/quant/fp8_kernels.h"
 #include "worker/backend/cuda/quant/quant_kernels.h"
 #include "worker/model/weight_matrix.h"
@@ -172,14 +173,18 @@ std::vector<float> Q8BlocksOnHost(const std::vector<float>& x, std::vector<int8_
   return out;
 }
 
-// The fused product with 8-bit activations, as WeightProducts runs it: quantize, then multiply.
+// The fused product with 8-bit activations, as WeightProducts runs it: quantize, then multiply
+// (in GLU mode too, when p sets glu_out).
 absl::Status QuantizeThenGemvInt8(const QuantGemvParams& p, cudaStream_t stream) {
   const size_t n = size_t(p.num_tokens) * p.w.cols;
   DeviceArray q(n), ds(n / 32 * 8);
   RETURN_IF_ERROR(LaunchQuantizeQ8Blocks(
       {p.x, q.as<int8_t>(), ds.as<float2>(), p.num_tokens, p.w.cols, p.dtype}, stream));
-  RETURN_IF_ERROR(LaunchQuantGemvInt8(
-      {q.as<int8_t>(), ds.as<float2>(), p.w, p.out, p.ld_out, p.num_tokens, p.accumulate}, stream));
+  QuantGemvInt8Params int8{q.as<int8_t>(), ds.as<float2>(), p.w,         p.out,
+                           p.ld_out,       p.num_tokens,    p.accumulate};
+  int8.glu_out = p.glu_out;
+  int8.dtype = p.dtype;
+  RETURN_IF_ERROR(LaunchQuantGemvInt8(int8, stream));
   return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
                                                 : absl::InternalError("synchronize");
 }
@@ -255,6 +260,65 @@ TEST_P(QuantKernelsTest, Int8GemvMatchesTheProductWith8BitActivations) {
   const auto [type, dtype] = GetParam();
   std::mt19937 rng(static_cast<unsigned>(type) * 29 + (dtype == DType::kBf16 ? 7 : 8));
   CheckProduct(type, dtype, QuantizeThenGemvInt8, {1, 3, 8}, rng, /*q8_x=*/true);
+}
+
+// A GEMV in GLU mode over w = [Wgate; Wup] (F = w.rows / 2) for 1, 3 and 8 tokens of random x,
+// against the same launcher's plain product into float32 followed by LaunchSiluMul: h equal bit
+// for bit (not mostly zeros), and a row of poison after h untouched.
+void CheckGluMode(Launcher launch, const DeviceMatrix& w, DType dtype, std::mt19937& rng) {
+  const int half = w.rows / 2, cols = w.cols;
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for (int n : {1, 3, 8}) {
+    SCOPED_TRACE(::testing::Message()
+                 << half << " gate/up pairs of " << cols << " columns, " << n << " tokens");
+    std::vector<uint16_t> x(size_t(n) * cols);
+    for (uint16_t& v : x) v = ToBits(normal(rng), dtype);
+    const size_t outputs = size_t(n) * half;
+    DeviceArray d_x(x.size() * 2), d_gate_up(size_t(n) * w.rows * 4), d_ref(outputs * 2),
+        d_h((outputs + half) * 2);
+    ASSERT_EQ(d_x.Upload(x), cudaSuccess);
+    ASSERT_EQ(d_gate_up.Poison(), cudaSuccess);
+    ASSERT_EQ(d_ref.Poison(), cudaSuccess);
+    ASSERT_EQ(d_h.Poison(), cudaSuccess);
+    ASSERT_OK(launch({d_x.get(), w, d_gate_up.as<float>(), w.rows, n, false, dtype}, nullptr));
+    ASSERT_OK(LaunchSiluMul({d_gate_up.as<float>(), d_ref.get(), n, half, dtype}, nullptr));
+    QuantGemvParams glu{d_x.get(), w, nullptr, 0, n, false, dtype};
+    glu.glu_out = d_h.get();
+    ASSERT_OK(launch(glu, nullptr));
+    std::vector<uint16_t> want(outputs), got(outputs + half);
+    ASSERT_EQ(d_ref.Download(want), cudaSuccess);
+    ASSERT_EQ(d_h.Download(got), cudaSuccess);
+    int bad = 0, nonzero = 0;
+    for (size_t i = 0; i < outputs; ++i) {
+      nonzero += FromBits(want[i], dtype) != 0.0f;
+      if (got[i] != want[i] && bad++ < 5) {
+        ADD_FAILURE() << "token " << i / half << " output " << i % half << ": "
+                      << FromBits(got[i], dtype) << ", expected " << FromBits(want[i], dtype);
+      }
+    }
+    EXPECT_GT(nonzero, static_cast<int>(outputs / 4));  // silu of a negative gate may be 0
+    for (size_t i = outputs; i < got.size(); ++i) {
+      ASSERT_EQ(got[i], kPoison) << "past h: element " << i - outputs << " was written";
+    }
+  }
+}
+
+// Gate/up pairs: a partial block of 8 (37), and a multiple of 4 (40, SiluMul's vector path).
+constexpr int kGluPairs[] = {37, 40};
+
+TEST_P(QuantKernelsTest, GluModeEqualsTheProductThenSiluMul) {
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 37 + (dtype == DType::kBf16 ? 3 : 4));
+  const int cols = BlockElements(*QuantizedFormatOf(type)) == 32 ? 224 : 1280;
+  for (int half : kGluPairs) {
+    const HostMatrix m = RandomMatrix(type, 2 * half, cols, rng);
+    DeviceArray d_w(m.bytes.size());
+    ASSERT_EQ(d_w.Upload(m.bytes), cudaSuccess);
+    for (Launcher launch : {LaunchQuantGemv, QuantizeThenGemvInt8}) {
+      SCOPED_TRACE(launch == LaunchQuantGemv ? "LaunchQuantGemv" : "LaunchQuantGemvInt8");
+      ASSERT_NO_FATAL_FAILURE(CheckGluMode(launch, OnDevice(m, d_w), dtype, rng));
+    }
+  }
 }
 
 class Q8BlocksTest : public ::testing::TestWithParam<DType> {
@@ -576,6 +640,24 @@ TEST_P(Fp8Test, GemvMatchesTheScaledFp8Product) {
   }
 }
 
+TEST_P(Fp8Test, GemvGluModeEqualsTheProductThenSiluMul) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(dtype == DType::kBf16 ? 49 : 50);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int cols = 2064;  // a pass of 2048 columns and part of the next
+  for (int half : kGluPairs) {
+    std::vector<float> w(size_t(2 * half) * cols);
+    for (float& v : w) v = normal(rng) * 0.05f;
+    const HostFp8 wq = QuantizeRowsOnHost(w, 2 * half, cols);
+    DeviceArray d_w(wq.q.size()), d_ws(wq.scales.size() * 4);
+    ASSERT_EQ(d_w.Upload(wq.q), cudaSuccess);
+    ASSERT_EQ(d_ws.Upload(wq.scales), cudaSuccess);
+    const DeviceMatrix m{d_w.get(), WeightFormat::kFp8, 2 * half,
+                         cols,      size_t(cols),       d_ws.as<float>()};
+    ASSERT_NO_FATAL_FAILURE(CheckGluMode(LaunchFp8Gemv, m, dtype, rng));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(QuantKernelsGpuTest, Fp8Test,
                          ::testing::Values(DType::kBf16, DType::kFp16),
                          [](const ::testing::TestParamInfo<DType>& info) {
@@ -613,6 +695,21 @@ TEST_P(DenseGemvTest, MatchesTheHostProduct) {
                                                 /*q8_x=*/false, 1e-5, rng));
       }
     }
+  }
+}
+
+TEST_P(DenseGemvTest, GluModeEqualsTheProductThenSiluMul) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(dtype == DType::kBf16 ? 43 : 44);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const int cols = 1032;  // a pass of 1024 columns and part of the next
+  for (int half : kGluPairs) {
+    std::vector<uint16_t> w(size_t(2 * half) * cols);
+    for (uint16_t& v : w) v = ToBits(normal(rng) * 0.05f, dtype);
+    DeviceArray d_w(w.size() * 2);
+    ASSERT_EQ(d_w.Upload(w), cudaSuccess);
+    const DeviceMatrix m{d_w.get(), WeightFormat::kDense, 2 * half, cols, size_t(cols) * 2};
+    ASSERT_NO_FATAL_FAILURE(CheckGluMode(LaunchDenseGemv, m, dtype, rng));
   }
 }
 
@@ -664,6 +761,18 @@ TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
   p.w = fp8;
   p.num_tokens = kQuantGemvMaxTokens + 1;
   EXPECT_EQ(code(LaunchFp8Gemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  // GLU mode: an even number of rows, no accumulation, and the GEMVs only.
+  p = good;
+  p.glu_out = out.get();
+  EXPECT_OK(LaunchQuantGemv(p, nullptr));
+  p.accumulate = true;
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.accumulate = false;
+  p.w.rows = 3;
+  EXPECT_EQ(code(LaunchQuantGemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p = good;
+  p.glu_out = out.get();
+  EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
   DequantizeRowsParams d;
   d.w = q4;
   d.first_row = 2;

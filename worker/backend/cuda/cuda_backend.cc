@@ -170,6 +170,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   products.gemv_int8_max_cols = weights_.block_max_cols();
   products.fp8_max_n_in = weights_.fp8_max_cols();
   products.fp8_max_n_out = weights_.fp8_max_rows();
+  products.fuse_glu = options_.fuse_glu;
   // Decoded ahead of cuBLAS: every step past the fused product (quant_decode_then_cublas), those
   // from a size (quant_cublas_min_tokens), or none until PickBlockProducts times it (kGemvAuto).
   // A model without kept parts has nothing to decode: no scratch, and the threshold reads 0.
@@ -362,12 +363,24 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
   RETURN_IF_ERROR(LaunchRmsNormCast(
       {x_.get<float>(), nullptr, w.ffn_norm, xn_.get(), T, c.dim, c.rms_eps, dtype_}, stream_));
   Mark(PhaseTimer::kNorm);
-  RETURN_IF_ERROR(products_->Run(xn_.get(), w.w_gate_up, gate_up_.get<float>(), T, false));
-  Mark(PhaseTimer::kGateUp);
-  RETURN_IF_ERROR(LaunchSiluMul({gate_up_.get<float>(), h_.get(), T, c.ffn_dim, dtype_}, stream_));
-  Mark(PhaseTimer::kSiluMul);
+  RETURN_IF_ERROR(GateUpSilu(w, T, /*marks=*/true));
   RETURN_IF_ERROR(products_->Run(h_.get(), w.w_down, x_.get<float>(), T, true));
   Mark(PhaseTimer::kDown);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::GateUpSilu(const DeviceLayer& w, int num_tokens, bool marks) {
+  ASSIGN_OR_RETURN(const bool fused,
+                   products_->RunGlu(xn_.get(), w.w_gate_up, h_.get(), num_tokens));
+  if (fused) {
+    if (marks) Mark(PhaseTimer::kGateUp);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(products_->Run(xn_.get(), w.w_gate_up, gate_up_.get<float>(), num_tokens, false));
+  if (marks) Mark(PhaseTimer::kGateUp);
+  RETURN_IF_ERROR(LaunchSiluMul(
+      {gate_up_.get<float>(), h_.get(), num_tokens, config().ffn_dim, dtype_}, stream_));
+  if (marks) Mark(PhaseTimer::kSiluMul);
   return absl::OkStatus();
 }
 

@@ -121,6 +121,9 @@ struct CudaBackendOptions {
   // overlapping the tail of the kernel before it. Process-wide: Init sets it (ProgrammaticLaunch)
   // for every backend of the process.
   bool programmatic_launch = true;
+  // Steps whose gate/up product is one of our GEMVs compute silu(gate) * up in it
+  // (WeightProducts::RunGlu), one kernel fewer per layer; the same values either way.
+  bool fuse_glu = true;
   int max_graph_seqs = 256;       // decode batches up to this size replay graphs
   int max_graph_context = 32768;  // ... when their longest context is at most this
 };
@@ -228,6 +231,10 @@ class CudaBackend : public Backend {
   absl::Status Enqueue(const StepInputs& s, int partitions, bool sample);  // the forward pass
   // partitions: of partition_tokens positions each (decode attention's grid).
   absl::Status EnqueueLayer(int layer, const StepInputs& s, int partitions, int partition_tokens);
+  // h_ = silu(xn_ Wgate^T) * (xn_ Wup^T) for num_tokens tokens of layer w: WeightProducts::RunGlu
+  // where it takes the step, else the product into gate_up_ and LaunchSiluMul. `marks`: the
+  // phase timer's marks after each (the pass's; start-up timings pass false).
+  absl::Status GateUpSilu(const DeviceLayer& w, int num_tokens, bool marks);
   // Ends `phase` of the pass being enqueued, when a phase timer is set.
   void Mark(PhaseTimer::Phase phase) {
     if (timer_ != nullptr) timer_->Mark(phase, stream_);

@@ -137,7 +137,7 @@ absl::StatusOr<float> CudaBackend::TimeStepProducts(
   auto run_layer = [&]() -> absl::Status {
     RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
     RETURN_IF_ERROR(products_->Run(attn_.get(), l.wo, x_.get<float>(), n, false));
-    RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
+    RETURN_IF_ERROR(GateUpSilu(l, n, /*marks=*/false));
     return products_->Run(h_.get(), l.w_down, x_.get<float>(), n, false);
   };
   auto run_head = [&] { return products_->Run(xn_.get(), head, logits_.get<float>(), n, false); };

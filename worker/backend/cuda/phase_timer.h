@@ -33,8 +33,8 @@ class PhaseTimer {
     kRope,       // QKV biases and norms where the model has them, RoPE, KV page write
     kAttention,  // decode and prefill attention
     kOutput,     // the attention output projection (residual add fused)
-    kGateUp,     // the fused gate/up projection
-    kSiluMul,    // SiLU(gate)·up
+    kGateUp,     // the fused gate/up projection (and SiLU·up where a GEMV fuses it)
+    kSiluMul,    // SiLU(gate)·up, where not fused
     kDown,       // the down projection (residual add fused)
     kHead,       // the final norm and the classifier of the sampled rows
     kSample,     // masks, logit adjustments, logprobs, sampling

@@ -84,6 +84,31 @@ absl::Status WeightProducts::Prepare(const Projection& w) {
   return absl::OkStatus();
 }
 
+WeightProducts::Path WeightProducts::PathOf(const DeviceMatrix& part, int num_tokens) const {
+  switch (part.format) {
+    case WeightFormat::kDense:
+      return num_tokens <= options_.dense_gemv_max_tokens && DenseGemvFits(part) ? Path::kDenseGemv
+                                                                                 : Path::kCublas;
+    case WeightFormat::kFp8:
+      return num_tokens <= options_.fp8_gemv_max_tokens ? Path::kFp8Gemv : Path::kFp8Gemm;
+    default:
+      if (num_tokens <= options_.gemv_max_tokens) {
+        return options_.gemv_int8 ? Path::kQuantGemvInt8 : Path::kQuantGemv;
+      }
+      return options_.cublas_min_tokens == 0 || num_tokens < options_.cublas_min_tokens
+                 ? Path::kQuantGemm
+                 : Path::kDecodeCublas;
+  }
+}
+
+absl::Status WeightProducts::QuantizeX(const void* x, int num_tokens, int cols) {
+  if (cols > options_.gemv_int8_max_cols) {
+    return absl::InvalidArgumentError("a block part wider than gemv_int8_max_cols");
+  }
+  return LaunchQuantizeQ8Blocks({x, xq_.get<int8_t>(), XqScales(), num_tokens, cols, dtype_},
+                                stream_);
+}
+
 absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out, int num_tokens,
                                  bool accumulate) {
   if (num_tokens == 0) return absl::OkStatus();
@@ -92,65 +117,99 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
   for (int i = 0; i < w.num_parts; ++i) {
     const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
     float* part_out = out + first_out;
-    if (part.format == WeightFormat::kDense && num_tokens <= options_.dense_gemv_max_tokens &&
-        DenseGemvFits(part)) {
-      RETURN_IF_ERROR(
-          LaunchDenseGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
-    } else if (part.format == WeightFormat::kDense) {
-      RETURN_IF_ERROR(
-          gemm_->Run({x, part.data, part_out, num_tokens, w.n_in, part.rows, accumulate, w.n_out}));
-    } else if (part.format == WeightFormat::kFp8 && num_tokens <= options_.fp8_gemv_max_tokens) {
-      RETURN_IF_ERROR(
-          LaunchFp8Gemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
-    } else if (part.format == WeightFormat::kFp8) {
-      if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
-      RETURN_IF_ERROR(fp8_->Run(x, part, part_out, w.n_out, num_tokens, accumulate));
-    } else if (num_tokens <= options_.gemv_max_tokens && options_.gemv_int8) {
-      int8_t* xq = xq_.get<int8_t>();
-      auto* ds = reinterpret_cast<float2*>(
-          xq + size_t(kQuantGemvMaxTokens) * static_cast<size_t>(options_.gemv_int8_max_cols));
-      if (w.n_in > options_.gemv_int8_max_cols) {
-        return absl::InvalidArgumentError("a block part wider than gemv_int8_max_cols");
-      }
-      if (!x_quantized) {
-        RETURN_IF_ERROR(LaunchQuantizeQ8Blocks({x, xq, ds, num_tokens, w.n_in, dtype_}, stream_));
-        x_quantized = true;
-      }
-      RETURN_IF_ERROR(
-          LaunchQuantGemvInt8({xq, ds, part, part_out, w.n_out, num_tokens, accumulate}, stream_));
-    } else if (num_tokens <= options_.gemv_max_tokens) {
-      RETURN_IF_ERROR(
-          LaunchQuantGemv({x, part, part_out, w.n_out, num_tokens, accumulate, dtype_}, stream_));
-    } else if (options_.cublas_min_tokens == 0 || num_tokens < options_.cublas_min_tokens) {
-      RETURN_IF_ERROR(LaunchQuantGemm(
-          {x, part, part_out, w.n_out, num_tokens, accumulate, dtype_, options_.gemm_kernel},
-          stream_));
-    } else {
-      // Slices of rows, decoded into the scratch and multiplied there.
-      const size_t dense_row = static_cast<size_t>(w.n_in) * DTypeSize(dtype_);
-      const int slice = static_cast<int>(
-          std::min<size_t>(scratch_.bytes() / dense_row, static_cast<size_t>(part.rows)));
-      if (slice == 0) {
-        return absl::FailedPreconditionError(
-            absl::StrFormat("the weight decode scratch (%d bytes) holds no row of %d columns",
-                            static_cast<int64_t>(scratch_.bytes()), w.n_in));
-      }
-      for (int r = 0; r < part.rows; r += slice) {
-        const int rows = std::min(slice, part.rows - r);
-        DequantizeRowsParams d;
-        d.w = part;
-        d.first_row = r;
-        d.num_rows = rows;
-        d.out = scratch_.get();
-        d.dtype = dtype_;
-        RETURN_IF_ERROR(LaunchDequantizeRows(d, stream_));
+    const QuantGemvParams gemv{x, part, part_out, w.n_out, num_tokens, accumulate, dtype_};
+    switch (PathOf(part, num_tokens)) {
+      case Path::kDenseGemv:
+        RETURN_IF_ERROR(LaunchDenseGemv(gemv, stream_));
+        break;
+      case Path::kCublas:
         RETURN_IF_ERROR(gemm_->Run(
-            {x, scratch_.get(), part_out + r, num_tokens, w.n_in, rows, accumulate, w.n_out}));
+            {x, part.data, part_out, num_tokens, w.n_in, part.rows, accumulate, w.n_out}));
+        break;
+      case Path::kFp8Gemv:
+        RETURN_IF_ERROR(LaunchFp8Gemv(gemv, stream_));
+        break;
+      case Path::kFp8Gemm:
+        if (fp8_ == nullptr) return absl::FailedPreconditionError("FP8 weights without Fp8Gemm");
+        RETURN_IF_ERROR(fp8_->Run(x, part, part_out, w.n_out, num_tokens, accumulate));
+        break;
+      case Path::kQuantGemvInt8: {
+        if (!x_quantized) {
+          RETURN_IF_ERROR(QuantizeX(x, num_tokens, w.n_in));
+          x_quantized = true;
+        }
+        QuantGemvInt8Params q{xq_.get<int8_t>(), XqScales(), part,      part_out,
+                              w.n_out,           num_tokens, accumulate};
+        q.dtype = dtype_;
+        RETURN_IF_ERROR(LaunchQuantGemvInt8(q, stream_));
+        break;
+      }
+      case Path::kQuantGemv:
+        RETURN_IF_ERROR(LaunchQuantGemv(gemv, stream_));
+        break;
+      case Path::kQuantGemm: {
+        QuantGemvParams p = gemv;
+        p.gemm_kernel = options_.gemm_kernel;
+        RETURN_IF_ERROR(LaunchQuantGemm(p, stream_));
+        break;
+      }
+      case Path::kDecodeCublas: {
+        // Slices of rows, decoded into the scratch and multiplied there.
+        const size_t dense_row = static_cast<size_t>(w.n_in) * DTypeSize(dtype_);
+        const int slice = static_cast<int>(
+            std::min<size_t>(scratch_.bytes() / dense_row, static_cast<size_t>(part.rows)));
+        if (slice == 0) {
+          return absl::FailedPreconditionError(
+              absl::StrFormat("the weight decode scratch (%d bytes) holds no row of %d columns",
+                              static_cast<int64_t>(scratch_.bytes()), w.n_in));
+        }
+        for (int r = 0; r < part.rows; r += slice) {
+          const int rows = std::min(slice, part.rows - r);
+          DequantizeRowsParams d;
+          d.w = part;
+          d.first_row = r;
+          d.num_rows = rows;
+          d.out = scratch_.get();
+          d.dtype = dtype_;
+          RETURN_IF_ERROR(LaunchDequantizeRows(d, stream_));
+          RETURN_IF_ERROR(gemm_->Run(
+              {x, scratch_.get(), part_out + r, num_tokens, w.n_in, rows, accumulate, w.n_out}));
+        }
+        break;
       }
     }
     first_out += part.rows;
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<bool> WeightProducts::RunGlu(const void* x, const Projection& w, void* h,
+                                            int num_tokens) {
+  if (!options_.fuse_glu || num_tokens == 0 || w.num_parts != 1) return false;
+  const DeviceMatrix& part = w.parts[0];
+  QuantGemvParams gemv{x, part, nullptr, 0, num_tokens, false, dtype_};
+  gemv.glu_out = h;
+  switch (PathOf(part, num_tokens)) {
+    case Path::kDenseGemv:
+      RETURN_IF_ERROR(LaunchDenseGemv(gemv, stream_));
+      return true;
+    case Path::kFp8Gemv:
+      RETURN_IF_ERROR(LaunchFp8Gemv(gemv, stream_));
+      return true;
+    case Path::kQuantGemv:
+      RETURN_IF_ERROR(LaunchQuantGemv(gemv, stream_));
+      return true;
+    case Path::kQuantGemvInt8: {
+      RETURN_IF_ERROR(QuantizeX(x, num_tokens, w.n_in));
+      QuantGemvInt8Params q{xq_.get<int8_t>(), XqScales(), part, nullptr, 0, num_tokens, false};
+      q.glu_out = h;
+      q.dtype = dtype_;
+      RETURN_IF_ERROR(LaunchQuantGemvInt8(q, stream_));
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 }  // namespace pagoda::worker::cuda

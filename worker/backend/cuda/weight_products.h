@@ -63,11 +63,19 @@ class WeightProducts {
     // FP8 parts for at most this many tokens take LaunchFp8Gemv (0: never; at most
     // kQuantGemvMaxTokens).
     int fp8_gemv_max_tokens = 8;
+    // RunGlu fuses the gate/up product with silu * up where a GEMV takes the step.
+    bool fuse_glu = true;
   };
   static absl::StatusOr<std::unique_ptr<WeightProducts>> Create(cudaStream_t stream, DType dtype,
                                                                 const Options& options);
 
   absl::Status Run(const void* x, const Projection& w, float* out, int num_tokens, bool accumulate);
+  // The feed-forward block's gate/up product and activation in one kernel: h[t][j] =
+  // dtype(silu(gate_j . x_t) * (up_j . x_t)) for w = [Wgate; Wup] (n_out = 2 F, h [num_tokens][F]
+  // in the dtype), where w is one part whose product at this step is one of the GEMVs (their GLU
+  // mode, quant_kernels.h). Returns false, having done nothing, where it is not (or fuse_glu is
+  // off): the caller then runs Run() and LaunchSiluMul, which give the same values bit for bit.
+  absl::StatusOr<bool> RunGlu(const void* x, const Projection& w, void* h, int num_tokens);
   // Changes Options::dense_gemv_max_tokens and fp8_gemv_max_tokens (each 0 to
   // kQuantGemvMaxTokens): CudaBackend times both sides of each at start.
   absl::Status SetGemvTokens(int dense, int fp8);
@@ -91,6 +99,27 @@ class WeightProducts {
         gemm_(std::move(gemm)),
         fp8_(std::move(fp8)),
         scratch_(std::move(scratch)) {}
+
+  // Which kernel multiplies a part at a step of num_tokens tokens.
+  enum class Path {
+    kDenseGemv,      // LaunchDenseGemv
+    kCublas,         // Gemm (cuBLAS)
+    kFp8Gemv,        // LaunchFp8Gemv
+    kFp8Gemm,        // Fp8Gemm (cuBLASLt)
+    kQuantGemvInt8,  // LaunchQuantizeQ8Blocks, then LaunchQuantGemvInt8
+    kQuantGemv,      // LaunchQuantGemv
+    kQuantGemm,      // LaunchQuantGemm (tensor cores)
+    kDecodeCublas,   // slices decoded into the scratch, then cuBLAS
+  };
+  Path PathOf(const DeviceMatrix& part, int num_tokens) const;
+  // x as 8-bit blocks for LaunchQuantGemvInt8: the values at the start of xq_, their (d, s)
+  // pairs at XqScales().
+  absl::Status QuantizeX(const void* x, int num_tokens, int cols);
+  float2* XqScales() {
+    return reinterpret_cast<float2*>(xq_.get<int8_t>() +
+                                     size_t{kQuantGemvMaxTokens} *
+                                         static_cast<size_t>(options_.gemv_int8_max_cols));
+  }
 
   cudaStream_t stream_;
   DType dtype_;

@@ -5,6 +5,7 @@
 #include "worker/backend/cuda/arg_check.h"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/kernels/activations.cuh"
 #include "worker/backend/cuda/kernels/layer_kernels.h"
 #include "worker/backend/cuda/launch.cuh"
 
@@ -134,8 +135,6 @@ __global__ void RopeKvWriteKernel(RopeKvWriteParams p) {
     }
   }
 }
-
-__device__ __forceinline__ float SiluTimes(float g, float u) { return g / (1.0f + __expf(-g)) * u; }
 
 template <typename T>
 __global__ void SiluMulKernel(const float* __restrict__ gate_up, T* __restrict__ out,

@@ -7,6 +7,7 @@
 #include "worker/backend/cuda/arg_check.h"
 #include "worker/backend/cuda/device_buffer.h"
 #include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/kernels/activations.cuh"
 #include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/mma.cuh"
 #include "worker/backend/cuda/quant/quant_blocks.cuh"
@@ -29,24 +30,68 @@ __device__ __forceinline__ int GemvXSlot(int lane, int piece) {
 }
 constexpr int kDequantThreads = 128;
 
-// The fused products' end: each (row, token) sum over the warp's lanes, written by lane 0
-// (out[t * ld_out + row], added to it when accumulating).
+// The two rows a warp of a GEMV block multiplies. Plain: rows 2 w and 2 w + 1 of the block's
+// kGemvRows. GLU mode: gate row j = kGemvWarps b + w and its up row j + F (F = rows / 2), so that
+// one warp holds both sums of each output.
+struct WarpRows {
+  static_assert(kGemvRowsPerWarp == 2, "GLU mode pairs a gate row with an up row");
+  int row[kGemvRowsPerWarp];
+  bool inside[kGemvRowsPerWarp];  // false past the matrix (or past F)
+
+  __device__ __forceinline__ WarpRows(int rows, bool glu) {
+    const int warp = static_cast<int>(threadIdx.x) / 32;
+    if (glu) {
+      const int half = rows / 2, j = static_cast<int>(blockIdx.x) * kGemvWarps + warp;
+      row[0] = j, row[1] = j + half;
+      inside[0] = inside[1] = j < half;
+    } else {
+      const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+#pragma unroll
+      for (int r = 0; r < kGemvRowsPerWarp; ++r) row[r] = row0 + r, inside[r] = row0 + r < rows;
+    }
+  }
+  // The row that r reads: its own, or the matrix's last for a row past the end (read, unused).
+  __device__ __forceinline__ int Read(int r, int rows) const {
+    return inside[r] ? row[r] : rows - 1;
+  }
+};
+
+// Blocks of a GEMV launch: kGemvRows rows each, or kGemvWarps gate/up pairs in GLU mode.
+dim3 GemvGrid(int rows, bool glu) {
+  return dim3(glu ? (rows / 2 + kGemvWarps - 1) / kGemvWarps : (rows + kGemvRows - 1) / kGemvRows);
+}
+
+// The fused products' end: each (row, token) sum over the warp's lanes, written by lane 0:
+// out[t * ld_out + row] (added to it when accumulating), or in GLU mode
+// glu_out[t * F + j] = T(silu(gate sum) * up sum). P: QuantGemvParams or QuantGemvInt8Params.
+template <typename T, typename P>
 __device__ __forceinline__ void StoreWarpSums(
-    const float (&acc)[kGemvRowsPerWarp][kQuantGemvMaxTokens], int row0, int tokens, int rows,
-    float* out, int ld_out, bool accumulate) {
+    const float (&acc)[kGemvRowsPerWarp][kQuantGemvMaxTokens], const WarpRows& rows, const P& p) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
-  for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+  for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
+    if (t >= p.num_tokens) break;
+    float v[kGemvRowsPerWarp];
 #pragma unroll
-    for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
-      if (t >= tokens) break;
-      float v = acc[r][t];
-      for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
-      const int row = row0 + r;
-      if (lane == 0 && row < rows) {
-        float* o = out + static_cast<size_t>(t) * ld_out + row;
-        *o = accumulate ? *o + v : v;
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      v[r] = acc[r][t];
+      for (int offset = 16; offset > 0; offset >>= 1) {
+        v[r] += __shfl_xor_sync(0xffffffff, v[r], offset);
       }
+    }
+    if (lane != 0) continue;
+    if (p.glu_out != nullptr) {
+      if (rows.inside[0]) {
+        static_cast<T*>(p.glu_out)[static_cast<size_t>(t) * (p.w.rows / 2) + rows.row[0]] =
+            FromFloat<T>(SiluTimes(v[0], v[1]));
+      }
+      continue;
+    }
+#pragma unroll
+    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+      if (!rows.inside[r]) continue;
+      float* o = p.out + static_cast<size_t>(t) * p.ld_out + rows.row[r];
+      *o = p.accumulate ? *o + v[r] : v[r];
     }
   }
 }
@@ -55,8 +100,8 @@ template <WeightFormat F, typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float4 xs[kQuantGemvMaxTokens][32 * 8];
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
   const int tokens = p.num_tokens, n_in = p.w.cols;
   const T* x = static_cast<const T*>(p.x);
   const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
@@ -76,10 +121,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvP
     // memory).
 #pragma unroll
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      const int row = row0 + r;
-      if (row >= p.w.rows) continue;
+      if (!rows.inside[r]) continue;
       float y[kQuantUnit];
-      DecodeUnit<F>(w + static_cast<size_t>(row) * p.w.row_bytes, unit, y);
+      DecodeUnit<F>(w + static_cast<size_t>(rows.row[r]) * p.w.row_bytes, unit, y);
 #pragma unroll
       for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
         if (t >= tokens) break;
@@ -96,19 +140,20 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvP
       }
     }
   }
-  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
+  StoreWarpSums<T>(acc, rows, p);
 }
 
 // All of a pass's weight loads of this lane, before any arithmetic (kGemvRowsPerWarp x kSteps
 // of 16 bytes in flight): the warp's rows from byte `first` of each row, 512 bytes a step, lane
-// l at byte 16 l of each; zeros past `bytes`. A missing row reads its neighbour, unused.
+// l at byte 16 l of each; zeros past `bytes`. A missing row reads the last, unused.
 template <int kSteps>
-__device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, int row0, size_t first,
-                                             int bytes, uint4 (&wv)[kGemvRowsPerWarp][kSteps]) {
+__device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, const WarpRows& rows,
+                                             size_t first, int bytes,
+                                             uint4 (&wv)[kGemvRowsPerWarp][kSteps]) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-    const int row = min(row0 + r, w.rows - 1);
+    const int row = rows.Read(r, w.rows);
     const uint8_t* base =
         static_cast<const uint8_t*>(w.data) + static_cast<size_t>(row) * w.row_bytes + first;
 #pragma unroll
@@ -132,8 +177,8 @@ template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float4 xs[2][kQuantGemvMaxTokens][kDenseChunk / 8];
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
   const int tokens = p.num_tokens, n_in = p.w.cols;
   const T* x = static_cast<const T*>(p.x);
   float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
@@ -147,7 +192,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
     }
     __syncthreads();
     uint4 wv[kGemvRowsPerWarp][kDenseSteps];
-    LoadRowSteps(p.w, row0, size_t{2} * c0, 2 * len, wv);
+    LoadRowSteps(p.w, rows, size_t{2} * c0, 2 * len, wv);
 #pragma unroll
     for (int s = 0; s < kDenseSteps; ++s) {
       const int k = s * 256 + lane * 8;
@@ -169,7 +214,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
       }
     }
   }
-  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
+  StoreWarpSums<T>(acc, rows, p);
 }
 
 // FP8 E4M3 rows: the dense kernel's walk with 16 weights per 16-byte load (a step covers 512
@@ -198,8 +243,8 @@ template <typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ uint4 xs[2][kQuantGemvMaxTokens][kFp8Chunk / 16];  // 8 elements of the dtype each
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
   const int tokens = p.num_tokens, n_in = p.w.cols;
   const T* x = static_cast<const T*>(p.x);
   float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
@@ -213,7 +258,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams
     }
     __syncthreads();
     uint4 wv[kGemvRowsPerWarp][kFp8Steps];
-    LoadRowSteps(p.w, row0, c0, len, wv);
+    LoadRowSteps(p.w, rows, c0, len, wv);
 #pragma unroll
     for (int s = 0; s < kFp8Steps; ++s) {
       const int k = s * 512 + lane * 16;
@@ -239,11 +284,11 @@ __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams
   }
 #pragma unroll
   for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-    const float scale = p.w.row_scales[min(row0 + r, p.w.rows - 1)];
+    const float scale = p.w.row_scales[rows.Read(r, p.w.rows)];
 #pragma unroll
     for (int t = 0; t < kQuantGemvMaxTokens; ++t) acc[r][t] *= scale;
   }
-  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
+  StoreWarpSums<T>(acc, rows, p);
 }
 
 // One thread per block of 32 activations.
@@ -272,13 +317,13 @@ __global__ void QuantizeQ8BlocksKernel(Q8BlocksParams p) {
 // memory, so the 32 lanes reading their units hit 32 banks) and its (d, s) pair.
 constexpr int kInt8Stride = kQuantUnit / 4 + 1;
 
-template <WeightFormat F>
+template <WeightFormat F, typename T>
 __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemvInt8Params p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ int xs[kQuantGemvMaxTokens][32 * kInt8Stride];
   __shared__ float2 dss[kQuantGemvMaxTokens][32];
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
   const int tokens = p.num_tokens, n_in = p.w.cols, units = n_in / kQuantUnit;
   const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
   float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
@@ -300,10 +345,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemv
     if (lane >= chunk_units) continue;
 #pragma unroll  // acc in registers, as in QuantGemvKernel
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      const int row = row0 + r;
-      if (row >= p.w.rows) continue;
+      if (!rows.inside[r]) continue;
       IntUnit unit;
-      DecodeUnitInt<F>(w + static_cast<size_t>(row) * p.w.row_bytes, u0 + lane, unit);
+      DecodeUnitInt<F>(w + static_cast<size_t>(rows.row[r]) * p.w.row_bytes, u0 + lane, unit);
       int packed[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -328,7 +372,7 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemv
       }
     }
   }
-  StoreWarpSums(acc, row0, tokens, p.w.rows, p.out, p.ld_out, p.accumulate);
+  StoreWarpSums<T>(acc, rows, p);
 }
 
 template <WeightFormat F, typename O>
@@ -502,12 +546,21 @@ void CheckMatrix(ArgCheck& check, const DeviceMatrix& w) {
                WeightFormatName(w.format));
 }
 
-// The fused products' token count and output rules.
-void CheckFusedOutput(ArgCheck& check, const DeviceMatrix& w, int num_tokens, const float* out,
-                      int ld_out) {
-  check.RequireRange(num_tokens, 1, kQuantGemvMaxTokens, "num_tokens")
-      .RequirePointer(out, "out", 4)
-      .Require(ld_out >= w.rows, "ld_out %d must be at least w.rows %d", ld_out, w.rows);
+// The fused products' token count and output rules (P: QuantGemvParams or
+// QuantGemvInt8Params): out and ld_out, or in GLU mode an even w.rows, glu_out and no
+// accumulation.
+template <typename P>
+void CheckFusedOutput(ArgCheck& check, const P& p) {
+  check.RequireRange(p.num_tokens, 1, kQuantGemvMaxTokens, "num_tokens");
+  if (p.glu_out != nullptr) {
+    check.RequirePointer(p.glu_out, "glu_out", 2)
+        .Require(p.w.rows % 2 == 0, "GLU mode needs gate and up rows alike, not w.rows %d",
+                 p.w.rows)
+        .Require(!p.accumulate, "GLU mode does not accumulate");
+    return;
+  }
+  check.RequirePointer(p.out, "out", 4)
+      .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
 }
 
 // The GEMVs over whole rows of `format` (LaunchDenseGemv, LaunchFp8Gemv): their checks (the
@@ -518,7 +571,7 @@ absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const 
                            WeightFormat format, int element_bytes, int x_align,
                            KernelOf kernel_of) {
   ArgCheck check(name);
-  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  CheckFusedOutput(check, p);
   const int per_load = 16 / element_bytes;
   check
       .Require(p.w.format == format, "w must be %s, not %s", WeightFormatName(format),
@@ -532,7 +585,7 @@ absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const 
                element_bytes, p.w.cols)
       .RequirePointer(p.x, "x", x_align);
   RETURN_IF_ERROR(check.status());
-  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto t) {
                                     return LaunchKernelAfterPrior(
@@ -556,10 +609,10 @@ cudaError_t LaunchWgmmaGemm(const QuantGemvParams& p, dim3 grid, cudaStream_t st
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchQuantGemv");
   CheckMatrix(check, p.w);
-  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  CheckFusedOutput(check, p);
   check.RequirePointer(p.x, "x", 2);
   RETURN_IF_ERROR(check.status());
-  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
+  const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
   return CudaStatus(DispatchFormat(p.w.format,
                                    [&](auto format) {
                                      return DispatchDType(p.dtype, [&](auto t) {
@@ -607,23 +660,27 @@ absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream
 absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stream) {
   ArgCheck check("LaunchQuantGemvInt8");
   CheckMatrix(check, p.w);
-  CheckFusedOutput(check, p.w, p.num_tokens, p.out, p.ld_out);
+  CheckFusedOutput(check, p);
   check.RequirePointer(p.xq, "xq", 4).RequirePointer(p.ds, "ds", 8);
   RETURN_IF_ERROR(check.status());
-  const dim3 grid((p.w.rows + kGemvRows - 1) / kGemvRows);
-  return CudaStatus(DispatchFormat(p.w.format,
-                                   [&](auto format) {
-                                     return LaunchKernelAfterPrior(
-                                         QuantGemvInt8Kernel<decltype(format)::kFormat>, grid,
-                                         dim3(kGemvWarps * 32), 0, stream, p);
-                                   }),
-                    "LaunchQuantGemvInt8");
+  const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
+  return CudaStatus(
+      DispatchFormat(p.w.format,
+                     [&](auto format) {
+                       return DispatchDType(p.dtype, [&](auto t) {
+                         return LaunchKernelAfterPrior(
+                             QuantGemvInt8Kernel<decltype(format)::kFormat, decltype(t)>, grid,
+                             dim3(kGemvWarps * 32), 0, stream, p);
+                       });
+                     }),
+      "LaunchQuantGemvInt8");
 }
 
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchQuantGemm");
   CheckMatrix(check, p.w);
   check.RequirePositive(p.num_tokens, "num_tokens")
+      .Require(p.glu_out == nullptr, "LaunchQuantGemm has no GLU mode (the GEMVs' only)")
       .RequirePointer(p.x, "x", 16)
       .RequirePointer(p.out, "out", 4)
       .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);

@@ -33,6 +33,13 @@ enum class QuantGemmKernel { kAuto, kMmaSync, kWgmma };
 // for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
 // a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
 // 32 per row in turn against x staged in shared memory.
+//
+// GLU mode (glu_out set; the GEMVs only: LaunchQuantGemv, LaunchQuantGemvInt8, LaunchDenseGemv,
+// LaunchFp8Gemv): w is [Wgate; Wup], F = w.rows / 2 rows each, and in place of out the kernel
+// writes glu_out[t * F + j] = dtype(silu(gate_j . x_t) * (up_j . x_t)) for j < F, a warp holding
+// gate row j and up row j. The sums are the plain mode's, bit for bit, so this equals the
+// product into out followed by LaunchSiluMul, in one kernel; out, ld_out and accumulate are
+// unused (accumulate must be false).
 struct QuantGemvParams {
   const void* x;   // [num_tokens][w.cols] dtype
   DeviceMatrix w;  // a quantized format
@@ -42,6 +49,7 @@ struct QuantGemvParams {
   bool accumulate = false;
   DType dtype = DType::kBf16;
   QuantGemmKernel gemm_kernel = QuantGemmKernel::kAuto;  // LaunchQuantGemm's only
+  void* glu_out = nullptr;                               // GLU mode: [num_tokens][w.rows / 2] dtype
 };
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream);
 
@@ -68,6 +76,8 @@ struct QuantGemvInt8Params {
   int ld_out = 0;
   int num_tokens = 0;  // 1 .. kQuantGemvMaxTokens
   bool accumulate = false;
+  void* glu_out = nullptr;     // GLU mode, as QuantGemvParams
+  DType dtype = DType::kBf16;  // glu_out's
 };
 absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stream);
 
