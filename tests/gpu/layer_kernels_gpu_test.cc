@@ -97,7 +97,10 @@ TEST_P(LayerKernelsDTypeTest, EmbedGathersRowsExactly) {
 
 TEST_P(LayerKernelsDTypeTest, RmsNormCastMatchesCpuWithAndWithoutRowGather) {
   const DType d = GetParam();
-  for (int dim : {8, 64, 100, 4096}) {
+  // Rows of 4 k floats up to 16384 take the kernel of 16-byte pieces (one warp, at most one
+  // piece a thread, at 64 and 100; four pieces a thread at 4096 and 16384); 6 and 20000 the
+  // strided one.
+  for (int dim : {6, 8, 64, 100, 4096, 16384, 20000}) {
     const int src_rows = 13;
     const std::vector<float> x = Normal(size_t(src_rows) * dim, rng_, 3.0f);
     const std::vector<float> w = Normal(dim, rng_);
@@ -274,8 +277,9 @@ void CheckRopeKvWrite(DType d, const RopeShape& s, std::mt19937& rng) {
 
 TEST_P(LayerKernelsDTypeTest, RopeKvWriteMatchesCpuRopeAndWriteKv) {
   const DType d = GetParam();
-  for (const RopeShape& s : {RopeShape{8, 4, 8, 8}, RopeShape{4, 1, 64, 16},
-                             RopeShape{8, 8, 128, 4}, RopeShape{6, 2, 96, 32}}) {
+  for (const RopeShape& s :
+       {RopeShape{8, 4, 8, 8}, RopeShape{4, 1, 64, 16}, RopeShape{8, 8, 128, 4},
+        RopeShape{6, 2, 96, 32}, RopeShape{32, 8, 128, 16}}) {  // 3072 pairs: 12 blocks a token
     CheckRopeKvWrite(d, s, rng_);
     if (HasFatalFailure()) return;
   }

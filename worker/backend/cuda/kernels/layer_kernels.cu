@@ -15,15 +15,17 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 0x7fffffff;  // one block per token or row: the grid's x limit
 
+// The sum of v over the block (whole warps, at most 1024 threads), in a fixed order: each warp's
+// butterfly, then the warps' sums in order.
 __device__ __forceinline__ float BlockSum(float v) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[32];
   __shared__ float total;
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffff, v, offset);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
   __syncthreads();
   if (threadIdx.x == 0) {
     float t = 0;
-    for (int w = 0; w < kThreads / 32; ++w) t += partial[w];
+    for (int w = 0; w < static_cast<int>(blockDim.x) / 32; ++w) t += partial[w];
     total = t;
   }
   __syncthreads();
@@ -50,6 +52,53 @@ __global__ void RmsNormCastKernel(const float* __restrict__ x, const int32_t* __
   const float inv = rsqrtf(BlockSum(sum) / dim + eps);
   T* o = out + static_cast<size_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += kThreads) o[i] = FromFloat<T>(row[i] * inv * weight[i]);
+}
+
+// The same for rows of 4 k floats (every model's), up to kNormQuads 4-float pieces a thread: the
+// row and the weights are read once, all of a thread's 16-byte loads issued before the sum, and
+// each thread writes its pieces from registers with 8-byte stores. A block of as few warps as
+// hold the row: a decode step's norm is one block per token, whose time is the latency of its
+// loads (the strided loop above waits on several rounds of them).
+constexpr int kNormQuads = 4;
+constexpr int kNormMaxDim = 4 * kNormQuads * 1024;
+
+int NormQuadsThreads(int dim) {
+  const int pieces = (dim / 4 + kNormQuads - 1) / kNormQuads;
+  return std::max(32, (pieces + 31) / 32 * 32);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(1024)
+    RmsNormCastQuadsKernel(const float* __restrict__ x, const int32_t* __restrict__ rows,
+                           const float* __restrict__ weight, T* __restrict__ out, int dim,
+                           float eps) {
+  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
+  const int src = rows != nullptr ? rows[blockIdx.x] : static_cast<int>(blockIdx.x);
+  const float4* row = reinterpret_cast<const float4*>(x + static_cast<size_t>(src) * dim);
+  const float4* w = reinterpret_cast<const float4*>(weight);
+  const int quads = dim / 4;
+  float4 v[kNormQuads], g[kNormQuads];
+#pragma unroll
+  for (int k = 0; k < kNormQuads; ++k) {
+    const int q = static_cast<int>(threadIdx.x + k * blockDim.x);
+    const bool inside = q < quads;
+    v[k] = inside ? row[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    g[k] = inside ? w[q] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  float sum = 0;
+#pragma unroll
+  for (int k = 0; k < kNormQuads; ++k) {
+    sum += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  }
+  const float inv = rsqrtf(BlockSum(sum) / dim + eps);
+  uint2* o = reinterpret_cast<uint2*>(out + static_cast<size_t>(blockIdx.x) * dim);
+#pragma unroll
+  for (int k = 0; k < kNormQuads; ++k) {
+    const int q = static_cast<int>(threadIdx.x + k * blockDim.x);
+    if (q >= quads) break;
+    o[q] = make_uint2(PackPair<T>(v[k].x * inv * g[k].x, v[k].y * inv * g[k].y),
+                      PackPair<T>(v[k].z * inv * g[k].z, v[k].w * inv * g[k].w));
+  }
 }
 
 __global__ void RopeTableKernel(const int32_t* __restrict__ positions, float2* __restrict__ rope,
@@ -88,52 +137,44 @@ __global__ void QkvHooksKernel(QkvHooksParams p) {
   }
 }
 
+// Grid (tokens, pieces of kThreads pairs): thread i of a token's row moves pair i of [q | k | v],
+// so a decode step's few tokens spread over several blocks, each thread waiting on one load.
 template <typename T>
 __global__ void RopeKvWriteKernel(RopeKvWriteParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   const int t = blockIdx.x;
   const int hd = p.head_dim, half = hd / 2;
   const int q_dim = p.n_heads * hd, kv_dim = p.n_kv_heads * hd;
-  const float* row = p.qkv + static_cast<size_t>(t) * (q_dim + 2 * kv_dim);
-  const float2* rope = p.rope + static_cast<size_t>(t) * half;
+  const int q_pairs = q_dim / 2, qk_pairs = (q_dim + kv_dim) / 2, pairs = qk_pairs + kv_dim / 2;
+  const int i = static_cast<int>(blockIdx.y * blockDim.x + threadIdx.x);
+  if (i >= pairs) return;
   const int pos = p.positions[t];
-  T* q_out = static_cast<T*>(p.q_out) + static_cast<size_t>(t) * q_dim;
-  T* k_dst = nullptr;
-  T* v_dst = nullptr;
-  if (pos >= 0) {
+  if (i >= q_pairs && pos < 0) return;  // a padding token writes no KV
+  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j. A thread moves a
+  // whole pair (one 8-byte load, one 4-byte store): q, k and v lie side by side in the row, and
+  // every row, head and slot starts at an even element (head_dim is even).
+  const float2 x =
+      reinterpret_cast<const float2*>(p.qkv + static_cast<size_t>(t) * (q_dim + 2 * kv_dim))[i];
+  uint32_t* dst;
+  int j;  // pair within q, k or v
+  if (i < q_pairs) {
+    dst = reinterpret_cast<uint32_t*>(static_cast<T*>(p.q_out) + static_cast<size_t>(t) * q_dim);
+    j = i;
+  } else {
     const int page =
         p.page_table[static_cast<size_t>(p.token_seq[t]) * p.page_table_stride + pos / p.page_size];
     const size_t slot = static_cast<size_t>(page) * p.page_size + pos % p.page_size;
-    k_dst = static_cast<T*>(p.k_cache) + slot * kv_dim;
-    v_dst = static_cast<T*>(p.v_cache) + slot * kv_dim;
-  }
-  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j. A thread moves a
-  // whole pair (one 8-byte load, one 4-byte store): q and k lie side by side in the row, and
-  // every row, head and slot starts at an even element (head_dim is even).
-  const float2* const in = reinterpret_cast<const float2*>(row);
-  uint32_t* const q_words = reinterpret_cast<uint32_t*>(q_out);
-  uint32_t* const k_words = reinterpret_cast<uint32_t*>(k_dst);
-  const int q_pairs = q_dim / 2, pairs = (q_dim + kv_dim) / 2;
-  for (int i = threadIdx.x; i < pairs; i += blockDim.x) {
-    const bool is_q = i < q_pairs;
-    const int j = is_q ? i : i - q_pairs;  // pair within q or k
-    const float2 cs = rope[j % half];
-    const float2 x = in[i];
-    const uint32_t rotated = PackPair<T>(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
-    if (is_q) {
-      q_words[j] = rotated;
-    } else if (k_words != nullptr) {
-      k_words[j] = rotated;
+    const bool is_k = i < qk_pairs;
+    dst =
+        reinterpret_cast<uint32_t*>(static_cast<T*>(is_k ? p.k_cache : p.v_cache) + slot * kv_dim);
+    j = is_k ? i - q_pairs : i - qk_pairs;
+    if (!is_k) {
+      dst[j] = PackPair<T>(x.x, x.y);
+      return;
     }
   }
-  if (v_dst != nullptr) {
-    const float2* const v = in + (q_dim + kv_dim) / 2;
-    uint32_t* const v_words = reinterpret_cast<uint32_t*>(v_dst);
-    for (int i = threadIdx.x; i < kv_dim / 2; i += blockDim.x) {
-      const float2 x = v[i];
-      v_words[i] = PackPair<T>(x.x, x.y);
-    }
-  }
+  const float2 cs = p.rope[static_cast<size_t>(t) * half + j % half];
+  dst[j] = PackPair<T>(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
 
 template <typename T>
@@ -229,12 +270,23 @@ absl::Status LaunchRmsNormCast(const RmsNormCastParams& p, cudaStream_t stream) 
       .RequirePointer(p.weight, "weight")
       .RequirePointer(p.out, "out");
   RETURN_IF_ERROR(check.status());
+  const bool quads = p.dim % 4 == 0 && p.dim <= kNormMaxDim &&
+                     reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.weight) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(p.out) % 8 == 0;
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto tag) {
                                     using T = decltype(tag);
-                                    return LaunchKernelAfterPrior(
-                                        RmsNormCastKernel<T>, p.num_rows, kThreads, 0, stream, p.x,
-                                        p.rows, p.weight, static_cast<T*>(p.out), p.dim, p.eps);
+                                    T* out = static_cast<T*>(p.out);
+                                    if (quads) {
+                                      return LaunchKernelAfterPrior(
+                                          RmsNormCastQuadsKernel<T>, p.num_rows,
+                                          NormQuadsThreads(p.dim), 0, stream, p.x, p.rows, p.weight,
+                                          out, p.dim, p.eps);
+                                    }
+                                    return LaunchKernelAfterPrior(RmsNormCastKernel<T>, p.num_rows,
+                                                                  kThreads, 0, stream, p.x, p.rows,
+                                                                  p.weight, out, p.dim, p.eps);
                                   }),
                     "LaunchRmsNormCast");
 }
@@ -290,12 +342,17 @@ absl::Status LaunchRopeKvWrite(const RopeKvWriteParams& p, cudaStream_t stream) 
       .RequirePointer(p.q_out, "q_out", 4)
       .RequirePointer(p.k_cache, "k_cache", 4)
       .RequirePointer(p.v_cache, "v_cache", 4);
+  const int64_t pairs = (int64_t{p.n_heads} + 2 * int64_t{p.n_kv_heads}) * p.head_dim / 2;
+  const int64_t pieces = (pairs + kThreads - 1) / kThreads;
+  check.Require(pieces <= 65535, "%d query and key/value heads of %d are over 65535 x %d pairs",
+                p.n_heads + 2 * p.n_kv_heads, p.head_dim, kThreads);
   RETURN_IF_ERROR(check.status());
+  const dim3 grid(static_cast<unsigned>(p.num_tokens), static_cast<unsigned>(pieces));
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto tag) {
                                     using T = decltype(tag);
-                                    return LaunchKernelAfterPrior(
-                                        RopeKvWriteKernel<T>, p.num_tokens, kThreads, 0, stream, p);
+                                    return LaunchKernelAfterPrior(RopeKvWriteKernel<T>, grid,
+                                                                  kThreads, 0, stream, p);
                                   }),
                     "LaunchRopeKvWrite");
 }
