@@ -244,7 +244,7 @@ if decode:
         if w == "bf16" and batch == 1: goal = "roof >=0.80"  # issue 36: batch-1 decode
         if path != "auto": goal = ""  # the goals are on the defaults
         label = w + "/" + path
-        timed = path in ("auto", "serial_launch")  # serial_launch timed its own choices
+        timed = path in ("auto", "serial_unfused")  # serial_unfused timed its own choices
         if timed and w in ("bf16", "fp8"):  # the start-up timing's choice
             label += " (gemv<=%d)" % b["%s_gemv_tokens" % ("fp8" if w == "fp8" else "dense")]
         elif timed:  # blocks: decoded ahead of cuBLAS from N tokens (0: never)

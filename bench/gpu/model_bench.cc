@@ -129,9 +129,10 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
 // mma.sync kernel ("tensor_cores_mma_sync": the default's own on GPUs without wgmma), always
 // decoded ahead of cuBLAS ("decode_cublas"), or the fused product with 8-bit activations
 // ("gemv_int8"); BF16 and FP8 with every small step through our GEMV ("gemv",
-// "gemv_cublaslt") or through the library ("cublas", "cublaslt"); and the default with every
-// kernel launched after the one before it has finished ("serial_launch": no programmatic
-// dependent launches).
+// "gemv_cublaslt") or through the library ("cublas", "cublaslt"); and the default with the
+// kernels of a step as they were before the work on its kernel count and gaps ("serial_unfused":
+// every kernel launched after the one before it has finished, no programmatic dependent
+// launches, and SiLU·up in its own kernel after the gate/up GEMV).
 enum class Path {
   kDefault,
   kTensorCores,
@@ -140,7 +141,7 @@ enum class Path {
   kGemvInt8,
   kGemv,
   kLibrary,
-  kSerialLaunch
+  kSerialUnfused
 };
 const char* PathName(Path p, Weights w) {
   switch (p) {
@@ -158,8 +159,8 @@ const char* PathName(Path p, Weights w) {
       return w == Weights::kFp8 ? "gemv_cublaslt" : "gemv";
     case Path::kLibrary:
       return w == Weights::kFp8 ? "cublaslt" : "cublas";
-    case Path::kSerialLaunch:
-      return "serial_launch";
+    case Path::kSerialUnfused:
+      return "serial_unfused";
   }
   return "?";
 }
@@ -189,7 +190,8 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.fp8_gemv_max_tokens = forcing && weights == Weights::kFp8 ? forced : pc::kGemvAuto;
   o.prefill_kernel = BenchPrefillKernel();
   o.time_prefill_kernel = o.prefill_kernel == pc::PrefillKernel::kAuto;  // as the worker
-  o.programmatic_launch = path != Path::kSerialLaunch;
+  o.programmatic_launch = path != Path::kSerialUnfused;
+  o.fuse_glu = path != Path::kSerialUnfused;
   const common::ModelConfig config = Llama3_8B();
   auto b = pc::CudaBackend::CreateRandom(config, 42, o, FormatsOf(weights, config));
   if (!b.ok()) {
@@ -271,7 +273,7 @@ void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
   state.counters["fp8_gemv_tokens"] = b.fp8_gemv_max_tokens();
   // Kept blocks past the fused product: decoded ahead of cuBLAS from this many tokens (0: never).
   state.counters["block_cublas_tokens"] = b.quant_cublas_min_tokens();
-  // Our kernels launched after each other programmatically (serial_launch: 0).
+  // Our kernels launched after each other programmatically (serial_unfused: 0).
   state.counters["programmatic_launch"] = b.programmatic_launch();
 }
 
@@ -469,22 +471,22 @@ const bool kPhasesRegistered = [] {
 // sequences, then the prefill. For block weights: the default (auto), each of its products past 8
 // tokens forced (tensor_cores, tensor_cores_mma_sync, decode_cublas: 16, 64, 256 and the
 // prefill), and gemv_int8 (batch 1). For BF16 and FP8: the default (auto), and at batch 1 both
-// sides of its choice. For BF16, FP8 and Q4_K_M at batch 1: serial_launch.
+// sides of its choice. For BF16, FP8 and Q4_K_M at batch 1: serial_unfused.
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
     for (Path path : {Path::kDefault, Path::kTensorCores, Path::kMmaSync, Path::kDecodeCublas,
-                      Path::kGemvInt8, Path::kGemv, Path::kLibrary, Path::kSerialLaunch}) {
+                      Path::kGemvInt8, Path::kGemv, Path::kLibrary, Path::kSerialUnfused}) {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
       const bool large_only =
           path == Path::kTensorCores || path == Path::kMmaSync || path == Path::kDecodeCublas;
       const bool applies = path == Path::kDefault ||
                            (blocks && (large_only || path == Path::kGemvInt8)) ||
                            (!blocks && (path == Path::kGemv || path == Path::kLibrary)) ||
-                           (path == Path::kSerialLaunch && w != Weights::kQ8_0);
+                           (path == Path::kSerialUnfused && w != Weights::kQ8_0);
       if (!applies) continue;
       // The alternatives to a default's small-batch product run only where they differ from it.
       const bool small_only = path == Path::kGemvInt8 || path == Path::kGemv ||
-                              path == Path::kLibrary || path == Path::kSerialLaunch;
+                              path == Path::kLibrary || path == Path::kSerialUnfused;
       const std::string name = std::string(WeightsName(w)) + "/" + PathName(path, w);
       for (int batch : {1, 16, 64, 256}) {
         const bool fused = batch <= pc::kQuantGemvMaxTokens;
