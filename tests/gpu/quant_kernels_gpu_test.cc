@@ -517,6 +517,25 @@ HostFp8 QuantizeRowsOnHost(const std::vector<float>& x, int rows, int cols) {
   return h;
 }
 
+// A random [rows][cols] FP8 matrix on the device (weights N(0, 0.05^2) quantized per row as the
+// loader does) and its values on the host, E4M3 x row scale.
+struct Fp8Matrix {
+  Fp8Matrix(int rows, int cols, std::mt19937& rng) : q(size_t(rows) * cols), scales(rows * 4) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> w(size_t(rows) * cols);
+    for (float& v : w) v = normal(rng) * 0.05f;
+    const HostFp8 wq = QuantizeRowsOnHost(w, rows, cols);
+    values.resize(w.size());
+    for (size_t i = 0; i < w.size(); ++i) values[i] = E4M3ToFloat(wq.q[i]) * wq.scales[i / cols];
+    EXPECT_EQ(q.Upload(wq.q), cudaSuccess);
+    EXPECT_EQ(scales.Upload(wq.scales), cudaSuccess);
+    m = {q.get(), WeightFormat::kFp8, rows, cols, size_t(cols), scales.as<float>()};
+  }
+  DeviceArray q, scales;
+  DeviceMatrix m;
+  std::vector<float> values;
+};
+
 class Fp8Test : public ::testing::TestWithParam<DType> {
  protected:
   void SetUp() override {
@@ -619,22 +638,37 @@ TEST_P(Fp8Test, GemmMatchesTheScaledFp8Product) {
 TEST_P(Fp8Test, GemvMatchesTheScaledFp8Product) {
   const DType dtype = GetParam();
   std::mt19937 rng(dtype == DType::kBf16 ? 47 : 48);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int rows = 37;
   for (int cols : {16, 496, 2048, 2064, 4608}) {
-    std::vector<float> w(size_t(rows) * cols);
-    for (float& v : w) v = normal(rng) * 0.05f;
-    const HostFp8 wq = QuantizeRowsOnHost(w, rows, cols);
-    std::vector<float> values(w.size());
-    for (size_t i = 0; i < w.size(); ++i) values[i] = E4M3ToFloat(wq.q[i]) * wq.scales[i / cols];
-    DeviceArray d_w(wq.q.size()), d_ws(wq.scales.size() * 4);
-    ASSERT_EQ(d_w.Upload(wq.q), cudaSuccess);
-    ASSERT_EQ(d_ws.Upload(wq.scales), cudaSuccess);
-    const DeviceMatrix m{d_w.get(), WeightFormat::kFp8, rows, cols, size_t(cols), d_ws.as<float>()};
+    const Fp8Matrix w(37, cols, rng);
     for (int n : {1, 3, 8}) {
       for (bool accumulate : {false, true}) {
-        ASSERT_NO_FATAL_FAILURE(CheckOneProduct(LaunchFp8Gemv, m, values, n, accumulate, dtype,
+        ASSERT_NO_FATAL_FAILURE(CheckOneProduct(LaunchFp8Gemv, w.m, w.values, n, accumulate, dtype,
                                                 /*q8_x=*/false, 1e-5, rng));
+      }
+    }
+  }
+}
+
+// LaunchQuantGemm on FP8 rows, each tensor-core kernel pinned, against the host's product of
+// the same E4M3 values and row scales with x in its dtype: tiles of 64 and 128 tokens with a
+// partial last, rows in a full and a partial tile of 64, widths of an odd count of 32-column
+// units (480), of one and of two passes past 2048; plain and accumulating into a column range
+// of a wider output left poisoned elsewhere. Within 1e-3 of the sum of |terms| (the products
+// are exact in FP32; only the tensor cores' order of summation differs).
+TEST_P(Fp8Test, TensorCoreGemmMatchesTheScaledFp8Product) {
+  const DType dtype = GetParam();
+  std::mt19937 rng(dtype == DType::kBf16 ? 51 : 52);
+  for (int cols : {480, 2048, 2080}) {
+    const Fp8Matrix w(100, cols, rng);
+    ASSERT_TRUE(Fp8TensorCoresFit(w.m));
+    for (Launcher launch : {QuantGemmMmaSync, QuantGemmWgmma}) {
+      if (launch == QuantGemmWgmma && !WgmmaAvailable()) continue;
+      SCOPED_TRACE(launch == QuantGemmWgmma ? "wgmma" : "mma.sync");
+      for (int n : {9, 64, 150}) {
+        for (bool accumulate : {false, true}) {
+          ASSERT_NO_FATAL_FAILURE(CheckOneProduct(launch, w.m, w.values, n, accumulate, dtype,
+                                                  /*q8_x=*/false, 1e-3, rng));
+        }
       }
     }
   }
@@ -643,18 +677,9 @@ TEST_P(Fp8Test, GemvMatchesTheScaledFp8Product) {
 TEST_P(Fp8Test, GemvGluModeEqualsTheProductThenSiluMul) {
   const DType dtype = GetParam();
   std::mt19937 rng(dtype == DType::kBf16 ? 49 : 50);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  const int cols = 2064;  // a pass of 2048 columns and part of the next
   for (int half : kGluPairs) {
-    std::vector<float> w(size_t(2 * half) * cols);
-    for (float& v : w) v = normal(rng) * 0.05f;
-    const HostFp8 wq = QuantizeRowsOnHost(w, 2 * half, cols);
-    DeviceArray d_w(wq.q.size()), d_ws(wq.scales.size() * 4);
-    ASSERT_EQ(d_w.Upload(wq.q), cudaSuccess);
-    ASSERT_EQ(d_ws.Upload(wq.scales), cudaSuccess);
-    const DeviceMatrix m{d_w.get(), WeightFormat::kFp8, 2 * half,
-                         cols,      size_t(cols),       d_ws.as<float>()};
-    ASSERT_NO_FATAL_FAILURE(CheckGluMode(LaunchFp8Gemv, m, dtype, rng));
+    const Fp8Matrix w(2 * half, 2064, rng);  // a pass of 2048 columns and part of the next
+    ASSERT_NO_FATAL_FAILURE(CheckGluMode(LaunchFp8Gemv, w.m, dtype, rng));
   }
 }
 
@@ -761,6 +786,13 @@ TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
   p.w = fp8;
   p.num_tokens = kQuantGemvMaxTokens + 1;
   EXPECT_EQ(code(LaunchFp8Gemv(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  // The tensor-core product takes FP8 rows of whole 32-column units, with their scales.
+  EXPECT_OK(LaunchQuantGemm(p, nullptr));
+  p.w.cols = 48, p.w.row_bytes = 48;
+  EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.w = fp8;
+  p.w.row_scales = nullptr;
+  EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
   // GLU mode: an even number of rows, no accumulation, and the GEMVs only.
   p = good;
   p.glu_out = out.get();

@@ -10,9 +10,13 @@
 //   Q5_K (176): half d, dmin; scales[12]; qh[32]; qs[128]. As Q4_K; bit j of qh[l] is the fifth.
 //   Q6_K (210): ql[128]; qh[64]; int8 scales[16]; half d. Sub-blocks of 16: (d sc) (q - 32).
 // Every half sits at an even offset of a block of even size, so it loads as one 16-bit word.
+//
+// FP8 rows (kFp8, --dtype fp8) have no blocks: a unit is 32 E4M3 bytes, decoded exactly (every
+// E4M3 value is a float16 one); their per-row scale is the caller's to apply.
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 
@@ -172,21 +176,52 @@ __device__ __forceinline__ float Int8ToFloat(int8_t q) {
          8388736.0f;
 }
 
+// Two E4M3 bytes (the low one first) -> floats, exactly (cuda_fp8.h's conversion: one
+// instruction per pair on compute capability 8.9 and later).
+__device__ __forceinline__ float2 Fp8PairToFloat2(uint32_t pair) {
+  return __half22float2(
+      __half2(__nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair), __NV_E4M3)));
+}
+
+// Sixteen E4M3 bytes -> floats in address order.
+__device__ __forceinline__ void DecodeFp8x16(const uint4& raw, float (&f)[16]) {
+  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 v = Fp8PairToFloat2(words[q] >> (16 * h));
+      f[4 * q + 2 * h] = v.x, f[4 * q + 2 * h + 1] = v.y;
+    }
+  }
+}
+
 // Unit `u` as float32: scale(l) * q[l] - min, llama.cpp's values in its operation order (a
-// min of 0 subtracts nothing, exactly).
+// min of 0 subtracts nothing, exactly); for kFp8 the 32 E4M3 values (16-byte aligned rows).
 template <WeightFormat F>
 __device__ __forceinline__ void DecodeUnit(const uint8_t* row, int u, float (&y)[kQuantUnit]) {
-  IntUnit unit;
-  DecodeUnitInt<F>(row, u, unit);
+  if constexpr (F == WeightFormat::kFp8) {
+    const uint4* at = reinterpret_cast<const uint4*>(row + kQuantUnit * u);
+    float half[16];
 #pragma unroll
-  for (int l = 0; l < kQuantUnit; ++l) {
-    y[l] = (l < 16 ? unit.lo : unit.hi) * Int8ToFloat(unit.q[l]) - unit.min;
+    for (int i = 0; i < 2; ++i) {
+      DecodeFp8x16(__ldg(at + i), half);
+#pragma unroll
+      for (int l = 0; l < 16; ++l) y[16 * i + l] = half[l];
+    }
+  } else {
+    IntUnit unit;
+    DecodeUnitInt<F>(row, u, unit);
+#pragma unroll
+    for (int l = 0; l < kQuantUnit; ++l) {
+      y[l] = (l < 16 ? unit.lo : unit.hi) * Int8ToFloat(unit.q[l]) - unit.min;
+    }
   }
 }
 
 // Calls f(std::integral_constant-like tag) with the format as a template argument: the one
-// place a WeightFormat becomes one. kDense and kFp8 have no decoder
-// here: callers refuse them first (IsBlockFormat).
+// place a WeightFormat becomes one, for the block formats (callers refuse kDense and kFp8 first:
+// IsBlockFormat). DispatchTensorFormat adds kFp8, for the tensor-core products.
 template <WeightFormat F>
 struct FormatTag {
   static constexpr WeightFormat kFormat = F;
@@ -205,6 +240,11 @@ auto DispatchFormat(WeightFormat f, Fn&& fn) {
     default:
       return fn(FormatTag<WeightFormat::kQ6_K>{});
   }
+}
+template <typename Fn>
+auto DispatchTensorFormat(WeightFormat f, Fn&& fn) {
+  if (f == WeightFormat::kFp8) return fn(FormatTag<WeightFormat::kFp8>{});
+  return DispatchFormat(f, fn);
 }
 
 }  // namespace pagoda::worker::cuda

@@ -13,7 +13,8 @@
 // are asked into L2 meanwhile.
 //
 // The values are DecodeUnit's (the same formulas and float operations), rounded to the dtype as
-// the mma.sync kernel rounds them; sums are fp32 in the tensor cores' order.
+// the mma.sync kernel rounds them; sums are fp32 in the tensor cores' order. FP8 rows (kFp8) are
+// units of 32 E4M3 bytes, exact in the dtype; each output takes its row's scale at the end.
 //
 // Grid: (token tiles, row tiles), so that blocks of the same rows run side by side and the second
 // token tile finds the weights in L2.
@@ -65,6 +66,7 @@ __device__ __forceinline__ void PrefetchL2(const void* p) {
 // Byte offset in a row of the block holding unit u's weights (where a step's bytes start).
 template <WeightFormat F>
 __device__ __forceinline__ size_t UnitBlockOffset(int u) {
+  if constexpr (F == WeightFormat::kFp8) return size_t{kQuantUnit} * u;
   if constexpr (F == WeightFormat::kQ8_0) return size_t{34} * u;
   if constexpr (F == WeightFormat::kQ4_0) return size_t{18} * u;
   if constexpr (F == WeightFormat::kQ4_K) return size_t{144} * (u >> 3);
@@ -84,7 +86,18 @@ __device__ __forceinline__ float SmallToFloat(uint32_t n) {
 template <WeightFormat F>
 __device__ __forceinline__ void DecodeStepRow(const uint8_t* row, int u0, int units, int t,
                                               float (&v)[2][8]) {
-  if constexpr (F == WeightFormat::kQ8_0 || F == WeightFormat::kQ4_0) {
+  if constexpr (F == WeightFormat::kFp8) {  // E4M3 bytes, exactly; the row scale comes last
+#pragma unroll
+    for (int ui = 0; ui < 2; ++ui) {
+      const int u = u0 + ui;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float2 f = u < units ? Fp8PairToFloat2(LoadU16(row + kQuantUnit * u + 2 * t + 8 * i))
+                                   : make_float2(0.0f, 0.0f);
+        v[ui][2 * i] = f.x, v[ui][2 * i + 1] = f.y;
+      }
+    }
+  } else if constexpr (F == WeightFormat::kQ8_0 || F == WeightFormat::kQ4_0) {
 #pragma unroll
     for (int ui = 0; ui < 2; ++ui) {
       const int u = u0 + ui;
@@ -245,13 +258,14 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
                      inside ? x + static_cast<size_t>(tok0 + r) * n_in + col : x, inside);
     }
   };
-  // Step k's bytes of this thread's rows, into L2. Q8_0 and Q4_0 steps read two blocks (68 or
-  // 36 bytes): thread t of a quad asks for the 32-byte sector at 32 t. The K formats' four steps
-  // of a block read all of it (up to 210 bytes): the block's first step asks for the whole
-  // block, 64 t from its start.
+  // Step k's bytes of this thread's rows, into L2. Q8_0, Q4_0 and FP8 steps read two blocks or
+  // units (68, 36 or 64 bytes): thread t of a quad asks for the 32-byte sector at 32 t. The K
+  // formats' four steps of a block read all of it (up to 210 bytes): the block's first step asks
+  // for the whole block, 64 t from its start.
   auto prefetch = [&](int k) {
     const int u = 2 * k;
-    constexpr bool kWholeBlock = F != WeightFormat::kQ8_0 && F != WeightFormat::kQ4_0;
+    constexpr bool kWholeBlock =
+        F != WeightFormat::kQ8_0 && F != WeightFormat::kQ4_0 && F != WeightFormat::kFp8;
     if (u >= units || (kWholeBlock && (u & 7) != 0)) return;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -325,7 +339,8 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
         const int row = row_g + 8 * h, tok = tok0 + 8 * j + 2 * t + e;
         if (row >= p.w.rows || tok >= p.num_tokens) continue;
         float* o = p.out + static_cast<size_t>(tok) * p.ld_out + row;
-        const float v = acc[4 * j + 2 * h + e];
+        float v = acc[4 * j + 2 * h + e];
+        if constexpr (F == WeightFormat::kFp8) v *= p.w.row_scales[row];
         *o = p.accumulate ? *o + v : v;
       }
     }

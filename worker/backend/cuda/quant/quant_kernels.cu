@@ -31,30 +31,40 @@ __device__ __forceinline__ int GemvXSlot(int lane, int piece) {
 constexpr int kDequantThreads = 128;
 
 // The two rows a warp of a GEMV block multiplies. Plain: rows 2 w and 2 w + 1 of the block's
-// kGemvRows. GLU mode: gate row j = kGemvWarps b + w and its up row j + F (F = rows / 2), so that
-// one warp holds both sums of each output.
+// kGemvRows. GLU mode (kGlu): gate row j = kGemvWarps b + w and its up row j + F (F = rows / 2),
+// so that one warp holds both sums of each output. A template parameter, not a flag: the plain
+// kernels keep their registers (a flag's extra live values made the K formats' fused product
+// spill).
+template <bool kGlu>
 struct WarpRows {
   static_assert(kGemvRowsPerWarp == 2, "GLU mode pairs a gate row with an up row");
-  int row[kGemvRowsPerWarp];
-  bool inside[kGemvRowsPerWarp];  // false past the matrix (or past F)
+  int first;  // row 0's
+  int half;   // kGlu: F
 
-  __device__ __forceinline__ WarpRows(int rows, bool glu) {
+  __device__ __forceinline__ explicit WarpRows(int rows) {
     const int warp = static_cast<int>(threadIdx.x) / 32;
-    if (glu) {
-      const int half = rows / 2, j = static_cast<int>(blockIdx.x) * kGemvWarps + warp;
-      row[0] = j, row[1] = j + half;
-      inside[0] = inside[1] = j < half;
+    if constexpr (kGlu) {
+      half = rows / 2, first = static_cast<int>(blockIdx.x) * kGemvWarps + warp;
     } else {
-      const int row0 = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
-#pragma unroll
-      for (int r = 0; r < kGemvRowsPerWarp; ++r) row[r] = row0 + r, inside[r] = row0 + r < rows;
+      half = 0, first = static_cast<int>(blockIdx.x) * kGemvRows + warp * kGemvRowsPerWarp;
     }
+  }
+  __device__ __forceinline__ int Row(int r) const { return kGlu ? first + r * half : first + r; }
+  // False past the matrix (or past F).
+  __device__ __forceinline__ bool Inside(int r, int rows) const {
+    return kGlu ? first < half : first + r < rows;
   }
   // The row that r reads: its own, or the matrix's last for a row past the end (read, unused).
   __device__ __forceinline__ int Read(int r, int rows) const {
-    return inside[r] ? row[r] : rows - 1;
+    return Inside(r, rows) ? Row(r) : rows - 1;
   }
 };
+
+// Calls fn(std::bool_constant<glu>{}): a GEMV's mode as its kernel's template argument.
+template <typename Fn>
+auto DispatchGlu(bool glu, Fn&& fn) {
+  return glu ? fn(std::true_type{}) : fn(std::false_type{});
+}
 
 // Blocks of a GEMV launch: kGemvRows rows each, or kGemvWarps gate/up pairs in GLU mode.
 dim3 GemvGrid(int rows, bool glu) {
@@ -64,9 +74,10 @@ dim3 GemvGrid(int rows, bool glu) {
 // The fused products' end: each (row, token) sum over the warp's lanes, written by lane 0:
 // out[t * ld_out + row] (added to it when accumulating), or in GLU mode
 // glu_out[t * F + j] = T(silu(gate sum) * up sum). P: QuantGemvParams or QuantGemvInt8Params.
-template <typename T, typename P>
+template <typename T, bool kGlu, typename P>
 __device__ __forceinline__ void StoreWarpSums(
-    const float (&acc)[kGemvRowsPerWarp][kQuantGemvMaxTokens], const WarpRows& rows, const P& p) {
+    const float (&acc)[kGemvRowsPerWarp][kQuantGemvMaxTokens], const WarpRows<kGlu>& rows,
+    const P& p) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
 #pragma unroll
   for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
@@ -80,28 +91,28 @@ __device__ __forceinline__ void StoreWarpSums(
       }
     }
     if (lane != 0) continue;
-    if (p.glu_out != nullptr) {
-      if (rows.inside[0]) {
-        static_cast<T*>(p.glu_out)[static_cast<size_t>(t) * (p.w.rows / 2) + rows.row[0]] =
+    if constexpr (kGlu) {
+      if (rows.Inside(0, p.w.rows)) {
+        static_cast<T*>(p.glu_out)[static_cast<size_t>(t) * rows.half + rows.first] =
             FromFloat<T>(SiluTimes(v[0], v[1]));
       }
-      continue;
-    }
+    } else {
 #pragma unroll
-    for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      if (!rows.inside[r]) continue;
-      float* o = p.out + static_cast<size_t>(t) * p.ld_out + rows.row[r];
-      *o = p.accumulate ? *o + v[r] : v[r];
+      for (int r = 0; r < kGemvRowsPerWarp; ++r) {
+        if (!rows.Inside(r, p.w.rows)) continue;
+        float* o = p.out + static_cast<size_t>(t) * p.ld_out + rows.Row(r);
+        *o = p.accumulate ? *o + v[r] : v[r];
+      }
     }
   }
 }
 
-template <WeightFormat F, typename T>
+template <WeightFormat F, typename T, bool kGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float4 xs[kQuantGemvMaxTokens][32 * 8];
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
+  const WarpRows<kGlu> rows(p.w.rows);
   const int tokens = p.num_tokens, n_in = p.w.cols;
   const T* x = static_cast<const T*>(p.x);
   const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
@@ -121,9 +132,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvP
     // memory).
 #pragma unroll
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      if (!rows.inside[r]) continue;
+      if (!rows.Inside(r, p.w.rows)) continue;
       float y[kQuantUnit];
-      DecodeUnit<F>(w + static_cast<size_t>(rows.row[r]) * p.w.row_bytes, unit, y);
+      DecodeUnit<F>(w + static_cast<size_t>(rows.Row(r)) * p.w.row_bytes, unit, y);
 #pragma unroll
       for (int t = 0; t < kQuantGemvMaxTokens; ++t) {
         if (t >= tokens) break;
@@ -146,8 +157,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32, 3) QuantGemvKernel(QuantGemvP
 // All of a pass's weight loads of this lane, before any arithmetic (kGemvRowsPerWarp x kSteps
 // of 16 bytes in flight): the warp's rows from byte `first` of each row, 512 bytes a step, lane
 // l at byte 16 l of each; zeros past `bytes`. A missing row reads the last, unused.
-template <int kSteps>
-__device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, const WarpRows& rows,
+template <int kSteps, bool kGlu>
+__device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, const WarpRows<kGlu>& rows,
                                              size_t first, int bytes,
                                              uint4 (&wv)[kGemvRowsPerWarp][kSteps]) {
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -173,12 +184,12 @@ __device__ __forceinline__ void LoadRowSteps(const DeviceMatrix& w, const WarpRo
 constexpr int kDenseSteps = 4;
 constexpr int kDenseChunk = kDenseSteps * 256;
 
-template <typename T>
+template <typename T, bool kGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ float4 xs[2][kQuantGemvMaxTokens][kDenseChunk / 8];
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
+  const WarpRows<kGlu> rows(p.w.rows);
   const int tokens = p.num_tokens, n_in = p.w.cols;
   const T* x = static_cast<const T*>(p.x);
   float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
@@ -224,27 +235,12 @@ __global__ void __launch_bounds__(kGemvWarps * 32) DenseGemvKernel(QuantGemvPara
 constexpr int kFp8Steps = 4;
 constexpr int kFp8Chunk = kFp8Steps * 512;
 
-// Sixteen E4M3 bytes -> floats in address order (cuda_fp8.h's conversion: one instruction per
-// pair on compute capability 8.9 and later).
-__device__ __forceinline__ void DecodeFp8x16(const uint4& raw, float (&f)[16]) {
-  const uint32_t words[4] = {raw.x, raw.y, raw.z, raw.w};
-#pragma unroll
-  for (int q = 0; q < 4; ++q) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const auto pair = static_cast<__nv_fp8x2_storage_t>(words[q] >> (16 * h));
-      const float2 v = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3)));
-      f[4 * q + 2 * h] = v.x, f[4 * q + 2 * h + 1] = v.y;
-    }
-  }
-}
-
-template <typename T>
+template <typename T, bool kGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32) Fp8GemvKernel(QuantGemvParams p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ uint4 xs[2][kQuantGemvMaxTokens][kFp8Chunk / 16];  // 8 elements of the dtype each
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
+  const WarpRows<kGlu> rows(p.w.rows);
   const int tokens = p.num_tokens, n_in = p.w.cols;
   const T* x = static_cast<const T*>(p.x);
   float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
@@ -317,13 +313,13 @@ __global__ void QuantizeQ8BlocksKernel(Q8BlocksParams p) {
 // memory, so the 32 lanes reading their units hit 32 banks) and its (d, s) pair.
 constexpr int kInt8Stride = kQuantUnit / 4 + 1;
 
-template <WeightFormat F, typename T>
+template <WeightFormat F, typename T, bool kGlu>
 __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemvInt8Params p) {
   PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
   __shared__ int xs[kQuantGemvMaxTokens][32 * kInt8Stride];
   __shared__ float2 dss[kQuantGemvMaxTokens][32];
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  const WarpRows rows(p.w.rows, p.glu_out != nullptr);
+  const WarpRows<kGlu> rows(p.w.rows);
   const int tokens = p.num_tokens, n_in = p.w.cols, units = n_in / kQuantUnit;
   const uint8_t* w = static_cast<const uint8_t*>(p.w.data);
   float acc[kGemvRowsPerWarp][kQuantGemvMaxTokens] = {};
@@ -345,9 +341,9 @@ __global__ void __launch_bounds__(kGemvWarps * 32) QuantGemvInt8Kernel(QuantGemv
     if (lane >= chunk_units) continue;
 #pragma unroll  // acc in registers, as in QuantGemvKernel
     for (int r = 0; r < kGemvRowsPerWarp; ++r) {
-      if (!rows.inside[r]) continue;
+      if (!rows.Inside(r, p.w.rows)) continue;
       IntUnit unit;
-      DecodeUnitInt<F>(w + static_cast<size_t>(rows.row[r]) * p.w.row_bytes, u0 + lane, unit);
+      DecodeUnitInt<F>(w + static_cast<size_t>(rows.Row(r)) * p.w.row_bytes, u0 + lane, unit);
       int packed[8];
 #pragma unroll
       for (int k = 0; k < 8; ++k) {
@@ -480,7 +476,9 @@ __global__ void __launch_bounds__(kMmaThreads) QuantGemmMmaKernel(QuantGemvParam
         const int tok = tok0 + wn + ni * 8 + 2 * t4 + e % 2;
         if (row >= p.w.rows || tok >= p.num_tokens) continue;
         float* o = p.out + static_cast<size_t>(tok) * p.ld_out + row;
-        *o = p.accumulate ? *o + acc[mi][ni][e] : acc[mi][ni][e];
+        float v = acc[mi][ni][e];
+        if constexpr (F == WeightFormat::kFp8) v *= p.w.row_scales[row];
+        *o = p.accumulate ? *o + v : v;
       }
     }
   }
@@ -546,6 +544,17 @@ void CheckMatrix(ArgCheck& check, const DeviceMatrix& w) {
                WeightFormatName(w.format));
 }
 
+}  // namespace
+
+bool Fp8TensorCoresFit(const DeviceMatrix& w) {
+  return w.format == WeightFormat::kFp8 && w.cols > 0 && w.cols % kQuantUnit == 0 && w.rows > 0 &&
+         w.row_bytes == static_cast<size_t>(w.cols) &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.row_scales != nullptr &&
+         reinterpret_cast<uintptr_t>(w.row_scales) % 4 == 0;
+}
+
+namespace {
+
 // The fused products' token count and output rules (P: QuantGemvParams or
 // QuantGemvInt8Params): out and ld_out, or in GLU mode an even w.rows, glu_out and no
 // accumulation.
@@ -565,7 +574,8 @@ void CheckFusedOutput(ArgCheck& check, const P& p) {
 
 // The GEMVs over whole rows of `format` (LaunchDenseGemv, LaunchFp8Gemv): their checks (the
 // fused output rules, 16-byte aligned rows of element_bytes per column, read 16 bytes at a
-// time, x aligned to x_align) and their launch, kernel_of(T{}) the kernel for the dtype T.
+// time, x aligned to x_align) and their launch, kernel_of(T{}, std::bool_constant<glu>{}) the
+// kernel for the dtype T and the mode.
 template <typename KernelOf>
 absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const char* name,
                            WeightFormat format, int element_bytes, int x_align,
@@ -588,8 +598,11 @@ absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const 
   const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
   return CudaStatus(DispatchDType(p.dtype,
                                   [&](auto t) {
-                                    return LaunchKernelAfterPrior(
-                                        kernel_of(t), grid, dim3(kGemvWarps * 32), 0, stream, p);
+                                    return DispatchGlu(p.glu_out != nullptr, [&](auto glu) {
+                                      return LaunchKernelAfterPrior(kernel_of(t, glu), grid,
+                                                                    dim3(kGemvWarps * 32), 0,
+                                                                    stream, p);
+                                    });
                                   }),
                     name);
 }
@@ -613,28 +626,34 @@ absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   check.RequirePointer(p.x, "x", 2);
   RETURN_IF_ERROR(check.status());
   const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
-  return CudaStatus(DispatchFormat(p.w.format,
-                                   [&](auto format) {
-                                     return DispatchDType(p.dtype, [&](auto t) {
-                                       return LaunchKernelAfterPrior(
-                                           QuantGemvKernel<decltype(format)::kFormat, decltype(t)>,
-                                           grid, dim3(kGemvWarps * 32), 0, stream, p);
-                                     });
-                                   }),
-                    "LaunchQuantGemv");
+  return CudaStatus(
+      DispatchFormat(
+          p.w.format,
+          [&](auto format) {
+            return DispatchDType(p.dtype, [&](auto t) {
+              return DispatchGlu(p.glu_out != nullptr, [&](auto glu) {
+                return LaunchKernelAfterPrior(
+                    QuantGemvKernel<decltype(format)::kFormat, decltype(t), decltype(glu)::value>,
+                    grid, dim3(kGemvWarps * 32), 0, stream, p);
+              });
+            });
+          }),
+      "LaunchQuantGemv");
 }
 
 absl::Status LaunchDenseGemv(const QuantGemvParams& p, cudaStream_t stream) {
-  return LaunchRowGemv(p, stream, "LaunchDenseGemv", WeightFormat::kDense, 2, 2,
-                       [](auto t) { return DenseGemvKernel<decltype(t)>; });
+  return LaunchRowGemv(
+      p, stream, "LaunchDenseGemv", WeightFormat::kDense, 2, 2,
+      [](auto t, auto glu) { return DenseGemvKernel<decltype(t), decltype(glu)::value>; });
 }
 
 absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchFp8Gemv");
   check.RequirePointer(p.w.row_scales, "w.row_scales", 4);
   RETURN_IF_ERROR(check.status());
-  return LaunchRowGemv(p, stream, "LaunchFp8Gemv", WeightFormat::kFp8, 1, 16,
-                       [](auto t) { return Fp8GemvKernel<decltype(t)>; });
+  return LaunchRowGemv(p, stream, "LaunchFp8Gemv", WeightFormat::kFp8, 1, 16, [](auto t, auto glu) {
+    return Fp8GemvKernel<decltype(t), decltype(glu)::value>;
+  });
 }
 
 absl::Status LaunchQuantizeQ8Blocks(const Q8BlocksParams& p, cudaStream_t stream) {
@@ -664,21 +683,29 @@ absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stre
   check.RequirePointer(p.xq, "xq", 4).RequirePointer(p.ds, "ds", 8);
   RETURN_IF_ERROR(check.status());
   const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
-  return CudaStatus(
-      DispatchFormat(p.w.format,
-                     [&](auto format) {
-                       return DispatchDType(p.dtype, [&](auto t) {
-                         return LaunchKernelAfterPrior(
-                             QuantGemvInt8Kernel<decltype(format)::kFormat, decltype(t)>, grid,
-                             dim3(kGemvWarps * 32), 0, stream, p);
-                       });
-                     }),
-      "LaunchQuantGemvInt8");
+  return CudaStatus(DispatchFormat(p.w.format,
+                                   [&](auto format) {
+                                     return DispatchDType(p.dtype, [&](auto t) {
+                                       return DispatchGlu(p.glu_out != nullptr, [&](auto glu) {
+                                         return LaunchKernelAfterPrior(
+                                             QuantGemvInt8Kernel<decltype(format)::kFormat,
+                                                                 decltype(t), decltype(glu)::value>,
+                                             grid, dim3(kGemvWarps * 32), 0, stream, p);
+                                       });
+                                     });
+                                   }),
+                    "LaunchQuantGemvInt8");
 }
 
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
   ArgCheck check("LaunchQuantGemm");
-  CheckMatrix(check, p.w);
+  if (p.w.format == WeightFormat::kFp8) {
+    check.Require(Fp8TensorCoresFit(p.w),
+                  "FP8 w needs 16-byte aligned rows of a multiple of 32 columns (%d) and scales",
+                  p.w.cols);
+  } else {
+    CheckMatrix(check, p.w);
+  }
   check.RequirePositive(p.num_tokens, "num_tokens")
       .Require(p.glu_out == nullptr, "LaunchQuantGemm has no GLU mode (the GEMVs' only)")
       .RequirePointer(p.x, "x", 16)
@@ -698,38 +725,39 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
     const bool wide = p.num_tokens > 64;  // 128 tokens a block, else 64
     const int n = wide ? 128 : 64;
     const dim3 grid((p.num_tokens + n - 1) / n, row_tiles);
-    return CudaStatus(DispatchFormat(p.w.format,
-                                     [&](auto format) {
-                                       return DispatchDType(p.dtype, [&](auto t) {
-                                         constexpr WeightFormat kF = decltype(format)::kFormat;
-                                         using T = decltype(t);
-                                         return wide ? LaunchWgmmaGemm<kF, T, 128>(p, grid, stream)
-                                                     : LaunchWgmmaGemm<kF, T, 64>(p, grid, stream);
-                                       });
-                                     }),
-                      "LaunchQuantGemm");
+    return CudaStatus(
+        DispatchTensorFormat(p.w.format,
+                             [&](auto format) {
+                               return DispatchDType(p.dtype, [&](auto t) {
+                                 constexpr WeightFormat kF = decltype(format)::kFormat;
+                                 using T = decltype(t);
+                                 return wide ? LaunchWgmmaGemm<kF, T, 128>(p, grid, stream)
+                                             : LaunchWgmmaGemm<kF, T, 64>(p, grid, stream);
+                               });
+                             }),
+        "LaunchQuantGemm");
   }
   const dim3 grid((p.w.rows + kMmaRows - 1) / kMmaRows,
                   (p.num_tokens + kMmaTokens - 1) / kMmaTokens);
   return CudaStatus(
-      DispatchFormat(p.w.format,
-                     [&](auto format) {
-                       return DispatchDType(p.dtype, [&](auto t) {
-                         return LaunchKernel(
-                             QuantGemmMmaKernel<decltype(format)::kFormat, decltype(t)>, grid,
-                             dim3(kMmaThreads), 0, stream, p);
-                       });
-                     }),
+      DispatchTensorFormat(p.w.format,
+                           [&](auto format) {
+                             return DispatchDType(p.dtype, [&](auto t) {
+                               return LaunchKernel(
+                                   QuantGemmMmaKernel<decltype(format)::kFormat, decltype(t)>, grid,
+                                   dim3(kMmaThreads), 0, stream, p);
+                             });
+                           }),
       "LaunchQuantGemm");
 }
 
 absl::Status PrepareQuantGemm(WeightFormat format, DType dtype, QuantGemmKernel kernel) {
-  if (!IsBlockFormat(format) || kernel == QuantGemmKernel::kMmaSync || !WgmmaAvailable()) {
+  if (format == WeightFormat::kDense || kernel == QuantGemmKernel::kMmaSync || !WgmmaAvailable()) {
     return absl::OkStatus();
   }
   namespace qw = quant_wgmma;
   return CudaStatus(
-      DispatchFormat(
+      DispatchTensorFormat(
           format,
           [&](auto f) {
             return DispatchDType(dtype, [&](auto t) {

@@ -104,7 +104,15 @@ absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream);
 // shared memory (one unit per thread), stages 64 tokens' x beside it and multiplies them with
 // mma.sync m16n8k16. Either way each weight is decoded once per token tile, so the weight bytes
 // read stay the file's, where decoding to a scratch matrix first writes and reads the dtype's.
+//
+// FP8 rows (w.format kFp8) take the same kernels: a unit is 32 E4M3 values, exact in the dtype,
+// and out[t][o] = row_scales[o] * sum_i e4m3(w[o][i]) * x[t][i] (+ out), the activations in
+// their dtype, in one kernel (where Fp8Gemm quantizes them to FP8 per token and takes three);
+// w as Fp8TensorCoresFit says.
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream);
+// Whether LaunchQuantGemm takes FP8 matrix w: 16-byte aligned rows of a positive multiple of 32
+// columns (row_bytes = cols) with their scales.
+bool Fp8TensorCoresFit(const DeviceMatrix& w);
 // Does ahead, outside any graph capture, what LaunchQuantGemm's first launch for this format and
 // dtype would: the wgmma kernels' opt-in to more than 48 KiB of shared memory (a setting, not
 // work on a stream). Nothing for kMmaSync, nor where the device has no wgmma.
