@@ -206,10 +206,12 @@ std::shared_ptr<const LlamaModel> Fp8ReadyModel(uint64_t seed) {
 }
 
 // --dtype fp8: the layers' matrices in FP8 E4M3 with a scale per row, through our GEMV for steps
-// of up to 8 tokens and cuBLASLt (with FP8 activations) beyond, and through cuBLASLt alone. Their
+// of up to 8 tokens and cuBLASLt (with FP8 activations) beyond, through cuBLASLt alone, and
+// through our GEMV and our tensor-core product (activations in BF16 at every step). Their
 // logits against the CPU backend's float32 ones, beside BF16's on the same ragged steps: the
 // largest row's relative error, measured in emulation, is 0.059 for FP8 (0.069 through
-// cuBLASLt alone) against 0.0063 for BF16; asserted under 0.15 (and printed).
+// cuBLASLt alone, 0.052 through ours alone) against 0.0063 for BF16; asserted under 0.15 (and
+// printed).
 TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   SKIP_WITHOUT_GPU();
   std::mt19937_64 rng(17);
@@ -224,6 +226,10 @@ TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   o.fp8_weights = true;
   auto gpu = CudaBackend::Create(model, o);
   ASSERT_OK(gpu);
+  o.fp8_cublaslt_min_tokens = 0;
+  auto ours = CudaBackend::Create(model, o);
+  ASSERT_OK(ours);
+  o.fp8_cublaslt_min_tokens = 1;
   o.fp8_gemv_max_tokens = 0;
   auto cublaslt = CudaBackend::Create(model, o);
   ASSERT_OK(cublaslt);
@@ -235,19 +241,22 @@ TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   const size_t layer = size_t(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + size_t(c.q_dim()) * c.dim +
                        3 * size_t(c.ffn_dim) * c.dim;
   EXPECT_EQ((*gpu)->weight_bytes_per_step(), 2 * size_t(c.vocab_size) * c.dim + c.n_layers * layer);
-  double fp8_error = 0, cublaslt_error = 0, bf16_error = 0;
+  double fp8_error = 0, ours_error = 0, cublaslt_error = 0, bf16_error = 0;
   const std::mt19937_64 start = rng;
   CompareRagged(*cpu, **gpu, rng, 3, kEmulated ? 20 : 90, 3, 0.15, &fp8_error);
   std::mt19937_64 same = start;
+  CompareRagged(*MakeCpu(model, 16, 64), **ours, same, 3, kEmulated ? 20 : 90, 3, 0.15,
+                &ours_error);
+  same = start;
   CompareRagged(*MakeCpu(model, 16, 64), **cublaslt, same, 3, kEmulated ? 20 : 90, 3, 0.15,
                 &cublaslt_error);
   same = start;
   CompareRagged(*MakeCpu(model, 16, 64), **bf16, same, 3, kEmulated ? 20 : 90, 3, 3e-2,
                 &bf16_error);
   std::printf(
-      "logits against the CPU's, largest row relative error: FP8 %.4f (cuBLASLt alone %.4f), "
-      "BF16 %.4f\n",
-      fp8_error, cublaslt_error, bf16_error);
+      "logits against the CPU's, largest row relative error: FP8 %.4f (ours alone %.4f, "
+      "cuBLASLt alone %.4f), BF16 %.4f\n",
+      fp8_error, ours_error, cublaslt_error, bf16_error);
 }
 
 #ifdef PAGODA_CUDA_EMULATION
@@ -293,17 +302,23 @@ TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
     o.fp8_weights = fp8;
     o.dense_gemv_max_tokens = kGemvAuto;
     o.fp8_gemv_max_tokens = kGemvAuto;
+    o.fp8_cublaslt_min_tokens = kGemvAuto;
     auto gpu = MakeCuda(model, o);
     ASSERT_NE(gpu, nullptr);
-    // The classifier stays dense with FP8 layers, so both formats are timed there.
+    // The classifier stays dense with FP8 layers, so both formats are timed there. FP8 past the
+    // GEMV: cuBLASLt from 16, 64 or 256 tokens (the budget is 512), or never (0).
     EXPECT_TRUE(sizes.contains(gpu->dense_gemv_max_tokens())) << gpu->dense_gemv_max_tokens();
     if (fp8) {
       EXPECT_TRUE(sizes.contains(gpu->fp8_gemv_max_tokens())) << gpu->fp8_gemv_max_tokens();
+      EXPECT_TRUE(std::set<int>({0, 16, 64, 256}).contains(gpu->fp8_cublaslt_min_tokens()))
+          << gpu->fp8_cublaslt_min_tokens();
     } else {
       EXPECT_EQ(gpu->fp8_gemv_max_tokens(), 0) << "no FP8 matrix: nothing to time";
+      EXPECT_EQ(gpu->fp8_cublaslt_min_tokens(), 0) << "no FP8 matrix: nothing to time";
     }
-    std::printf("auto GEMV tokens: dense %d, FP8 %d\n", gpu->dense_gemv_max_tokens(),
-                gpu->fp8_gemv_max_tokens());
+    std::printf("auto GEMV tokens: dense %d, FP8 %d; FP8 cuBLASLt from %d\n",
+                gpu->dense_gemv_max_tokens(), gpu->fp8_gemv_max_tokens(),
+                gpu->fp8_cublaslt_min_tokens());
     auto cpu = MakeCpu(model, 16, 64);
     CompareRagged(*cpu, *gpu, rng, 4, kEmulated ? 20 : 60, 9, fp8 ? 0.15 : 3e-2);
   }

@@ -78,8 +78,10 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
                         o.gemv_max_tokens, cuda::kQuantGemvMaxTokens));
   }
   // Kept blocks past the fused product: tensor cores or decoded ahead of cuBLAS, whichever the
-  // start-up timing finds faster from which step size.
+  // start-up timing finds faster from which step size; FP8 past its GEMV likewise, our tensor
+  // cores or cuBLASLt.
   cuda.quant_cublas_min_tokens = cuda::kGemvAuto;
+  cuda.fp8_cublaslt_min_tokens = cuda::kGemvAuto;
   auto backend = cuda::CudaBackend::Create(std::move(model), cuda);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(*std::move(backend));

@@ -171,6 +171,13 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   products.fp8_max_n_in = weights_.fp8_max_cols();
   products.fp8_max_n_out = weights_.fp8_max_rows();
   products.fuse_glu = options_.fuse_glu;
+  // FP8 past the GEMV: cuBLASLt until PickFp8Products times our tensor-core product (kGemvAuto).
+  if (options_.fp8_cublaslt_min_tokens < 0 && options_.fp8_cublaslt_min_tokens != kGemvAuto) {
+    return absl::InvalidArgumentError(absl::StrFormat("fp8_cublaslt_min_tokens %d must be >= 0",
+                                                      options_.fp8_cublaslt_min_tokens));
+  }
+  products.fp8_cublaslt_min_tokens =
+      options_.fp8_cublaslt_min_tokens == kGemvAuto ? 1 : options_.fp8_cublaslt_min_tokens;
   // Decoded ahead of cuBLAS: every step past the fused product (quant_decode_then_cublas), those
   // from a size (quant_cublas_min_tokens), or none until PickBlockProducts times it (kGemvAuto).
   // A model without kept parts has nothing to decode: no scratch, and the threshold reads 0.
@@ -267,7 +274,8 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(PickPrefillKernel());
   RETURN_IF_ERROR(CheckFp8Products());
   RETURN_IF_ERROR(PickGemvTokens());
-  return PickBlockProducts();
+  RETURN_IF_ERROR(PickBlockProducts());
+  return PickFp8Products();
 }
 
 absl::Status CudaBackend::FillKvRandom(uint64_t seed) {

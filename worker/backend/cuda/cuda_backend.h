@@ -103,6 +103,11 @@ struct CudaBackendOptions {
   // (LaunchFp8Gemv) instead of cuBLASLt; 0 keeps cuBLASLt; kGemvAuto: measured at Init
   // (PickGemvTokens). bench/gpu.sh measures each at batch 1.
   int fp8_gemv_max_tokens = 8;
+  // FP8 matrices past the GEMV, for steps of at least this many tokens: cuBLASLt; below, our
+  // tensor-core product (LaunchQuantGemm: activations in the dtype, one kernel where cuBLASLt's
+  // path takes three). 1: cuBLASLt always (the default keeps tests independent of timings); 0:
+  // never; kGemvAuto: measured at Init (PickFp8Products), as the worker asks.
+  int fp8_cublaslt_min_tokens = 1;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
   // Dense (BF16/FP16) matrices for up to this many tokens: our GEMV (LaunchDenseGemv) instead of
   // cuBLAS; 0 keeps cuBLAS; kGemvAuto as above. The worker passes kGemvAuto for both
@@ -174,6 +179,9 @@ class CudaBackend : public Backend {
   // The steps of at least this many tokens that decode kept parts ahead of cuBLAS (0: none;
   // after kGemvAuto is resolved).
   int quant_cublas_min_tokens() const { return options_.quant_cublas_min_tokens; }
+  // The steps of at least this many tokens that multiply FP8 matrices past the GEMV through
+  // cuBLASLt (0: none; after kGemvAuto is resolved).
+  int fp8_cublaslt_min_tokens() const { return options_.fp8_cublaslt_min_tokens; }
   // Prefill attention's kernel: what time_prefill_kernel picked, else as given (kAuto: the
   // launcher's choice).
   PrefillKernel prefill_kernel() const { return options_.prefill_kernel; }
@@ -202,6 +210,18 @@ class CudaBackend : public Backend {
   // cores against decoded ahead of cuBLAS, at 16, 64, 256, 1024 and 4096 tokens (up to the
   // budget); cuBLAS takes every step from the smallest size from which it wins at each larger.
   absl::Status PickBlockProducts();
+  // Resolves fp8_cublaslt_min_tokens' kGemvAuto the same way: FP8 parts past the GEMV through
+  // our tensor-core product against cuBLASLt (when every FP8 part fits ours, else cuBLASLt).
+  absl::Status PickFp8Products();
+  // What both share: a step's products of the parts `matches` takes at 16, 64, 256, 1024 and
+  // 4096 tokens (past past_tokens, up to the budget), ours (set_from(0)) against the library's
+  // (set_from(1)), the better of two alternating trials each; returns the smallest size from
+  // which the library wins at every larger one timed (0: ours throughout), set through set_from,
+  // and appends " n: ours/library" per size to trace.
+  absl::StatusOr<int> TimeLibraryFrom(const std::function<bool(WeightFormat)>& matches,
+                                      int past_tokens,
+                                      const std::function<absl::Status(int)>& set_from,
+                                      std::string* trace);
   // Resolves time_prefill_kernel: one prompt of min(budget, 8192, context, arena) tokens from
   // position 0 through the first layer's prefill attention, on random queries and pages, with
   // each tensor-core kernel (the better of two alternating trials of three launches); keeps the

@@ -168,6 +168,36 @@ absl::StatusOr<float> CudaBackend::TimeStepProducts(
   return (layer_ms * config().n_layers + head_ms) / kPasses;
 }
 
+absl::StatusOr<int> CudaBackend::TimeLibraryFrom(const std::function<bool(WeightFormat)>& matches,
+                                                 int past_tokens,
+                                                 const std::function<absl::Status(int)>& set_from,
+                                                 std::string* trace) {
+  // Per size, the better of two alternating trials per side; the library takes the steps from
+  // the smallest size from which it wins at every larger one timed.
+  int chosen = 0;
+  for (const int n : {16, 64, 256, 1024, 4096}) {
+    if (n > limits_.max_tokens || n <= past_tokens) continue;
+    float ours = std::numeric_limits<float>::infinity(), library = ours;
+    for (int trial = 0; trial < 2; ++trial) {
+      RETURN_IF_ERROR(set_from(0));
+      ASSIGN_OR_RETURN(const float a, TimeStepProducts(n, matches));
+      RETURN_IF_ERROR(set_from(1));
+      ASSIGN_OR_RETURN(const float b, TimeStepProducts(n, matches));
+      ours = std::min(ours, a);
+      library = std::min(library, b);
+    }
+    absl::StrAppendFormat(trace, " %d: %.3f/%.3f", n, ours, library);
+    if (library < ours) {
+      if (chosen == 0) chosen = n;
+    } else {
+      chosen = 0;
+    }
+  }
+  RETURN_IF_ERROR(set_from(chosen));
+  RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "product timing"));
+  return chosen;
+}
+
 absl::Status CudaBackend::PickBlockProducts() {
   if (options_.quant_cublas_min_tokens != kGemvAuto) return absl::OkStatus();
   options_.quant_cublas_min_tokens = 0;
@@ -180,30 +210,12 @@ absl::Status CudaBackend::PickBlockProducts() {
                static_cast<int64_t>(widest_row));
     return absl::OkStatus();
   }
-  const auto block = [](WeightFormat f) { return IsBlockFormat(f); };
-  // Per size, the better of two alternating trials per side; cuBLAS takes the steps from the
-  // smallest size from which it wins at every larger one timed.
   std::string trace;
-  int chosen = 0;
-  for (const int n : {16, 64, 256, 1024, 4096}) {
-    if (n > limits_.max_tokens || n <= options_.quant_gemv_max_tokens) continue;
-    float tensor = std::numeric_limits<float>::infinity(), cublas = tensor;
-    for (int trial = 0; trial < 2; ++trial) {
-      RETURN_IF_ERROR(products_->SetCublasMinTokens(0));
-      ASSIGN_OR_RETURN(const float a, TimeStepProducts(n, block));
-      RETURN_IF_ERROR(products_->SetCublasMinTokens(1));
-      ASSIGN_OR_RETURN(const float b, TimeStepProducts(n, block));
-      tensor = std::min(tensor, a);
-      cublas = std::min(cublas, b);
-    }
-    absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, tensor, cublas);
-    if (cublas < tensor) {
-      if (chosen == 0) chosen = n;
-    } else {
-      chosen = 0;
-    }
-  }
-  RETURN_IF_ERROR(products_->SetCublasMinTokens(chosen));
+  ASSIGN_OR_RETURN(
+      const int chosen,
+      TimeLibraryFrom([](WeightFormat f) { return IsBlockFormat(f); },
+                      options_.quant_gemv_max_tokens,
+                      [&](int from) { return products_->SetCublasMinTokens(from); }, &trace));
   options_.quant_cublas_min_tokens = chosen;
   if (!trace.empty()) {
     const std::string choice =
@@ -217,7 +229,44 @@ absl::Status CudaBackend::PickBlockProducts() {
                "cores/cuBLAS at tokens%s)",
                choice, trace);
   }
-  return CudaStatus(cudaStreamSynchronize(stream_), "PickBlockProducts");
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::PickFp8Products() {
+  if (options_.fp8_cublaslt_min_tokens != kGemvAuto) return absl::OkStatus();
+  // No FP8 matrix: nothing to time, and the threshold reads 0. Every FP8 part must fit the
+  // tensor-core product for it to take a step: a model whose parts do not stays on cuBLASLt.
+  const bool fp8 = weights_.fp8_max_rows() > 0;
+  options_.fp8_cublaslt_min_tokens = fp8 ? 1 : 0;
+  bool fit = fp8;
+  for (int l = 0; l < config().n_layers && fit; ++l) {
+    const DeviceLayer& layer = weights_.layer(l);
+    for (const Projection* p : {&layer.wqkv, &layer.wo, &layer.w_gate_up, &layer.w_down}) {
+      for (int i = 0; i < p->num_parts; ++i) {
+        const DeviceMatrix& part = p->parts[static_cast<size_t>(i)];
+        if (part.format == WeightFormat::kFp8 && !Fp8TensorCoresFit(part)) fit = false;
+      }
+    }
+  }
+  if (!fit) return absl::OkStatus();
+  std::string trace;
+  ASSIGN_OR_RETURN(
+      const int chosen,
+      TimeLibraryFrom([](WeightFormat f) { return f == WeightFormat::kFp8; },
+                      options_.fp8_gemv_max_tokens,
+                      [&](int from) { return products_->SetFp8CublasltMinTokens(from); }, &trace));
+  options_.fp8_cublaslt_min_tokens = chosen;
+  if (!trace.empty()) {
+    const std::string choice =
+        chosen > 0 ? absl::StrFormat("our tensor-core product below %d tokens, cuBLASLt from there",
+                                     chosen)
+                   : std::string("our tensor-core product at every size");
+    PAGODA_LOG(kInfo, "cuda",
+               "FP8 matrices past the GEMV: %s (a step's products, ms ours/cuBLASLt at "
+               "tokens%s)",
+               choice, trace);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackend::CheckProgrammaticLaunch() {

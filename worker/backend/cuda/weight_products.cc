@@ -30,6 +30,10 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
   RETURN_IF_ERROR(CheckGemvTokens("fused quantized product", options.gemv_max_tokens));
   RETURN_IF_ERROR(CheckGemvTokens("FP8 GEMV", options.fp8_gemv_max_tokens));
   RETURN_IF_ERROR(CheckGemvTokens("dense GEMV", options.dense_gemv_max_tokens));
+  if (options.fp8_cublaslt_min_tokens < 0) {
+    return absl::InvalidArgumentError(absl::StrFormat("fp8_cublaslt_min_tokens %d must be >= 0",
+                                                      options.fp8_cublaslt_min_tokens));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Gemm> gemm, Gemm::Create(stream, dtype));
   std::unique_ptr<Fp8Gemm> fp8;
   if (options.fp8_max_n_out > 0) {
@@ -71,10 +75,19 @@ absl::Status WeightProducts::SetCublasMinTokens(int tokens) {
   return absl::OkStatus();
 }
 
+absl::Status WeightProducts::SetFp8CublasltMinTokens(int tokens) {
+  if (tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("fp8_cublaslt_min_tokens %d must be >= 0", tokens));
+  }
+  options_.fp8_cublaslt_min_tokens = tokens;
+  return absl::OkStatus();
+}
+
 absl::Status WeightProducts::Prepare(const Projection& w) {
   for (int i = 0; i < w.num_parts; ++i) {
     const DeviceMatrix& part = w.parts[static_cast<size_t>(i)];
-    if (IsBlockFormat(part.format)) {
+    if (IsBlockFormat(part.format) || Fp8TensorCoresFit(part)) {
       RETURN_IF_ERROR(PrepareQuantGemm(part.format, dtype_, options_.gemm_kernel));
     }
     if (part.format != WeightFormat::kFp8) continue;
@@ -89,8 +102,12 @@ WeightProducts::Path WeightProducts::PathOf(const DeviceMatrix& part, int num_to
     case WeightFormat::kDense:
       return num_tokens <= options_.dense_gemv_max_tokens && DenseGemvFits(part) ? Path::kDenseGemv
                                                                                  : Path::kCublas;
-    case WeightFormat::kFp8:
-      return num_tokens <= options_.fp8_gemv_max_tokens ? Path::kFp8Gemv : Path::kFp8Gemm;
+    case WeightFormat::kFp8: {
+      if (num_tokens <= options_.fp8_gemv_max_tokens) return Path::kFp8Gemv;
+      const int from = options_.fp8_cublaslt_min_tokens;
+      return (from == 0 || num_tokens < from) && Fp8TensorCoresFit(part) ? Path::kFp8TensorCores
+                                                                         : Path::kFp8Gemm;
+    }
     default:
       if (num_tokens <= options_.gemv_max_tokens) {
         return options_.gemv_int8 ? Path::kQuantGemvInt8 : Path::kQuantGemv;
@@ -147,6 +164,7 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
       case Path::kQuantGemv:
         RETURN_IF_ERROR(LaunchQuantGemv(gemv, stream_));
         break;
+      case Path::kFp8TensorCores:
       case Path::kQuantGemm: {
         QuantGemvParams p = gemv;
         p.gemm_kernel = options_.gemm_kernel;

@@ -11,7 +11,9 @@
 //
 // FP8 parts go through Fp8Gemm (cuBLASLt), or for at most fp8_gemv_max_tokens tokens through
 // our own GEMV (LaunchFp8Gemv: one kernel, activations in the dtype, where Fp8Gemm quantizes
-// them to FP8 per token), so logits differ between the two sides of it too.
+// them to FP8 per token), so logits differ between the two sides of it too; past the GEMV, for
+// steps below fp8_cublaslt_min_tokens, through the tensor-core product of the kept blocks
+// (LaunchQuantGemm, also one kernel with activations in the dtype).
 //
 // Contract: out[t][o] = sum_i W[o][i] * x[t][i] (+ out[t][o] when accumulating), W the
 // projection's parts stacked along o. Enqueued on the stream given at Create(); never
@@ -63,6 +65,10 @@ class WeightProducts {
     // FP8 parts for at most this many tokens take LaunchFp8Gemv (0: never; at most
     // kQuantGemvMaxTokens).
     int fp8_gemv_max_tokens = 8;
+    // FP8 parts past fp8_gemv_max_tokens, for steps of at least this many tokens: cuBLASLt
+    // (Fp8Gemm); below, LaunchQuantGemm where the part fits it (Fp8TensorCoresFit). 1: cuBLASLt
+    // always; 0: never.
+    int fp8_cublaslt_min_tokens = 1;
     // RunGlu fuses the gate/up product with silu * up where a GEMV takes the step.
     bool fuse_glu = true;
   };
@@ -81,6 +87,8 @@ class WeightProducts {
   absl::Status SetGemvTokens(int dense, int fp8);
   // Changes Options::cublas_min_tokens (CudaBackend times both products of kept parts).
   absl::Status SetCublasMinTokens(int tokens);
+  // Changes Options::fp8_cublaslt_min_tokens (>= 0; CudaBackend times both sides).
+  absl::Status SetFp8CublasltMinTokens(int tokens);
   // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare) and sets up the block parts'
   // tensor-core kernels (PrepareQuantGemm), so that a graph capture does neither; nothing for
   // dense parts.
@@ -102,14 +110,15 @@ class WeightProducts {
 
   // Which kernel multiplies a part at a step of num_tokens tokens.
   enum class Path {
-    kDenseGemv,      // LaunchDenseGemv
-    kCublas,         // Gemm (cuBLAS)
-    kFp8Gemv,        // LaunchFp8Gemv
-    kFp8Gemm,        // Fp8Gemm (cuBLASLt)
-    kQuantGemvInt8,  // LaunchQuantizeQ8Blocks, then LaunchQuantGemvInt8
-    kQuantGemv,      // LaunchQuantGemv
-    kQuantGemm,      // LaunchQuantGemm (tensor cores)
-    kDecodeCublas,   // slices decoded into the scratch, then cuBLAS
+    kDenseGemv,       // LaunchDenseGemv
+    kCublas,          // Gemm (cuBLAS)
+    kFp8Gemv,         // LaunchFp8Gemv
+    kFp8Gemm,         // Fp8Gemm (cuBLASLt)
+    kFp8TensorCores,  // LaunchQuantGemm
+    kQuantGemvInt8,   // LaunchQuantizeQ8Blocks, then LaunchQuantGemvInt8
+    kQuantGemv,       // LaunchQuantGemv
+    kQuantGemm,       // LaunchQuantGemm (tensor cores)
+    kDecodeCublas,    // slices decoded into the scratch, then cuBLAS
   };
   Path PathOf(const DeviceMatrix& part, int num_tokens) const;
   // x as 8-bit blocks for LaunchQuantGemvInt8: the values at the start of xq_, their (d, s)
