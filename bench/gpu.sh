@@ -245,8 +245,10 @@ if decode:
         if path != "auto": goal = ""  # the goals are on the defaults
         label = w + "/" + path
         timed = path in ("auto", "serial_unfused")  # serial_unfused timed its own choices
-        if timed and w in ("bf16", "fp8"):  # the start-up timing's choice
-            label += " (gemv<=%d)" % b["%s_gemv_tokens" % ("fp8" if w == "fp8" else "dense")]
+        if timed and w == "fp8":  # the start-up timing's choices
+            label += " (gemv<=%d, lt>=%d)" % (b["fp8_gemv_tokens"], b.get("fp8_cublaslt_tokens", 0))
+        elif timed and w == "bf16":
+            label += " (gemv<=%d)" % b["dense_gemv_tokens"]
         elif timed:  # blocks: decoded ahead of cuBLAS from N tokens (0: never)
             label += " (cublas>=%d)" % b.get("block_cublas_tokens", 0)
         print("%-34s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (label, batch, b["tokens_per_s"],

@@ -124,11 +124,13 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
 // 8 tokens through our GEMV or the library, as timed at start (--gemv-max-tokens auto), cuBLAS /
 // cuBLASLt beyond; blocks through the fused FP32 product up to 8 tokens, and beyond on tensor
 // cores or decoded ahead of cuBLAS, from the step size the start-up timing picked (counter
-// block_cublas_tokens, 0: tensor cores throughout). The others: blocks past 8 tokens always on
-// tensor cores ("tensor_cores": the wgmma kernel on compute capability 9.0), always on the
-// mma.sync kernel ("tensor_cores_mma_sync": the default's own on GPUs without wgmma), always
-// decoded ahead of cuBLAS ("decode_cublas"), or the fused product with 8-bit activations
-// ("gemv_int8"); BF16 and FP8 with every small step through our GEMV ("gemv",
+// block_cublas_tokens, 0: tensor cores throughout); FP8 past its GEMV through our tensor-core
+// product or cuBLASLt, from the size the start-up timing picked (fp8_cublaslt_tokens). The
+// others: blocks past 8 tokens always on tensor cores ("tensor_cores": the wgmma kernel on
+// compute capability 9.0), always on the mma.sync kernel ("tensor_cores_mma_sync": the
+// default's own on GPUs without wgmma), always decoded ahead of cuBLAS ("decode_cublas"), or
+// the fused product with 8-bit activations ("gemv_int8"); FP8 past 8 tokens always on our
+// tensor cores ("tensor_cores"); BF16 and FP8 with every small step through our GEMV ("gemv",
 // "gemv_cublaslt") or through the library ("cublas", "cublaslt"); and the default with the
 // kernels of a step as they were before the work on its kernel count and gaps ("serial_unfused":
 // every kernel launched after the one before it has finished, no programmatic dependent
@@ -179,6 +181,9 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_cublas_min_tokens = path == Path::kDefault ? pc::kGemvAuto : 0;
+  o.fp8_cublaslt_min_tokens = path == Path::kDefault       ? pc::kGemvAuto
+                              : path == Path::kTensorCores ? 0
+                                                           : 1;
   o.quant_gemm_kernel =
       path == Path::kMmaSync ? pc::QuantGemmKernel::kMmaSync : pc::QuantGemmKernel::kAuto;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
@@ -273,6 +278,8 @@ void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
   state.counters["fp8_gemv_tokens"] = b.fp8_gemv_max_tokens();
   // Kept blocks past the fused product: decoded ahead of cuBLAS from this many tokens (0: never).
   state.counters["block_cublas_tokens"] = b.quant_cublas_min_tokens();
+  // FP8 past the GEMV: through cuBLASLt from this many tokens (0: never; our tensor cores below).
+  state.counters["fp8_cublaslt_tokens"] = b.fp8_cublaslt_min_tokens();
   // Our kernels launched after each other programmatically (serial_unfused: 0).
   state.counters["programmatic_launch"] = b.programmatic_launch();
 }
@@ -471,7 +478,8 @@ const bool kPhasesRegistered = [] {
 // sequences, then the prefill. For block weights: the default (auto), each of its products past 8
 // tokens forced (tensor_cores, tensor_cores_mma_sync, decode_cublas: 16, 64, 256 and the
 // prefill), and gemv_int8 (batch 1). For BF16 and FP8: the default (auto), and at batch 1 both
-// sides of its choice. For BF16, FP8 and Q4_K_M at batch 1: serial_unfused.
+// sides of its choice; for FP8 also our tensor cores past 8 tokens (tensor_cores). For BF16, FP8
+// and Q4_K_M at batch 1: serial_unfused.
 const bool kWeightsRegistered = [] {
   for (Weights w : {Weights::kBf16, Weights::kFp8, Weights::kQ8_0, Weights::kQ4_K_M}) {
     for (Path path : {Path::kDefault, Path::kTensorCores, Path::kMmaSync, Path::kDecodeCublas,
@@ -479,7 +487,9 @@ const bool kWeightsRegistered = [] {
       const bool blocks = w == Weights::kQ8_0 || w == Weights::kQ4_K_M;
       const bool large_only =
           path == Path::kTensorCores || path == Path::kMmaSync || path == Path::kDecodeCublas;
-      const bool applies = path == Path::kDefault ||
+      // FP8's cuBLASLt side past the GEMV is in the start-up timing's log line.
+      const bool fp8_large = w == Weights::kFp8 && path == Path::kTensorCores;
+      const bool applies = path == Path::kDefault || fp8_large ||
                            (blocks && (large_only || path == Path::kGemvInt8)) ||
                            (!blocks && (path == Path::kGemv || path == Path::kLibrary)) ||
                            (path == Path::kSerialUnfused && w != Weights::kQ8_0);
