@@ -213,10 +213,11 @@ TEST(CudaBackendGpuTest, TimedPrefillKernelMatchesCpu) {
 }
 
 // Programmatic launches pass their start-up check (two kernels, eagerly and from a graph) and
-// stay on; off by option, every kernel launches plainly. Either way a prefill and decode steps
-// replayed from graphs, with our GEMV for the products (so the whole layer is our kernels), give
-// the same logits and tokens.
-TEST(CudaBackendGpuTest, ProgrammaticLaunchesPassTheStartCheck) {
+// stay on; off by option, every kernel launches plainly. And SiLU·up fused into the gate/up GEMV
+// or in its own kernel. Every way a prefill and decode steps replayed from graphs, with our GEMV
+// for the products (so the whole layer is our kernels), give the same logits and tokens, bit for
+// bit.
+TEST(CudaBackendGpuTest, ProgrammaticLaunchAndFusedSiluKeepTheLogits) {
   SKIP_WITHOUT_GPU();
   struct Restore {  // the process-wide switch back to its default, whatever happens
     ~Restore() { SetProgrammaticLaunch(true); }
@@ -224,9 +225,16 @@ TEST(CudaBackendGpuTest, ProgrammaticLaunchesPassTheStartCheck) {
   auto model = RandomF16Model(256, 4, 2, 2, 5);
   std::vector<std::vector<float>> logits;
   std::vector<std::vector<int32_t>> tokens;
-  for (const bool programmatic : {true, false}) {
+  struct Variant {
+    bool programmatic, fuse_glu;
+  };
+  for (const Variant v : {Variant{true, true}, Variant{false, true}, Variant{true, false}}) {
+    SCOPED_TRACE(::testing::Message()
+                 << "programmatic " << v.programmatic << ", fused SiLU " << v.fuse_glu);
+    const bool programmatic = v.programmatic;
     CudaBackendOptions options = CudaOptions(16, 64, DType::kFp16);
     options.programmatic_launch = programmatic;
+    options.fuse_glu = v.fuse_glu;
     options.dense_gemv_max_tokens = kQuantGemvMaxTokens;
     auto gpu = MakeCuda(model, options);
     ASSERT_NE(gpu, nullptr);
@@ -250,8 +258,10 @@ TEST(CudaBackendGpuTest, ProgrammaticLaunchesPassTheStartCheck) {
     }
     EXPECT_GT(gpu->graph_replays(), 0);
   }
-  EXPECT_EQ(logits[0], logits[1]);
-  EXPECT_EQ(tokens[0], tokens[1]);
+  for (size_t i = 1; i < logits.size(); ++i) {
+    EXPECT_EQ(logits[0], logits[i]) << "variant " << i;
+    EXPECT_EQ(tokens[0], tokens[i]) << "variant " << i;
+  }
 }
 
 TEST(CudaBackendGpuTest, LongContextDecodeMatchesCpu) {

@@ -309,7 +309,7 @@ constexpr int kGluPairs[] = {37, 40};
 TEST_P(QuantKernelsTest, GluModeEqualsTheProductThenSiluMul) {
   const auto [type, dtype] = GetParam();
   std::mt19937 rng(static_cast<unsigned>(type) * 37 + (dtype == DType::kBf16 ? 3 : 4));
-  const int cols = BlockElements(*QuantizedFormatOf(type)) == 32 ? 224 : 1280;
+  const int cols = 1280;  // the fused product's chunks of 1024 columns: one and part of another
   for (int half : kGluPairs) {
     const HostMatrix m = RandomMatrix(type, 2 * half, cols, rng);
     DeviceArray d_w(m.bytes.size());
@@ -652,7 +652,8 @@ TEST_P(Fp8Test, GemvMatchesTheScaledFp8Product) {
 // LaunchQuantGemm on FP8 rows, each tensor-core kernel pinned, against the host's product of
 // the same E4M3 values and row scales with x in its dtype: tiles of 64 and 128 tokens with a
 // partial last, rows in a full and a partial tile of 64, widths of an odd count of 32-column
-// units (480), of one and of two passes past 2048; plain and accumulating into a column range
+// units (480: steps of two, the last half empty; and 2080), and 2048; plain and accumulating
+// into a column range
 // of a wider output left poisoned elsewhere. Within 1e-3 of the sum of |terms| (the products
 // are exact in FP32; only the tensor cores' order of summation differs).
 TEST_P(Fp8Test, TensorCoreGemmMatchesTheScaledFp8Product) {

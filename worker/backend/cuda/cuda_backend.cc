@@ -48,6 +48,11 @@ absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig
         absl::StrFormat("CudaBackend quant_cublas_min_tokens (%d) must be >= 0, or kGemvAuto",
                         o.quant_cublas_min_tokens));
   }
+  if (o.fp8_cublaslt_min_tokens < kGemvAuto) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("CudaBackend fp8_cublaslt_min_tokens (%d) must be >= 0, or kGemvAuto",
+                        o.fp8_cublaslt_min_tokens));
+  }
   if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CudaBackend page_size (%d) must be positive, max_batch_tokens (%d) and num_pages (%d) "
@@ -172,10 +177,6 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   products.fp8_max_n_out = weights_.fp8_max_rows();
   products.fuse_glu = options_.fuse_glu;
   // FP8 past the GEMV: cuBLASLt until PickFp8Products times our tensor-core product (kGemvAuto).
-  if (options_.fp8_cublaslt_min_tokens < 0 && options_.fp8_cublaslt_min_tokens != kGemvAuto) {
-    return absl::InvalidArgumentError(absl::StrFormat("fp8_cublaslt_min_tokens %d must be >= 0",
-                                                      options_.fp8_cublaslt_min_tokens));
-  }
   products.fp8_cublaslt_min_tokens =
       options_.fp8_cublaslt_min_tokens == kGemvAuto ? 1 : options_.fp8_cublaslt_min_tokens;
   // Decoded ahead of cuBLAS: every step past the fused product (quant_decode_then_cublas), those

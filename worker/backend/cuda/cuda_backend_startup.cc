@@ -29,15 +29,24 @@ absl::Status CudaBackend::CheckFp8Products() {
   }
   RETURN_IF_ERROR(products_->Prepare(weights_.output()));
   if (weights_.fp8_max_rows() == 0) return absl::OkStatus();
-  // Each FP8 projection of the first layer run for one token (our GEMV, where it is on) and for
-  // one more than the GEMV takes (cuBLASLt): a GPU or cuBLASLt without a kernel for these shapes
-  // fails here, at start, not in the first request.
+  // Each FP8 projection of the first layer run for one token (our GEMV, where it is on), for one
+  // more than the GEMV takes, and for the first size cuBLASLt takes when our tensor-core product
+  // takes that one: every product a step may use runs once, so a GPU or cuBLASLt without a
+  // kernel for these shapes fails here, at start, not in the first request. (Until
+  // PickFp8Products, an auto threshold is 1: cuBLASLt past the GEMV.)
   const DeviceLayer& l = weights_.layer(0);
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(xn_.get(), 0, xn_.bytes(), stream_), "FP8 check"));
   RETURN_IF_ERROR(CudaStatus(cudaMemsetAsync(h_.get(), 0, h_.bytes(), stream_), "FP8 check"));
   const int past_gemv = UntilTimed(options_.fp8_gemv_max_tokens) + 1;
-  for (const int n : {1, past_gemv}) {
-    if (n > limits_.max_tokens || (n == past_gemv && past_gemv == 1)) continue;
+  std::vector<int> sizes = {1};
+  if (past_gemv > 1) sizes.push_back(past_gemv);
+  // A threshold above past_gemv needs a run of its own; one up to it is past_gemv's run (0:
+  // cuBLASLt never runs).
+  if (options_.fp8_cublaslt_min_tokens > past_gemv) {
+    sizes.push_back(options_.fp8_cublaslt_min_tokens);
+  }
+  for (const int n : sizes) {
+    if (n > limits_.max_tokens) continue;
     RETURN_IF_ERROR(products_->Run(xn_.get(), l.wqkv, qkv_.get<float>(), n, false));
     RETURN_IF_ERROR(products_->Run(xn_.get(), l.wo, x_.get<float>(), n, false));
     RETURN_IF_ERROR(products_->Run(xn_.get(), l.w_gate_up, gate_up_.get<float>(), n, false));
@@ -234,8 +243,9 @@ absl::Status CudaBackend::PickBlockProducts() {
 
 absl::Status CudaBackend::PickFp8Products() {
   if (options_.fp8_cublaslt_min_tokens != kGemvAuto) return absl::OkStatus();
-  // No FP8 matrix: nothing to time, and the threshold reads 0. Every FP8 part must fit the
-  // tensor-core product for it to take a step: a model whose parts do not stays on cuBLASLt.
+  // No FP8 matrix: nothing to time, and the threshold reads 0. Every FP8 part of the layers (the
+  // classifier stays in the dtype) must fit the tensor-core product for it to be timed: a model
+  // whose parts do not stays on cuBLASLt.
   const bool fp8 = weights_.fp8_max_rows() > 0;
   options_.fp8_cublaslt_min_tokens = fp8 ? 1 : 0;
   bool fit = fp8;

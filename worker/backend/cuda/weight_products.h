@@ -89,9 +89,9 @@ class WeightProducts {
   absl::Status SetCublasMinTokens(int tokens);
   // Changes Options::fp8_cublaslt_min_tokens (>= 0; CudaBackend times both sides).
   absl::Status SetFp8CublasltMinTokens(int tokens);
-  // Plans the FP8 parts' products ahead (Fp8Gemm::Prepare) and sets up the block parts'
-  // tensor-core kernels (PrepareQuantGemm), so that a graph capture does neither; nothing for
-  // dense parts.
+  // Plans the FP8 parts' cuBLASLt products ahead (Fp8Gemm::Prepare) and sets up the tensor-core
+  // kernels of the block parts and of the FP8 parts they take (PrepareQuantGemm), so that a graph
+  // capture does neither; nothing for dense parts.
   absl::Status Prepare(const Projection& w);
   size_t workspace_bytes() const {
     return gemm_->workspace_bytes() + scratch_.bytes() + xq_.bytes() +

@@ -1,5 +1,6 @@
-// The product of activations with weights kept in GGUF blocks on Hopper's warpgroup tensor cores
-// (sm_90a): LaunchQuantGemm's contract (quant_kernels.h), for steps of more than a few tokens.
+// The product of activations with weights kept in GGUF blocks, or FP8 rows, on Hopper's
+// warpgroup tensor cores (sm_90a): LaunchQuantGemm's contract (quant_kernels.h), for steps of
+// more than a few tokens.
 //
 // A block is one warpgroup and takes kRows = 64 weight rows (the m64 of wgmma) and kN tokens (its
 // n: 64 or 128). Along the row it walks steps of kCols = 64 columns, two units of 32. Each thread
@@ -259,7 +260,8 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
     }
   };
   // Step k's bytes of this thread's rows, into L2. Q8_0, Q4_0 and FP8 steps read two blocks or
-  // units (68, 36 or 64 bytes): thread t of a quad asks for the 32-byte sector at 32 t. The K
+  // units (68, 36 or 64 bytes): thread t of a quad asks for the 32-byte sector at 32 t (FP8's
+  // two sectors: threads 0 and 1). The K
   // formats' four steps of a block read all of it (up to 210 bytes): the block's first step asks
   // for the whole block, 64 t from its start.
   auto prefetch = [&](int k) {
@@ -267,6 +269,7 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
     constexpr bool kWholeBlock =
         F != WeightFormat::kQ8_0 && F != WeightFormat::kQ4_0 && F != WeightFormat::kFp8;
     if (u >= units || (kWholeBlock && (u & 7) != 0)) return;
+    if (F == WeightFormat::kFp8 && t >= 2) return;  // a step's 64 bytes are two sectors
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int row = min(row_g + 8 * h, p.w.rows - 1);

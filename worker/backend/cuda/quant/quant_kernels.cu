@@ -685,13 +685,16 @@ absl::Status LaunchQuantGemvInt8(const QuantGemvInt8Params& p, cudaStream_t stre
   const dim3 grid = GemvGrid(p.w.rows, p.glu_out != nullptr);
   return CudaStatus(DispatchFormat(p.w.format,
                                    [&](auto format) {
+                                     constexpr WeightFormat kF = decltype(format)::kFormat;
+                                     if (p.glu_out == nullptr) {  // the dtype is glu_out's only
+                                       return LaunchKernelAfterPrior(
+                                           QuantGemvInt8Kernel<kF, __nv_bfloat16, false>, grid,
+                                           dim3(kGemvWarps * 32), 0, stream, p);
+                                     }
                                      return DispatchDType(p.dtype, [&](auto t) {
-                                       return DispatchGlu(p.glu_out != nullptr, [&](auto glu) {
-                                         return LaunchKernelAfterPrior(
-                                             QuantGemvInt8Kernel<decltype(format)::kFormat,
-                                                                 decltype(t), decltype(glu)::value>,
-                                             grid, dim3(kGemvWarps * 32), 0, stream, p);
-                                       });
+                                       return LaunchKernelAfterPrior(
+                                           QuantGemvInt8Kernel<kF, decltype(t), true>, grid,
+                                           dim3(kGemvWarps * 32), 0, stream, p);
                                      });
                                    }),
                     "LaunchQuantGemvInt8");

@@ -37,9 +37,9 @@ enum class QuantGemmKernel { kAuto, kMmaSync, kWgmma };
 // GLU mode (glu_out set; the GEMVs only: LaunchQuantGemv, LaunchQuantGemvInt8, LaunchDenseGemv,
 // LaunchFp8Gemv): w is [Wgate; Wup], F = w.rows / 2 rows each, and in place of out the kernel
 // writes glu_out[t * F + j] = dtype(silu(gate_j . x_t) * (up_j . x_t)) for j < F, a warp holding
-// gate row j and up row j. The sums are the plain mode's, bit for bit, so this equals the
-// product into out followed by LaunchSiluMul, in one kernel; out, ld_out and accumulate are
-// unused (accumulate must be false).
+// gate row j and up row j (rows j and F + j of w). The sums are the plain mode's, bit for bit, so
+// this equals the product into out followed by LaunchSiluMul, in one kernel; out, ld_out and
+// accumulate are unused (accumulate must be false).
 struct QuantGemvParams {
   const void* x;   // [num_tokens][w.cols] dtype
   DeviceMatrix w;  // a quantized format
