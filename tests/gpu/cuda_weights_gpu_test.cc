@@ -159,8 +159,7 @@ TEST(CudaBackendGpuTest, KeptQuantizedFilesMatchLlamaCppLogProbs) {
 // Benchmark models: random weights made on the device in quantized formats (a llama.cpp-style
 // mix: Q4_K, Q6_K for V, down and the classifier) give finite logits, and a step reads the
 // formats' bytes.
-TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
-  SKIP_WITHOUT_GPU();
+common::ModelConfig SmallLlamaConfig() {
   common::ModelConfig c;
   c.architecture = "llama";
   c.n_layers = 2;
@@ -171,6 +170,12 @@ TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
   c.ffn_dim = 512;
   c.vocab_size = 512;
   c.context_length = 256;
+  return c;
+}
+
+TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
+  SKIP_WITHOUT_GPU();
+  const common::ModelConfig c = SmallLlamaConfig();
   using F = WeightFormat;
   WeightFormats formats;
   formats.embedding = F::kQ4_K;
@@ -194,6 +199,40 @@ TEST(CudaBackendGpuTest, RandomQuantizedWeightsRun) {
   ASSERT_OK((*gpu)->Forward({&in, 1}, &logits));
   ASSERT_EQ(logits.size(), 512u);
   for (float l : logits) ASSERT_TRUE(std::isfinite(l));
+}
+
+// Gate and up in differing formats make a two-part projection, which RunGlu declines: with
+// SiLU·up fused where it can be, the second layer runs the gate/up product and SiLU·mul apart
+// and the first fuses them; the logits of a prompt and a decode step (both through the fused
+// product) equal those of a backend that fuses nothing, bit for bit.
+TEST(CudaBackendGpuTest, TwoPartGateUpRunsUnfused) {
+  SKIP_WITHOUT_GPU();
+  using F = WeightFormat;
+  WeightFormats formats;
+  formats.layers = {{F::kQ4_K, F::kQ4_K, F::kQ6_K, F::kQ4_K, F::kQ4_K, F::kQ4_K, F::kQ6_K},
+                    {F::kQ4_K, F::kQ4_K, F::kQ6_K, F::kQ4_K, F::kQ4_K, F::kQ5_K, F::kQ6_K}};
+  std::vector<std::vector<float>> logits;
+  for (const bool fuse : {true, false}) {
+    CudaBackendOptions o;
+    o.page_size = 16;
+    o.num_pages = 16;
+    o.max_batch_tokens = 64;
+    o.fuse_glu = fuse;
+    auto gpu = CudaBackend::CreateRandom(SmallLlamaConfig(), 3, o, formats);
+    ASSERT_OK(gpu);
+    const std::vector<int32_t> tokens = {5, 77, 300, 12, 9, 401};
+    const std::vector<int32_t> pages = {3};
+    const SeqInput prompt{std::span<const int32_t>(tokens).first(5), 0, pages, true};
+    const SeqInput step{std::span<const int32_t>(tokens).subspan(5), 5, pages, true};
+    for (const SeqInput& in : {prompt, step}) {
+      std::vector<float> out;
+      ASSERT_OK((*gpu)->Forward({&in, 1}, &out));
+      logits.push_back(out);
+    }
+  }
+  ASSERT_EQ(logits.size(), 4u);
+  EXPECT_EQ(logits[0], logits[2]);
+  EXPECT_EQ(logits[1], logits[3]);
 }
 
 // A small random F16 model (dim 256, 2 layers) whose matrices FP8 takes: every size a multiple
