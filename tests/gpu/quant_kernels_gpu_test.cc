@@ -653,9 +653,8 @@ TEST_P(Fp8Test, GemvMatchesTheScaledFp8Product) {
 // the same E4M3 values and row scales with x in its dtype: tiles of 64 and 128 tokens with a
 // partial last, rows in a full and a partial tile of 64, widths of an odd count of 32-column
 // units (480: steps of two, the last half empty; and 2080), and 2048; plain and accumulating
-// into a column range
-// of a wider output left poisoned elsewhere. Within 1e-3 of the sum of |terms| (the products
-// are exact in FP32; only the tensor cores' order of summation differs).
+// into a column range of a wider output left poisoned elsewhere. Within 1e-3 of the sum of
+// |terms| (the products are exact in FP32; only the tensor cores' order of summation differs).
 TEST_P(Fp8Test, TensorCoreGemmMatchesTheScaledFp8Product) {
   const DType dtype = GetParam();
   std::mt19937 rng(dtype == DType::kBf16 ? 51 : 52);

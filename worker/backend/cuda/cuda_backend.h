@@ -213,15 +213,23 @@ class CudaBackend : public Backend {
   // Resolves fp8_cublaslt_min_tokens' kGemvAuto the same way: FP8 parts past the GEMV through
   // our tensor-core product against cuBLASLt (when every FP8 part fits ours, else cuBLASLt).
   absl::Status PickFp8Products();
+  // How TimeLibraryFrom logs its choice: "<what>: <ours> below N tokens, <library> from there
+  // (a step's products, ms <times> at tokens n: ours/library ...)", or "<ours> at every size".
+  struct LibraryChoiceLog {
+    const char* what;
+    const char* ours;
+    const char* library;
+    const char* times;
+  };
   // What both share: a step's products of the parts `matches` takes at 16, 64, 256, 1024 and
   // 4096 tokens (past past_tokens, up to the budget), ours (set_from(0)) against the library's
   // (set_from(1)), the better of two alternating trials each; returns the smallest size from
   // which the library wins at every larger one timed (0: ours throughout), set through set_from,
-  // and appends " n: ours/library" per size to trace.
+  // and logs it with the times when a size was timed.
   absl::StatusOr<int> TimeLibraryFrom(const std::function<bool(WeightFormat)>& matches,
                                       int past_tokens,
                                       const std::function<absl::Status(int)>& set_from,
-                                      std::string* trace);
+                                      const LibraryChoiceLog& log);
   // Resolves time_prefill_kernel: one prompt of min(budget, 8192, context, arena) tokens from
   // position 0 through the first layer's prefill attention, on random queries and pages, with
   // each tensor-core kernel (the better of two alternating trials of three launches); keeps the

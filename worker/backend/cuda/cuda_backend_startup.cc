@@ -180,9 +180,10 @@ absl::StatusOr<float> CudaBackend::TimeStepProducts(
 absl::StatusOr<int> CudaBackend::TimeLibraryFrom(const std::function<bool(WeightFormat)>& matches,
                                                  int past_tokens,
                                                  const std::function<absl::Status(int)>& set_from,
-                                                 std::string* trace) {
+                                                 const LibraryChoiceLog& log) {
   // Per size, the better of two alternating trials per side; the library takes the steps from
   // the smallest size from which it wins at every larger one timed.
+  std::string trace;
   int chosen = 0;
   for (const int n : {16, 64, 256, 1024, 4096}) {
     if (n > limits_.max_tokens || n <= past_tokens) continue;
@@ -195,7 +196,7 @@ absl::StatusOr<int> CudaBackend::TimeLibraryFrom(const std::function<bool(Weight
       ours = std::min(ours, a);
       library = std::min(library, b);
     }
-    absl::StrAppendFormat(trace, " %d: %.3f/%.3f", n, ours, library);
+    absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, ours, library);
     if (library < ours) {
       if (chosen == 0) chosen = n;
     } else {
@@ -204,6 +205,13 @@ absl::StatusOr<int> CudaBackend::TimeLibraryFrom(const std::function<bool(Weight
   }
   RETURN_IF_ERROR(set_from(chosen));
   RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_), "product timing"));
+  if (!trace.empty()) {
+    const std::string choice = chosen > 0 ? absl::StrFormat("%s below %d tokens, %s from there",
+                                                            log.ours, chosen, log.library)
+                                          : absl::StrFormat("%s at every size", log.ours);
+    PAGODA_LOG(kInfo, "cuda", "%s: %s (a step's products, ms %s at tokens%s)", log.what, choice,
+               log.times, trace);
+  }
   return chosen;
 }
 
@@ -219,25 +227,12 @@ absl::Status CudaBackend::PickBlockProducts() {
                static_cast<int64_t>(widest_row));
     return absl::OkStatus();
   }
-  std::string trace;
-  ASSIGN_OR_RETURN(
-      const int chosen,
-      TimeLibraryFrom([](WeightFormat f) { return IsBlockFormat(f); },
-                      options_.quant_gemv_max_tokens,
-                      [&](int from) { return products_->SetCublasMinTokens(from); }, &trace));
-  options_.quant_cublas_min_tokens = chosen;
-  if (!trace.empty()) {
-    const std::string choice =
-        chosen > 0 ? absl::StrFormat(
-                         "tensor cores below %d tokens, decoded ahead of cuBLAS from "
-                         "there",
-                         chosen)
-                   : std::string("tensor cores at every size");
-    PAGODA_LOG(kInfo, "cuda",
-               "quantized matrices past the fused product: %s (a step's products, ms tensor "
-               "cores/cuBLAS at tokens%s)",
-               choice, trace);
-  }
+  ASSIGN_OR_RETURN(options_.quant_cublas_min_tokens,
+                   TimeLibraryFrom([](WeightFormat f) { return IsBlockFormat(f); },
+                                   options_.quant_gemv_max_tokens,
+                                   [&](int from) { return products_->SetCublasMinTokens(from); },
+                                   {"quantized matrices past the fused product", "tensor cores",
+                                    "decoded ahead of cuBLAS", "tensor cores/cuBLAS"}));
   return absl::OkStatus();
 }
 
@@ -259,23 +254,12 @@ absl::Status CudaBackend::PickFp8Products() {
     }
   }
   if (!fit) return absl::OkStatus();
-  std::string trace;
   ASSIGN_OR_RETURN(
-      const int chosen,
-      TimeLibraryFrom([](WeightFormat f) { return f == WeightFormat::kFp8; },
-                      options_.fp8_gemv_max_tokens,
-                      [&](int from) { return products_->SetFp8CublasltMinTokens(from); }, &trace));
-  options_.fp8_cublaslt_min_tokens = chosen;
-  if (!trace.empty()) {
-    const std::string choice =
-        chosen > 0 ? absl::StrFormat("our tensor-core product below %d tokens, cuBLASLt from there",
-                                     chosen)
-                   : std::string("our tensor-core product at every size");
-    PAGODA_LOG(kInfo, "cuda",
-               "FP8 matrices past the GEMV: %s (a step's products, ms ours/cuBLASLt at "
-               "tokens%s)",
-               choice, trace);
-  }
+      options_.fp8_cublaslt_min_tokens,
+      TimeLibraryFrom(
+          [](WeightFormat f) { return f == WeightFormat::kFp8; }, options_.fp8_gemv_max_tokens,
+          [&](int from) { return products_->SetFp8CublasltMinTokens(from); },
+          {"FP8 matrices past the GEMV", "our tensor-core product", "cuBLASLt", "ours/cuBLASLt"}));
   return absl::OkStatus();
 }
 

@@ -150,29 +150,28 @@ __global__ void RopeKvWriteKernel(RopeKvWriteParams p) {
   if (i >= pairs) return;
   const int pos = p.positions[t];
   if (i >= q_pairs && pos < 0) return;  // a padding token writes no KV
-  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j. A thread moves a
-  // whole pair (one 8-byte load, one 4-byte store): q, k and v lie side by side in the row, and
-  // every row, head and slot starts at an even element (head_dim is even).
+  // Pairs of q then k: pair j of head h rotates (x[2j], x[2j+1]) by angle j; v's pairs are
+  // copied. A thread moves a whole pair (one 8-byte load, one 4-byte store): q, k and v lie side
+  // by side in the row, and every row, head and slot starts at an even element (head_dim is
+  // even).
   const float2 x =
       reinterpret_cast<const float2*>(p.qkv + static_cast<size_t>(t) * (q_dim + 2 * kv_dim))[i];
-  uint32_t* dst;
-  int j;  // pair within q, k or v
-  if (i < q_pairs) {
-    dst = reinterpret_cast<uint32_t*>(static_cast<T*>(p.q_out) + static_cast<size_t>(t) * q_dim);
-    j = i;
-  } else {
+  // Position pos's row of a layer's K or V pages.
+  auto cache_row = [&](void* cache) {
     const int page =
         p.page_table[static_cast<size_t>(p.token_seq[t]) * p.page_table_stride + pos / p.page_size];
     const size_t slot = static_cast<size_t>(page) * p.page_size + pos % p.page_size;
-    const bool is_k = i < qk_pairs;
-    dst =
-        reinterpret_cast<uint32_t*>(static_cast<T*>(is_k ? p.k_cache : p.v_cache) + slot * kv_dim);
-    j = is_k ? i - q_pairs : i - qk_pairs;
-    if (!is_k) {
-      dst[j] = PackPair<T>(x.x, x.y);
-      return;
-    }
+    return reinterpret_cast<uint32_t*>(static_cast<T*>(cache) + slot * kv_dim);
+  };
+  if (i >= qk_pairs) {
+    cache_row(p.v_cache)[i - qk_pairs] = PackPair<T>(x.x, x.y);
+    return;
   }
+  const bool is_q = i < q_pairs;
+  const int j = is_q ? i : i - q_pairs;  // pair within q or k
+  uint32_t* const dst =
+      is_q ? reinterpret_cast<uint32_t*>(static_cast<T*>(p.q_out) + static_cast<size_t>(t) * q_dim)
+           : cache_row(p.k_cache);
   const float2 cs = p.rope[static_cast<size_t>(t) * half + j % half];
   dst[j] = PackPair<T>(x.x * cs.x - x.y * cs.y, x.x * cs.y + x.y * cs.x);
 }
