@@ -341,7 +341,8 @@ void ReleaseWarps(LaunchState& s, bool* released) {
 // Shuffles a round's order (Fisher-Yates on splitmix64 draws, each bounded by Lemire's multiply,
 // whose bias is below 2^-53 here): it runs every round, and this costs a fraction of
 // std::shuffle over std::mt19937.
-void ShuffleOrder(std::vector<Fiber*>& v, uint64_t& state) {
+template <typename T>
+void ShuffleOrder(std::vector<T>& v, uint64_t& state) {
   for (size_t i = v.size(); i > 1; --i) {
     uint64_t z = (state += 0x9e3779b97f4a7c15u);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
@@ -818,22 +819,27 @@ cudaError_t Launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes,
   active = &s;
   std::string error;
   bool ok = true;
-  for (unsigned bz = 0; ok && bz < grid.z; ++bz) {
-    for (unsigned by = 0; ok && by < grid.y; ++by) {
-      for (unsigned bx = 0; ok && bx < grid.x; ++bx) {
-        // Shared memory starts undefined on the GPU: poison the dynamic part (NaN as floats).
-        std::memset(s.dynamic_shared.get(), 0xff, dynamic_shared_bytes);
-        s.unfenced.assign((dynamic_shared_bytes + 15) / 16, false);
-        s.in_flight.assign((dynamic_shared_bytes + 15) / 16, 0);
-        s.wgmma_reads.assign((dynamic_shared_bytes + 15) / 16, 0);
-        for (unsigned t = 0; t < threads; ++t) {
-          const uint3 thread_idx =
-              make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
-          StartFiber(s.fibers[t], {thread_idx, make_uint3(bx, by, bz), block, grid});
-        }
-        ok = RunBlock(s, &error) && s.fault.empty();
-      }
+  // The blocks in a shuffled order (ShuffleOrder's draws over their linear indices).
+  const uint64_t num_blocks = uint64_t{grid.x} * grid.y * grid.z;
+  std::vector<uint64_t> order(num_blocks);
+  for (uint64_t i = 0; i < num_blocks; ++i) order[i] = i;
+  ShuffleOrder(order, s.rng);
+  for (uint64_t i = 0; ok && i < num_blocks; ++i) {
+    const uint64_t b = order[i];
+    const uint3 block_idx =
+        make_uint3(static_cast<unsigned>(b % grid.x), static_cast<unsigned>(b / grid.x % grid.y),
+                   static_cast<unsigned>(b / (uint64_t{grid.x} * grid.y)));
+    // Shared memory starts undefined on the GPU: poison the dynamic part (NaN as floats).
+    std::memset(s.dynamic_shared.get(), 0xff, dynamic_shared_bytes);
+    s.unfenced.assign((dynamic_shared_bytes + 15) / 16, false);
+    s.in_flight.assign((dynamic_shared_bytes + 15) / 16, 0);
+    s.wgmma_reads.assign((dynamic_shared_bytes + 15) / 16, 0);
+    for (unsigned t = 0; t < threads; ++t) {
+      const uint3 thread_idx =
+          make_uint3(t % block.x, t / block.x % block.y, t / (block.x * block.y));
+      StartFiber(s.fibers[t], {thread_idx, block_idx, block, grid});
     }
+    ok = RunBlock(s, &error) && s.fault.empty();
   }
   active = nullptr;
   if (!s.fault.empty()) error = s.fault;

@@ -12,7 +12,9 @@
 // supplies the part of the CUDA runtime API that the CUDA backend and its tests use, over host
 // memory, and fake_cublas.cc the cuBLAS entry points it loads (a host GEMM).
 //
-// Semantics: each thread block runs to completion before the next starts; its threads are
+// Semantics: each thread block runs to completion before the next starts, the blocks of a launch
+// in a shuffled order (so that a kernel whose result depends on which block runs first, or
+// finishes last, shows it from run to run, as on the GPU); its threads are
 // fibers on the calling thread, each running until it reaches a barrier (__syncthreads, a warp
 // collective) or returns, in an order shuffled every round, so code that reads another thread's
 // write without a barrier in between sees different values from run to run. A barrier completes
@@ -253,6 +255,18 @@ T atomicAdd(T* p, T v) {
   const T old = *p;
   *p = old + v;
   return old;
+}
+
+// Blocks run one after another, and a block's writes are in memory when the next starts: a fence
+// has nothing left to order, and loads and stores that bypass L1 are plain ones.
+inline void __threadfence() {}
+template <typename T>
+T __ldcg(const T* p) {
+  return *p;
+}
+template <typename T>
+void __stcg(T* p, T v) {
+  *p = v;
 }
 
 inline unsigned __float_as_uint(float f) { return std::bit_cast<unsigned>(f); }
