@@ -154,6 +154,44 @@ absl::Status QuantGemmWgmma(const QuantGemvParams& p, cudaStream_t stream) {
   return LaunchQuantGemm(pinned, stream);
 }
 
+// LaunchQuantGemm's wgmma kernel in 3 splits of the columns (2 where a row has 4 steps or fewer),
+// with a workspace of its own: counters at zero, partials poisoned. It runs twice from the same
+// output and must give the same bits both times (the emulator shuffles the blocks' order, so a
+// different block finishes each tile) and leave every counter at zero.
+absl::Status QuantGemmWgmmaSplit(const QuantGemvParams& p, cudaStream_t stream) {
+  constexpr int kSplits = 3;
+  QuantGemvParams split = p;
+  split.gemm_kernel = QuantGemmKernel::kWgmma;
+  split.k_splits = kSplits;
+  const int tiles = QuantGemmTiles(p.w.rows, p.num_tokens);
+  const size_t floats = QuantGemmSplitFloats(p.w.rows, p.num_tokens, kSplits);
+  DeviceArray partials(floats * 4), counters(size_t(tiles) * 4);
+  split.split = {partials.as<float>(), floats, counters.as<uint32_t>(), tiles};
+  const std::vector<uint32_t> zeros(size_t(tiles), 0);
+  if (counters.Upload(zeros) != cudaSuccess) return absl::InternalError("counters upload");
+  const size_t span = size_t(p.num_tokens - 1) * p.ld_out + p.w.rows;
+  std::vector<float> before(span), runs[2];
+  auto copy = [](void* to, const void* from, size_t bytes, cudaMemcpyKind kind) {
+    return cudaMemcpy(to, from, bytes, kind) == cudaSuccess ? absl::OkStatus()
+                                                            : absl::InternalError("cudaMemcpy");
+  };
+  RETURN_IF_ERROR(copy(before.data(), p.out, span * 4, cudaMemcpyDeviceToHost));
+  for (std::vector<float>& run : runs) {
+    RETURN_IF_ERROR(copy(p.out, before.data(), span * 4, cudaMemcpyHostToDevice));
+    if (partials.Poison() != cudaSuccess) return absl::InternalError("poison");
+    RETURN_IF_ERROR(LaunchQuantGemm(split, stream));
+    run.resize(span);
+    RETURN_IF_ERROR(copy(run.data(), p.out, span * 4, cudaMemcpyDeviceToHost));
+    std::vector<uint32_t> left(zeros.size());
+    if (counters.Download(left) != cudaSuccess) return absl::InternalError("counters download");
+    if (left != zeros) return absl::InternalError("a tile's counter was left above zero");
+  }
+  if (std::memcmp(runs[0].data(), runs[1].data(), span * 4) != 0) {
+    return absl::InternalError("two runs of the split product differ");
+  }
+  return absl::OkStatus();
+}
+
 // x in 8-bit blocks of 32, as LaunchQuantizeQ8Blocks writes them: d = max|x| / 127, q =
 // round(x * 127 / max|x|); the values q * d.
 std::vector<float> Q8BlocksOnHost(const std::vector<float>& x, std::vector<int8_t>* q,
@@ -236,7 +274,9 @@ void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_
                                       : std::vector<int>{block == 32 ? 224 : 256, 1280};
   // The tensor-core product rounds each weight to the dtype first.
   const double rel_tol =
-      launch == QuantGemmMmaSync || launch == QuantGemmWgmma ? 2 * Eps(dtype) : 1e-5;
+      launch == QuantGemmMmaSync || launch == QuantGemmWgmma || launch == QuantGemmWgmmaSplit
+          ? 2 * Eps(dtype)
+          : 1e-5;
   for (int cols : widths) {
     const HostMatrix m = RandomMatrix(type, rows, cols, rng);
     DeviceArray d_w(m.bytes.size());
@@ -367,16 +407,48 @@ TEST_P(QuantKernelsTest, TensorCoreGemmMatchesTheDequantizedProduct) {
                /*all_widths=*/false);
 }
 
-// The wgmma kernel: tiles of 64 tokens (9, and 64 exactly) and of 128 (150: two, the second
-// partial); rows in a full and a partial tile of 64; widths of an odd count of 32-column units
-// (Q8_0, Q4_0: 224), of one 256-column block and of five. On the emulator the wgmma operations
-// run at their waits, so a fragment or stage overwritten before its wait fails here too.
+// The wgmma kernel: tiles of 32 tokens (9), of 64 (33, and 64 exactly) and of 128 (150: two, the
+// second partial); rows in a full and a partial tile of 64; widths of an odd count of 32-column
+// units (Q8_0, Q4_0: 224), of one 256-column block and of five. On the emulator the wgmma
+// operations run at their waits, so a fragment or stage overwritten before its wait fails here
+// too.
 TEST_P(QuantKernelsTest, WgmmaGemmMatchesTheDequantizedProduct) {
   if (!WgmmaAvailable()) GTEST_SKIP() << "the device has no wgmma (compute capability 9.0 only)";
   const auto [type, dtype] = GetParam();
   std::mt19937 rng(static_cast<unsigned>(type) * 41 + (dtype == DType::kBf16 ? 5 : 6));
-  CheckProduct(type, dtype, QuantGemmWgmma, {9, 64, 150}, rng, /*q8_x=*/false, /*rows=*/100,
+  CheckProduct(type, dtype, QuantGemmWgmma, {9, 33, 64, 150}, rng, /*q8_x=*/false, /*rows=*/100,
                /*all_widths=*/false);
+}
+
+// The same kernel in splits of the columns (QuantGemmWgmmaSplit: 2 splits of the narrow widths,
+// 3 of 1280 columns' 20 steps, the last shorter), for a tile of 32 tokens and two of 128: within
+// the same tolerance, the same bits on a second run, every counter back at zero.
+TEST_P(QuantKernelsTest, SplitWgmmaGemmMatchesAndRepeats) {
+  if (!WgmmaAvailable()) GTEST_SKIP() << "the device has no wgmma (compute capability 9.0 only)";
+  const auto [type, dtype] = GetParam();
+  std::mt19937 rng(static_cast<unsigned>(type) * 43 + (dtype == DType::kBf16 ? 5 : 6));
+  CheckProduct(type, dtype, QuantGemmWgmmaSplit, {9, 150}, rng, /*q8_x=*/false, /*rows=*/100,
+               /*all_widths=*/false);
+}
+
+// The splits asked for the Llama-3-8B shape's products on 132 SMs: none where the tiles fill the
+// SMs (gate/up, 448 tiles), about two blocks an SM where they do not, never under 8 steps a
+// split or over kMaxKSplits.
+TEST(QuantGemmSplitsTest, AutoSplitsFillTheSms) {
+  EXPECT_EQ(QuantGemmTiles(4096, 16), 64);
+  EXPECT_EQ(QuantGemmTiles(4096, 33), 64);
+  EXPECT_EQ(QuantGemmTiles(4096, 256), 128);
+  EXPECT_EQ(QuantGemmTiles(100, 150), 4);
+  EXPECT_EQ(QuantGemmAutoSplits(4096, 4096, 16, 132), 4);    // o: 64 tiles
+  EXPECT_EQ(QuantGemmAutoSplits(6144, 4096, 64, 132), 2);    // qkv: 96 tiles
+  EXPECT_EQ(QuantGemmAutoSplits(28672, 4096, 16, 132), 1);   // gate/up: 448 tiles
+  EXPECT_EQ(QuantGemmAutoSplits(4096, 14336, 256, 132), 2);  // down: 128 tiles
+  EXPECT_EQ(QuantGemmAutoSplits(4096, 14336, 16, 132), 4);
+  EXPECT_EQ(QuantGemmAutoSplits(4096, 1024, 16, 132), 2);  // 16 steps: two of 8
+  EXPECT_EQ(QuantGemmAutoSplits(4096, 512, 16, 132), 1);   // 8 steps
+  EXPECT_EQ(QuantGemmAutoSplits(256, 4096, 16, 132), kMaxKSplits);
+  EXPECT_EQ(QuantGemmSplitFloats(4096, 16, 1), 0u);
+  EXPECT_EQ(QuantGemmSplitFloats(4096, 16, 4), size_t{64} * 4 * 64 * 32);
 }
 
 TEST_P(QuantKernelsTest, DequantizeRowsMatchesTheCpu) {
@@ -661,9 +733,11 @@ TEST_P(Fp8Test, TensorCoreGemmMatchesTheScaledFp8Product) {
   for (int cols : {480, 2048, 2080}) {
     const Fp8Matrix w(100, cols, rng);
     ASSERT_TRUE(Fp8TensorCoresFit(w.m));
-    for (Launcher launch : {QuantGemmMmaSync, QuantGemmWgmma}) {
-      if (launch == QuantGemmWgmma && !WgmmaAvailable()) continue;
-      SCOPED_TRACE(launch == QuantGemmWgmma ? "wgmma" : "mma.sync");
+    for (Launcher launch : {QuantGemmMmaSync, QuantGemmWgmma, QuantGemmWgmmaSplit}) {
+      if (launch != QuantGemmMmaSync && !WgmmaAvailable()) continue;
+      SCOPED_TRACE(launch == QuantGemmMmaSync ? "mma.sync"
+                   : launch == QuantGemmWgmma ? "wgmma"
+                                              : "wgmma, split");
       for (int n : {9, 64, 150}) {
         for (bool accumulate : {false, true}) {
           ASSERT_NO_FATAL_FAILURE(CheckOneProduct(launch, w.m, w.values, n, accumulate, dtype,
@@ -805,6 +879,22 @@ TEST(QuantKernelsGpuTest, BadArgumentsAreRejected) {
   p = good;
   p.glu_out = out.get();
   EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  // Splits: at least 1; more than one that the steps fill needs the workspace.
+  p = good;
+  p.k_splits = 0;
+  EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  p.k_splits = 2;  // 64 columns: one step pair, so one split and no workspace
+  EXPECT_OK(LaunchQuantGemm(p, nullptr));
+  if (WgmmaAvailable()) {
+    p.w.cols = 256, p.w.row_bytes = 144;  // four steps: two splits
+    EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
+    DeviceArray partials(QuantGemmSplitFloats(4, 1, 2) * 4), counters(16);
+    p.split = {partials.as<float>(), QuantGemmSplitFloats(4, 1, 2) - 1, counters.as<uint32_t>(), 1};
+    EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
+    p.split.partial_floats += 1;
+    p.split.num_counters = 0;
+    EXPECT_EQ(code(LaunchQuantGemm(p, nullptr)), absl::StatusCode::kInvalidArgument);
+  }
   DequantizeRowsParams d;
   d.w = q4;
   d.first_row = 2;

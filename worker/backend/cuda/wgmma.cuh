@@ -7,8 +7,8 @@
 // memory then, so a kernel that reads its accumulators or overwrites its operands too early
 // computes wrong results there as it would on the GPU.
 //
-// Shapes used here: m64nNk16, N = 64 or 128. Warp w of the warpgroup owns rows 16 w .. 16 w + 15
-// of the 64-row tile; with g = lane / 4 and t = lane % 4:
+// Shapes used here: m64nNk16, N = 32, 64 or 128. Warp w of the warpgroup owns rows 16 w .. 16 w +
+// 15 of the 64-row tile; with g = lane / 4 and t = lane % 4:
 //   D (64 x N, fp32), N / 2 floats: d[4 j + 2 h + e] = D[16 w + g + 8 h][8 j + 2 t + e]
 //   A in registers (64 x 16): the mma.sync m16n8k16 A fragment (mma.cuh) of the warp's 16 rows
 // B always, and A optionally, come from shared memory through a descriptor.
@@ -114,6 +114,12 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(a[i])::"memory");
 }
 
+#define PAGODA_WGMMA_D32_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define PAGODA_WGMMA_D32(d)                                                                       \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15])
 #define PAGODA_WGMMA_D64_REGS                                                                   \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
   "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
@@ -144,6 +150,9 @@ __device__ __forceinline__ void FenceOperand(uint32_t (&a)[N]) {
 #define PAGODA_WGMMA_RS_128(TYPE)                                                               \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\nwgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE \
   "." TYPE " " PAGODA_WGMMA_D128_REGS ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+#define PAGODA_WGMMA_RS_32(TYPE)                                                               \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\nwgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE \
+  "." TYPE " " PAGODA_WGMMA_D32_REGS ", {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n}\n"
 #define PAGODA_WGMMA_RS_64(TYPE)                                                               \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\nwgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE \
   "." TYPE " " PAGODA_WGMMA_D64_REGS ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
@@ -176,7 +185,7 @@ __device__ __forceinline__ void MmaSS(float (&d)[N / 2], uint64_t a_desc, uint64
 template <typename T, bool kTransB, int N>
 __device__ __forceinline__ void MmaRS(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t b_desc,
                                       bool accumulate) {
-  static_assert(N == 64 || N == 128, "m64n64k16 and m64n128k16 are wrapped");
+  static_assert(N == 32 || N == 64 || N == 128, "m64n32k16, m64n64k16 and m64n128k16 are wrapped");
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 128 && kBf16) {
@@ -187,6 +196,16 @@ __device__ __forceinline__ void MmaRS(float (&d)[N / 2], const uint32_t (&a)[4],
   } else if constexpr (N == 128) {
     asm volatile(PAGODA_WGMMA_RS_128("f16")
                  : PAGODA_WGMMA_D128(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),
+                   "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
+  } else if constexpr (N == 32 && kBf16) {
+    asm volatile(PAGODA_WGMMA_RS_32("bf16")
+                 : PAGODA_WGMMA_D32(d)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),
+                   "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
+  } else if constexpr (N == 32) {
+    asm volatile(PAGODA_WGMMA_RS_32("f16")
+                 : PAGODA_WGMMA_D32(d)
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc),
                    "r"(static_cast<int>(accumulate)), "n"(kTransB ? 1 : 0));
   } else if constexpr (kBf16) {
@@ -208,6 +227,9 @@ __device__ __forceinline__ void MmaRS(float (&d)[N / 2], const uint32_t (&a)[4],
 #undef PAGODA_WGMMA_SS_128
 #undef PAGODA_WGMMA_RS_128
 #undef PAGODA_WGMMA_RS_64
+#undef PAGODA_WGMMA_RS_32
+#undef PAGODA_WGMMA_D32_REGS
+#undef PAGODA_WGMMA_D32
 #undef PAGODA_WGMMA_D64_REGS
 #undef PAGODA_WGMMA_D64
 #undef PAGODA_WGMMA_D128_REGS

@@ -3,12 +3,12 @@
 // more than a few tokens.
 //
 // A block is one warpgroup and takes kRows = 64 weight rows (the m64 of wgmma) and kN tokens (its
-// n: 64 or 128). Along the row it walks steps of kCols = 64 columns, two units of 32. Each thread
-// decodes the weights its A fragments hold straight from the blocks into registers (rows g and
-// g + 8 of its warp's 16, columns 2t, 2t + 1, 2t + 8 and 2t + 9 of each k-step of 16: wgmma.cuh),
-// so the weights never pass through shared memory; the activations come in by cp.async into
-// 128-byte swizzled tiles (kN token rows of 64 columns), kStages - 1 steps ahead, and are wgmma's
-// B operand, K-major. Step k issues its four m64nNk16 with A from registers, waits for step
+// n: 32, 64 or 128). Along the row it walks steps of kCols = 64 columns, two units of 32. Each
+// thread decodes the weights its A fragments hold straight from the blocks into registers (rows g
+// and g + 8 of its warp's 16, columns 2t, 2t + 1, 2t + 8 and 2t + 9 of each k-step of 16:
+// wgmma.cuh), so the weights never pass through shared memory; the activations come in by cp.async
+// into 128-byte swizzled tiles (kN token rows of 64 columns), kStages - 1 steps ahead, and are
+// wgmma's B operand, K-major. Step k issues its four m64nNk16 with A from registers, waits for step
 // k - 1's, then, while step k's run on the tensor cores, decodes step k + 1's fragments into the
 // register set step k - 1 read; one barrier a step. The weights of a step kPrefetchSteps ahead
 // are asked into L2 meanwhile.
@@ -17,8 +17,12 @@
 // the mma.sync kernel rounds them; sums are fp32 in the tensor cores' order. FP8 rows (kFp8) are
 // units of 32 E4M3 bytes, exact in the dtype; each output takes its row's scale at the end.
 //
-// Grid: (token tiles, row tiles), so that blocks of the same rows run side by side and the second
-// token tile finds the weights in L2.
+// Grid: (token tiles, row tiles, splits), so that blocks of the same rows run side by side and the
+// second token tile finds the weights in L2. With splits (split-K: gridDim.z > 1, for products
+// whose tiles alone would leave SMs idle) block z takes the steps [z, z + 1) * split_steps of its
+// tile and writes its sums to the workspace; the tile's last block to finish (a counter per tile)
+// adds the splits' sums in z order, so the result does not depend on which block finished last,
+// writes out as an unsplit block would, and sets the counter back to zero for the next launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -215,7 +219,8 @@ __device__ __forceinline__ void DecodeStep(const uint8_t* const (&rows)[2], int 
 }
 
 template <WeightFormat F, typename T, int kN>
-__global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemvParams p) {
+__global__ void __launch_bounds__(kThreads)
+    QuantGemmWgmmaKernel(const QuantGemvParams p, int split_steps) {
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
   __trap();  // built for a GPU without wgmma: the launcher never chooses this kernel there
 #else
@@ -234,6 +239,9 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
   // (the two register sets alternate without a condition around a wgmma): a step past the row's
   // end has zero weights and zero activations, and adds nothing.
   const int steps = (units + 3) / 4 * 2;
+  // This block's steps [k_first, k_end): split_steps is even, so their count is too.
+  const int k_first = static_cast<int>(blockIdx.z) * split_steps;
+  const int k_end = min(steps, k_first + split_steps);
   const uint16_t* const x = static_cast<const uint16_t*>(p.x);
   const uint8_t* rows[2];  // this thread's rows g and g + 8 of its warp's 16
 #pragma unroll
@@ -247,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
   // Step k's activations into stage `stage`: kN rows of 8 pieces of 16 bytes, zeros for tokens
   // and columns past the end.
   auto load_x = [&](int k, int stage) {
-    if (k >= steps) return;
+    if (k >= k_end) return;
     char* const dst = xs + static_cast<uint32_t>(stage) * StageBytes<kN>();
     const int c = static_cast<int>(threadIdx.x) % 8;
     const int col = k * kCols + c * 8;
@@ -268,7 +276,7 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
     const int u = 2 * k;
     constexpr bool kWholeBlock =
         F != WeightFormat::kQ8_0 && F != WeightFormat::kQ4_0 && F != WeightFormat::kFp8;
-    if (u >= units || (kWholeBlock && (u & 7) != 0)) return;
+    if (k >= k_end || u >= units || (kWholeBlock && (u & 7) != 0)) return;
     if (F == WeightFormat::kFp8 && t >= 2) return;  // a step's 64 bytes are two sectors
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -286,14 +294,15 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   uint32_t a0[4][4], a1[4][4];
 
+  // Stage i holds the steps k_first + i (mod kStages).
 #pragma unroll
   for (int s = 0; s + 1 < kStages; ++s) {
-    load_x(s, s);
+    load_x(k_first + s, s);
     mma::CpAsyncCommit();
   }
 #pragma unroll
-  for (int k = 0; k < kPrefetchSteps; ++k) prefetch(k);
-  DecodeStep<F, T>(rows, units, 0, t, a0);
+  for (int k = 0; k < kPrefetchSteps; ++k) prefetch(k_first + k);
+  DecodeStep<F, T>(rows, units, k_first, t, a0);
   mma::CpAsyncWait<kStages - 2>();  // this thread's pieces of step 0 landed
   wgmma::FenceProxyAsync();
   __syncthreads();  // everyone's did
@@ -302,7 +311,8 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
   // fragments into `next` (free once step k - 1's wgmma is done), and step k + kStages - 1's
   // activations into the stage step k - 1 read.
   auto step = [&](int k, uint32_t(&cur)[4][4], uint32_t(&next)[4][4]) {
-    const uint32_t stage = xs_addr + static_cast<uint32_t>(k % kStages) * StageBytes<kN>();
+    const int i = k - k_first;
+    const uint32_t stage = xs_addr + static_cast<uint32_t>(i % kStages) * StageBytes<kN>();
     wgmma::FenceOperand(acc);
 #pragma unroll
     for (int s = 0; s < 4; ++s) wgmma::FenceOperand(cur[s]);
@@ -317,19 +327,47 @@ __global__ void __launch_bounds__(kThreads) QuantGemmWgmmaKernel(const QuantGemv
 #pragma unroll
     for (int s = 0; s < 4; ++s) wgmma::FenceOperand(next[s]);
     prefetch(k + kPrefetchSteps);
-    if (k + 1 < steps) DecodeStep<F, T>(rows, units, k + 1, t, next);
+    if (k + 1 < k_end) DecodeStep<F, T>(rows, units, k + 1, t, next);
     mma::CpAsyncWait<kStages - 3>();  // this thread's pieces of step k + 1 landed
     wgmma::FenceProxyAsync();
     __syncthreads();  // everyone's did, and every thread is past step k - 1's wait
-    load_x(k + kStages - 1, (k + kStages - 1) % kStages);
+    load_x(k + kStages - 1, (i + kStages - 1) % kStages);
     mma::CpAsyncCommit();
   };
-  for (int k = 0; k < steps; k += 2) {
+  for (int k = k_first; k < k_end; k += 2) {
     step(k, a0, a1);
     step(k + 1, a1, a0);
   }
   wgmma::Wait<0>();
   wgmma::FenceOperand(acc);
+
+  if (gridDim.z > 1) {
+    // Partial sums of split z of a tile: (kN / 2) x kThreads floats, register-major, so that
+    // each store and load of a warp is 128 contiguous bytes.
+    const size_t tile = size_t{blockIdx.y} * gridDim.x + blockIdx.x;
+    float* const parts = p.split.partials + tile * gridDim.z * (kN / 2) * kThreads + threadIdx.x;
+    float* const mine = parts + size_t{blockIdx.z} * (kN / 2) * kThreads;
+#pragma unroll
+    for (int r = 0; r < kN / 2; ++r) __stcg(mine + r * kThreads, acc[r]);
+    __threadfence();  // this thread's sums are visible to the GPU before the count says so
+    __syncthreads();
+    __shared__ uint32_t arrived;
+    if (threadIdx.x == 0) arrived = atomicAdd(p.split.counters + tile, 1u);
+    __syncthreads();
+    if (arrived + 1 < gridDim.z) return;  // a later block finishes the tile
+    __threadfence();                      // the other blocks' sums, counted before, are read after
+    if (threadIdx.x == 0) p.split.counters[tile] = 0;
+    // split z's sum r; this block's own from its registers
+    auto part = [&](unsigned z, int r) {
+      return z == blockIdx.z ? acc[r] : __ldcg(parts + (size_t{z} * (kN / 2) + r) * kThreads);
+    };
+#pragma unroll
+    for (int r = 0; r < kN / 2; ++r) {
+      float sum = part(0, r);
+      for (unsigned z = 1; z < gridDim.z; ++z) sum += part(z, r);
+      acc[r] = sum;
+    }
+  }
 
   // acc[4 j + 2 h + e] = D[16 warp + g + 8 h][8 j + 2 t + e]: D's rows are weight rows
   // (outputs), its columns tokens.

@@ -609,13 +609,21 @@ absl::Status LaunchRowGemv(const QuantGemvParams& p, cudaStream_t stream, const 
 
 // The wgmma product (quant_gemm_wgmma.cuh) for kN tokens a block.
 template <WeightFormat F, typename T, int kN>
-cudaError_t LaunchWgmmaGemm(const QuantGemvParams& p, dim3 grid, cudaStream_t stream) {
+cudaError_t LaunchWgmmaGemm(const QuantGemvParams& p, dim3 grid, int split_steps,
+                            cudaStream_t stream) {
   namespace qw = quant_wgmma;
   constexpr size_t kSmem = qw::SmemBytes<kN>();
   constexpr auto* kKernel = qw::QuantGemmWgmmaKernel<F, T, kN>;
   if (const cudaError_t err = OptInSharedMemory<kKernel>(kSmem); err != cudaSuccess) return err;
-  return LaunchKernel(kKernel, grid, dim3(qw::kThreads), kSmem, stream, p);
+  return LaunchKernel(kKernel, grid, dim3(qw::kThreads), kSmem, stream, p, split_steps);
 }
+
+// The wgmma kernel's tokens a block: 32, 64 or 128.
+int WgmmaTokenTile(int num_tokens) { return num_tokens <= 32 ? 32 : num_tokens <= 64 ? 64 : 128; }
+
+// The wgmma kernel's steps of 64 columns along a row of `cols` (an even count:
+// quant_gemm_wgmma.cuh).
+int WgmmaSteps(int cols) { return (cols / kQuantUnit + 3) / 4 * 2; }
 
 }  // namespace
 
@@ -711,6 +719,7 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
   }
   check.RequirePositive(p.num_tokens, "num_tokens")
       .Require(p.glu_out == nullptr, "LaunchQuantGemm has no GLU mode (the GEMVs' only)")
+      .Require(p.k_splits >= 1, "k_splits %d must be at least 1", p.k_splits)
       .RequirePointer(p.x, "x", 16)
       .RequirePointer(p.out, "out", 4)
       .Require(p.ld_out >= p.w.rows, "ld_out %d must be at least w.rows %d", p.ld_out, p.w.rows);
@@ -725,20 +734,44 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
             .Require(row_tiles <= 65535, "w.rows %d needs %d tiles of %d, over 65535", p.w.rows,
                      row_tiles, qw::kRows)
             .status());
-    const bool wide = p.num_tokens > 64;  // 128 tokens a block, else 64
-    const int n = wide ? 128 : 64;
-    const dim3 grid((p.num_tokens + n - 1) / n, row_tiles);
-    return CudaStatus(
-        DispatchTensorFormat(p.w.format,
-                             [&](auto format) {
-                               return DispatchDType(p.dtype, [&](auto t) {
-                                 constexpr WeightFormat kF = decltype(format)::kFormat;
-                                 using T = decltype(t);
-                                 return wide ? LaunchWgmmaGemm<kF, T, 128>(p, grid, stream)
-                                             : LaunchWgmmaGemm<kF, T, 64>(p, grid, stream);
-                               });
-                             }),
-        "LaunchQuantGemm");
+    const int n = WgmmaTokenTile(p.num_tokens);
+    // Whole pairs of steps a split; the grid's splits are those the steps fill.
+    const int steps = WgmmaSteps(p.w.cols);
+    const int asked = std::clamp(p.k_splits, 1, kMaxKSplits);
+    const int split_steps = (steps / 2 + asked - 1) / asked * 2;
+    const int splits = (steps + split_steps - 1) / split_steps;
+    const dim3 grid((p.num_tokens + n - 1) / n, row_tiles, splits);
+    if (splits > 1) {
+      const int tiles = QuantGemmTiles(p.w.rows, p.num_tokens);
+      const size_t floats = QuantGemmSplitFloats(p.w.rows, p.num_tokens, splits);
+      RETURN_IF_ERROR(
+          check.RequirePointer(p.split.partials, "split.partials", 16)
+              .RequirePointer(p.split.counters, "split.counters", 4)
+              .Require(p.split.partial_floats >= floats,
+                       "split.partial_floats %d is below the %d that %d splits of %d tiles need",
+                       static_cast<int64_t>(p.split.partial_floats), static_cast<int64_t>(floats),
+                       splits, tiles)
+              .Require(p.split.num_counters >= tiles, "split.num_counters %d is below the %d tiles",
+                       p.split.num_counters, tiles)
+              .status());
+    }
+    return CudaStatus(DispatchTensorFormat(
+                          p.w.format,
+                          [&](auto format) {
+                            return DispatchDType(p.dtype, [&](auto t) {
+                              constexpr WeightFormat kF = decltype(format)::kFormat;
+                              using T = decltype(t);
+                              switch (n) {
+                                case 32:
+                                  return LaunchWgmmaGemm<kF, T, 32>(p, grid, split_steps, stream);
+                                case 64:
+                                  return LaunchWgmmaGemm<kF, T, 64>(p, grid, split_steps, stream);
+                                default:
+                                  return LaunchWgmmaGemm<kF, T, 128>(p, grid, split_steps, stream);
+                              }
+                            });
+                          }),
+                      "LaunchQuantGemm");
   }
   const dim3 grid((p.w.rows + kMmaRows - 1) / kMmaRows,
                   (p.num_tokens + kMmaTokens - 1) / kMmaTokens);
@@ -754,6 +787,29 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
       "LaunchQuantGemm");
 }
 
+int QuantGemmTiles(int rows, int num_tokens) {
+  const int n = WgmmaTokenTile(num_tokens);
+  return (num_tokens + n - 1) / n * ((rows + quant_wgmma::kRows - 1) / quant_wgmma::kRows);
+}
+
+size_t QuantGemmSplitFloats(int rows, int num_tokens, int k_splits) {
+  if (k_splits <= 1) return 0;
+  return static_cast<size_t>(QuantGemmTiles(rows, num_tokens)) * static_cast<size_t>(k_splits) *
+         quant_wgmma::kRows * static_cast<size_t>(WgmmaTokenTile(num_tokens));
+}
+
+size_t QuantGemmSplitCapacity(int tiles_x_splits) {
+  return static_cast<size_t>(std::max(tiles_x_splits, 0)) * quant_wgmma::kRows * 128;
+}
+
+int QuantGemmAutoSplits(int rows, int cols, int num_tokens, int num_sms) {
+  const int tiles = QuantGemmTiles(rows, num_tokens);
+  if (tiles >= num_sms) return 1;
+  const int by_sms = 2 * num_sms / tiles;
+  const int by_steps = WgmmaSteps(cols) / kMinSplitSteps;
+  return std::max(1, std::min({by_sms, by_steps, kMaxKSplits}));
+}
+
 absl::Status PrepareQuantGemm(WeightFormat format, DType dtype, QuantGemmKernel kernel) {
   if (format == WeightFormat::kDense || kernel == QuantGemmKernel::kMmaSync || !WgmmaAvailable()) {
     return absl::OkStatus();
@@ -766,8 +822,11 @@ absl::Status PrepareQuantGemm(WeightFormat format, DType dtype, QuantGemmKernel 
             return DispatchDType(dtype, [&](auto t) {
               constexpr WeightFormat kF = decltype(f)::kFormat;
               using T = decltype(t);
-              const cudaError_t err =
-                  OptInSharedMemory<qw::QuantGemmWgmmaKernel<kF, T, 64>>(qw::SmemBytes<64>());
+              cudaError_t err =
+                  OptInSharedMemory<qw::QuantGemmWgmmaKernel<kF, T, 32>>(qw::SmemBytes<32>());
+              if (err == cudaSuccess) {
+                err = OptInSharedMemory<qw::QuantGemmWgmmaKernel<kF, T, 64>>(qw::SmemBytes<64>());
+              }
               if (err != cudaSuccess) return err;
               return OptInSharedMemory<qw::QuantGemmWgmmaKernel<kF, T, 128>>(qw::SmemBytes<128>());
             });

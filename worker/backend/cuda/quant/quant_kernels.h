@@ -40,6 +40,17 @@ enum class QuantGemmKernel { kAuto, kMmaSync, kWgmma };
 // gate row j and up row j (rows j and F + j of w). The sums are the plain mode's, bit for bit, so
 // this equals the product into out followed by LaunchSiluMul, in one kernel; out, ld_out and
 // accumulate are unused (accumulate must be false).
+// Room for LaunchQuantGemm's split-K (QuantGemvParams::k_splits): the splits' partial sums, and
+// a counter per tile that every launch leaves at zero (so zero them once, when allocated). A
+// launch of t tokens over r rows with k splits needs QuantGemmSplitFloats(r, t, k) partials and
+// QuantGemmTiles(r, t) counters. One launch at a time may use it (a stream's).
+struct QuantGemmSplitWorkspace {
+  float* partials = nullptr;
+  size_t partial_floats = 0;
+  uint32_t* counters = nullptr;
+  int num_counters = 0;
+};
+
 struct QuantGemvParams {
   const void* x;   // [num_tokens][w.cols] dtype
   DeviceMatrix w;  // a quantized format
@@ -50,6 +61,13 @@ struct QuantGemvParams {
   DType dtype = DType::kBf16;
   QuantGemmKernel gemm_kernel = QuantGemmKernel::kAuto;  // LaunchQuantGemm's only
   void* glu_out = nullptr;                               // GLU mode: [num_tokens][w.rows / 2] dtype
+  // LaunchQuantGemm's wgmma kernel only (the mma.sync kernel ignores them): the columns cut into
+  // up to k_splits ranges of whole steps, each a block of its own, for products whose tiles
+  // alone leave SMs idle (QuantGemmAutoSplits). The sums of each range are added in range order
+  // by the kernel, so a launch's result is the same every time, but it may differ from the
+  // unsplit product's in the last bits. 1: none.
+  int k_splits = 1;
+  QuantGemmSplitWorkspace split = {};
 };
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream);
 
@@ -98,7 +116,7 @@ absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream);
 
 // The same product for any number of tokens on tensor cores, the weights rounded to the dtype
 // once decoded. On compute capability 9.0 (gemm_kernel kAuto or kWgmma; quant_gemm_wgmma.cuh): a
-// warpgroup takes 64 rows and 64 or 128 tokens, decodes its wgmma A fragments straight from the
+// warpgroup takes 64 rows and 32, 64 or 128 tokens, decodes its wgmma A fragments straight from the
 // blocks into registers while the previous step's m64nNk16 run, with x staged by cp.async
 // several steps ahead. Elsewhere (kMmaSync): a block decodes a 64-row x 64-column tile of w into
 // shared memory (one unit per thread), stages 64 tokens' x beside it and multiplies them with
@@ -110,6 +128,19 @@ absl::Status LaunchFp8Gemv(const QuantGemvParams& p, cudaStream_t stream);
 // their dtype, in one kernel (where Fp8Gemm quantizes them to FP8 per token and takes three);
 // w as Fp8TensorCoresFit says.
 absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream);
+// The wgmma kernel's tiles for a product of `rows` weight rows and num_tokens tokens (64 rows by
+// 32, 64 or 128 tokens), the partial floats its split-K needs with k_splits splits (0 for one),
+// and the splits QuantGemmAutoSplits asks for: none where the tiles fill num_sms SMs, else enough
+// for about two blocks an SM, keeping at least kMinSplitSteps steps of 64 columns a split and at
+// most kMaxKSplits.
+inline constexpr int kMaxKSplits = 8;
+inline constexpr int kMinSplitSteps = 8;
+int QuantGemmTiles(int rows, int num_tokens);
+size_t QuantGemmSplitFloats(int rows, int num_tokens, int k_splits);
+int QuantGemmAutoSplits(int rows, int cols, int num_tokens, int num_sms);
+// The partial floats of tiles_x_splits tiles of the largest size (64 rows x 128 tokens): a
+// workspace of QuantGemmSplitCapacity(2 num_sms) holds any launch QuantGemmAutoSplits splits.
+size_t QuantGemmSplitCapacity(int tiles_x_splits);
 // Whether LaunchQuantGemm takes FP8 matrix w: 16-byte aligned rows of a positive multiple of 32
 // columns (row_bytes = cols) with their scales.
 bool Fp8TensorCoresFit(const DeviceMatrix& w);
