@@ -38,6 +38,7 @@ struct QuantMode {
   size_t decode_scratch_bytes = kMaxDecodeScratchBytes;
   bool gemv_int8 = false;
   int cublas_min_tokens = 0;  // quant_cublas_min_tokens
+  int forced_k_splits = 0;    // split-K at every tensor-core step, in this many splits
 };
 void PrintTo(const QuantMode& m, std::ostream* os) { *os << m.name; }
 
@@ -64,6 +65,10 @@ TEST_P(QuantizedFiles, MatchCpu) {
     o.quant_gemv_int8 = mode.gemv_int8;
     o.max_decode_scratch_bytes = mode.decode_scratch_bytes;
     o.quant_cublas_min_tokens = mode.cublas_min_tokens;
+    if (mode.forced_k_splits > 0) {
+      o.split_k_max_tokens = 4096;
+      o.forced_k_splits = mode.forced_k_splits;
+    }
     // Timed: a budget of 128 tokens keeps the timing to 16 and 64 (the emulator's 1024-token
     // products take seconds).
     if (mode.cublas_min_tokens == kGemvAuto) o.max_batch_tokens = 128;
@@ -105,6 +110,9 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantMode{"KeptFused8", DType::kBf16, true, 8},
                       QuantMode{"KeptFused2Fp16", DType::kFp16, true, 2},
                       QuantMode{"KeptTensorCores", DType::kBf16, true, 0},
+                      // The same in two splits of the columns (split-K), wgmma only.
+                      QuantMode{"KeptTensorCoresSplit", DType::kBf16, true, 0, false,
+                                kMaxDecodeScratchBytes, false, 0, 2},
                       QuantMode{"KeptFused8Int8", DType::kBf16, true, 8, false,
                                 kMaxDecodeScratchBytes, true},
                       QuantMode{"KeptDecodedInSlices", DType::kBf16, true, 0, true, 100 * 512 * 2},
@@ -268,6 +276,11 @@ TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   o.fp8_cublaslt_min_tokens = 0;
   auto ours = CudaBackend::Create(model, o);
   ASSERT_OK(ours);
+  o.split_k_max_tokens = 4096;  // ours in two splits of the columns, where wgmma runs it
+  o.forced_k_splits = 2;
+  auto ours_split = CudaBackend::Create(model, o);
+  ASSERT_OK(ours_split);
+  o.split_k_max_tokens = o.forced_k_splits = 0;
   o.fp8_cublaslt_min_tokens = 1;
   o.fp8_gemv_max_tokens = 0;
   auto cublaslt = CudaBackend::Create(model, o);
@@ -280,12 +293,15 @@ TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   const size_t layer = size_t(c.dim) * (c.q_dim() + 2 * c.kv_dim()) + size_t(c.q_dim()) * c.dim +
                        3 * size_t(c.ffn_dim) * c.dim;
   EXPECT_EQ((*gpu)->weight_bytes_per_step(), 2 * size_t(c.vocab_size) * c.dim + c.n_layers * layer);
-  double fp8_error = 0, ours_error = 0, cublaslt_error = 0, bf16_error = 0;
+  double fp8_error = 0, ours_error = 0, split_error = 0, cublaslt_error = 0, bf16_error = 0;
   const std::mt19937_64 start = rng;
   CompareRagged(*cpu, **gpu, rng, 3, kEmulated ? 20 : 90, 3, 0.15, &fp8_error);
   std::mt19937_64 same = start;
   CompareRagged(*MakeCpu(model, 16, 64), **ours, same, 3, kEmulated ? 20 : 90, 3, 0.15,
                 &ours_error);
+  same = start;
+  CompareRagged(*MakeCpu(model, 16, 64), **ours_split, same, 3, kEmulated ? 20 : 90, 3, 0.15,
+                &split_error);
   same = start;
   CompareRagged(*MakeCpu(model, 16, 64), **cublaslt, same, 3, kEmulated ? 20 : 90, 3, 0.15,
                 &cublaslt_error);
@@ -296,8 +312,8 @@ TEST(CudaBackendGpuTest, Fp8WeightsFollowTheCpu) {
   EXPECT_NE(ours_error, fp8_error);
   std::printf(
       "logits against the CPU's, largest row relative error: FP8 %.4f (ours alone %.4f, "
-      "cuBLASLt alone %.4f), BF16 %.4f\n",
-      fp8_error, ours_error, cublaslt_error, bf16_error);
+      "split %.4f, cuBLASLt alone %.4f), BF16 %.4f\n",
+      fp8_error, ours_error, split_error, cublaslt_error, bf16_error);
 }
 
 #ifdef PAGODA_CUDA_EMULATION
@@ -344,6 +360,7 @@ TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
     o.dense_gemv_max_tokens = kGemvAuto;
     o.fp8_gemv_max_tokens = kGemvAuto;
     o.fp8_cublaslt_min_tokens = kGemvAuto;
+    o.split_k_max_tokens = kGemvAuto;
     auto gpu = MakeCuda(model, o);
     ASSERT_NE(gpu, nullptr);
     // The classifier stays dense with FP8 layers, so both formats are timed there. FP8 past the
@@ -353,13 +370,20 @@ TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
       EXPECT_TRUE(sizes.contains(gpu->fp8_gemv_max_tokens())) << gpu->fp8_gemv_max_tokens();
       EXPECT_TRUE(std::set<int>({0, 16, 64, 256}).contains(gpu->fp8_cublaslt_min_tokens()))
           << gpu->fp8_cublaslt_min_tokens();
+      // Split-K on our tensor cores: up to 16, 64 or 256 tokens, or never; none without wgmma.
+      EXPECT_TRUE(std::set<int>({0, 16, 64, 256}).contains(gpu->split_k_max_tokens()))
+          << gpu->split_k_max_tokens();
+      if (!WgmmaAvailable()) {
+        EXPECT_EQ(gpu->split_k_max_tokens(), 0);
+      }
     } else {
       EXPECT_EQ(gpu->fp8_gemv_max_tokens(), 0) << "no FP8 matrix: nothing to time";
       EXPECT_EQ(gpu->fp8_cublaslt_min_tokens(), 0) << "no FP8 matrix: nothing to time";
+      EXPECT_EQ(gpu->split_k_max_tokens(), 0) << "no part on tensor cores: nothing to split";
     }
-    std::printf("auto GEMV tokens: dense %d, FP8 %d; FP8 cuBLASLt from %d\n",
+    std::printf("auto GEMV tokens: dense %d, FP8 %d; FP8 cuBLASLt from %d; split-K up to %d\n",
                 gpu->dense_gemv_max_tokens(), gpu->fp8_gemv_max_tokens(),
-                gpu->fp8_cublaslt_min_tokens());
+                gpu->fp8_cublaslt_min_tokens(), gpu->split_k_max_tokens());
     auto cpu = MakeCpu(model, 16, 64);
     CompareRagged(*cpu, *gpu, rng, 4, kEmulated ? 20 : 60, 9, fp8 ? 0.15 : 3e-2);
   }
@@ -390,6 +414,15 @@ TEST(CudaBackendGpuTest, AutoGemvTokensAreMeasuredAndFollowTheCpu) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("quant_cublas_min_tokens"), std::string::npos)
       << refused.status();
+  for (const auto& [max_tokens, splits] : {std::pair{-2, 0}, std::pair{16, kMaxKSplits + 1}}) {
+    o = CudaOptions(16, 64, DType::kBf16);
+    o.split_k_max_tokens = max_tokens;
+    o.forced_k_splits = splits;
+    refused = CudaBackend::Create(model, o);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("split_k_max_tokens"), std::string::npos)
+        << refused.status();
+  }
 }
 
 }  // namespace

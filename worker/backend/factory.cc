@@ -82,6 +82,8 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCuda(std::shared_ptr<const LlamaM
   // cores or cuBLASLt.
   cuda.quant_cublas_min_tokens = cuda::kGemvAuto;
   cuda.fp8_cublaslt_min_tokens = cuda::kGemvAuto;
+  // And split-K on those tensor cores, for the step sizes where it is faster.
+  cuda.split_k_max_tokens = cuda::kGemvAuto;
   auto backend = cuda::CudaBackend::Create(std::move(model), cuda);
   if (!backend.ok()) return backend.status();
   return std::unique_ptr<Backend>(*std::move(backend));

@@ -53,6 +53,13 @@ absl::Status CheckOptions(const CudaBackendOptions& o, const common::ModelConfig
         absl::StrFormat("CudaBackend fp8_cublaslt_min_tokens (%d) must be >= 0, or kGemvAuto",
                         o.fp8_cublaslt_min_tokens));
   }
+  if (o.split_k_max_tokens < kGemvAuto || o.forced_k_splits < 0 ||
+      o.forced_k_splits > kMaxKSplits) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CudaBackend split_k_max_tokens (%d) must be >= 0, or kGemvAuto; forced_k_splits (%d) "
+        "in [0, %d]",
+        o.split_k_max_tokens, o.forced_k_splits, kMaxKSplits));
+  }
   if (o.page_size <= 0 || o.num_pages < 0 || o.max_batch_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "CudaBackend page_size (%d) must be positive, max_batch_tokens (%d) and num_pages (%d) "
@@ -189,6 +196,17 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   const int cublas_min = options_.quant_cublas_min_tokens;
   products.cublas_min_tokens = std::max(cublas_min, 0);
   products.gemm_kernel = options_.quant_gemm_kernel;
+  // Split-K: the wgmma kernel's, for models with parts on tensor cores; none until PickSplitK
+  // times it (kGemvAuto).
+  const bool tensor_core_parts = blocks || weights_.fp8_max_rows() > 0;
+  if (!tensor_core_parts || !WgmmaAvailable() ||
+      options_.quant_gemm_kernel == QuantGemmKernel::kMmaSync) {
+    options_.split_k_max_tokens = 0;
+  } else {
+    products.num_sms = multiprocessors_;
+    products.forced_k_splits = options_.forced_k_splits;
+  }
+  products.split_k_max_tokens = std::max(options_.split_k_max_tokens, 0);
   if (cublas_min != 0) {
     products.scratch_bytes =
         std::min(options_.max_decode_scratch_bytes, weights_.largest_quantized_part_dense_bytes());
@@ -275,6 +293,7 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   RETURN_IF_ERROR(PickPrefillKernel());
   RETURN_IF_ERROR(CheckFp8Products());
   RETURN_IF_ERROR(PickGemvTokens());
+  RETURN_IF_ERROR(PickSplitK());
   RETURN_IF_ERROR(PickBlockProducts());
   return PickFp8Products();
 }

@@ -108,6 +108,13 @@ struct CudaBackendOptions {
   // path takes three). 1: cuBLASLt always (the default keeps tests independent of timings); 0:
   // never; kGemvAuto: measured at Init (PickFp8Products), as the worker asks.
   int fp8_cublaslt_min_tokens = 1;
+  // Steps of up to this many tokens on the tensor-core product (kept blocks, and FP8 past its
+  // GEMV) cut its columns into splits where the tiles alone leave SMs idle (split-K:
+  // WeightProducts::Options); 0: never; kGemvAuto: measured at Init (PickSplitK), as the worker
+  // asks. wgmma only (compute capability 9.0, quant_gemm_kernel not mma.sync). forced_k_splits
+  // (tests): that many splits, not the SM count's.
+  int split_k_max_tokens = 0;
+  int forced_k_splits = 0;
   size_t max_decode_scratch_bytes = kMaxDecodeScratchBytes;
   // Dense (BF16/FP16) matrices for up to this many tokens: our GEMV (LaunchDenseGemv) instead of
   // cuBLAS; 0 keeps cuBLAS; kGemvAuto as above. The worker passes kGemvAuto for both
@@ -182,6 +189,9 @@ class CudaBackend : public Backend {
   // The steps of at least this many tokens that multiply FP8 matrices past the GEMV through
   // cuBLASLt (0: none; after kGemvAuto is resolved).
   int fp8_cublaslt_min_tokens() const { return options_.fp8_cublaslt_min_tokens; }
+  // The steps of up to this many tokens whose tensor-core products may split (0: none; after
+  // kGemvAuto is resolved).
+  int split_k_max_tokens() const { return options_.split_k_max_tokens; }
   // Prefill attention's kernel: what time_prefill_kernel picked, else as given (kAuto: the
   // launcher's choice).
   PrefillKernel prefill_kernel() const { return options_.prefill_kernel; }
@@ -206,6 +216,19 @@ class CudaBackend : public Backend {
   // tokens, timing a step's products (the first layer's, n_layers times, and the classifier);
   // the GEMV keeps every size up to the first where it is not faster.
   absl::Status PickGemvTokens();
+  // Resolves split_k_max_tokens' kGemvAuto: a step's tensor-core products (block parts, and FP8
+  // parts on ours for the timing) split against unsplit at 16, 64 and 256 tokens (up to the
+  // budget), as PickGemvTokens times its sizes (TimeOursUpTo).
+  absl::Status PickSplitK();
+  // The loop PickGemvTokens and PickSplitK share: at each of `sizes` (increasing), a step's
+  // products of the parts `matches` takes with ours up to that size (set_up_to(n)) against
+  // without (set_up_to(0)), the better of two alternating trials each; ours keeps every size up
+  // to the first where it is not faster, so the result is never above a size it lost. Appends
+  // " n: ours/theirs" (ms) per size to *trace; set_up_to is left at the result.
+  absl::StatusOr<int> TimeOursUpTo(const std::vector<int>& sizes,
+                                   const std::function<bool(WeightFormat)>& matches,
+                                   const std::function<absl::Status(int)>& set_up_to,
+                                   std::string* trace);
   // Resolves quant_cublas_min_tokens' kGemvAuto: a step's products of the kept parts on tensor
   // cores against decoded ahead of cuBLAS, at 16, 64, 256, 1024 and 4096 tokens (up to the
   // budget); cuBLAS takes every step from the smallest size from which it wins at each larger.

@@ -73,31 +73,19 @@ absl::Status CudaBackend::PickGemvTokens() {
     return has(l.wqkv, format) || has(l.wo, format) || has(l.w_gate_up, format) ||
            has(l.w_down, format);
   };
-  // A step's products at n tokens that hold `format` (TimeStepProducts), with the thresholds
-  // as they stand.
-  auto time_step = [&](int n, WeightFormat format) -> absl::StatusOr<float> {
-    RETURN_IF_ERROR(products_->SetGemvTokens(dense, fp8));
-    return TimeStepProducts(n, [format](WeightFormat f) { return f == format; });
-  };
-  // Sizes in doubling steps; the GEMV keeps each while it is faster at it (the better of two
-  // alternating trials per side, against noise), so a threshold is never above a size it lost.
+  // Sizes in doubling steps, each format's GEMV against its library (TimeOursUpTo).
+  std::vector<int> sizes;
+  for (int n = 1; n <= kQuantGemvMaxTokens && n <= limits_.max_logit_rows; n *= 2) {
+    sizes.push_back(n);
+  }
   auto pick = [&](WeightFormat format, int& threshold, std::string& trace) -> absl::Status {
-    int chosen = 0;
-    for (int n = 1; n <= kQuantGemvMaxTokens && n <= limits_.max_logit_rows; n *= 2) {
-      float gemv = std::numeric_limits<float>::infinity(), library = gemv;
-      for (int trial = 0; trial < 2; ++trial) {
-        threshold = n;
-        ASSIGN_OR_RETURN(const float a, time_step(n, format));
-        threshold = 0;
-        ASSIGN_OR_RETURN(const float b, time_step(n, format));
-        gemv = std::min(gemv, a);
-        library = std::min(library, b);
-      }
-      absl::StrAppendFormat(&trace, " %d: %.3f/%.3f", n, gemv, library);
-      if (!(gemv < library)) break;
-      chosen = n;
-    }
-    threshold = chosen;
+    ASSIGN_OR_RETURN(threshold, TimeOursUpTo(
+                                    sizes, [format](WeightFormat f) { return f == format; },
+                                    [&](int n) {
+                                      threshold = n;
+                                      return products_->SetGemvTokens(dense, fp8);
+                                    },
+                                    &trace));
     return absl::OkStatus();
   };
   auto model_has = [&](WeightFormat format) { return layer_has(format) || has(head, format); };
@@ -125,6 +113,58 @@ absl::Status CudaBackend::PickGemvTokens() {
   log("dense", "cuBLAS", dense, dense_trace);
   log("FP8", "cuBLASLt", fp8, fp8_trace);
   return CudaStatus(cudaStreamSynchronize(stream_), "PickGemvTokens");
+}
+
+absl::StatusOr<int> CudaBackend::TimeOursUpTo(const std::vector<int>& sizes,
+                                              const std::function<bool(WeightFormat)>& matches,
+                                              const std::function<absl::Status(int)>& set_up_to,
+                                              std::string* trace) {
+  int chosen = 0;
+  for (const int n : sizes) {
+    float ours = std::numeric_limits<float>::infinity(), theirs = ours;
+    for (int trial = 0; trial < 2; ++trial) {
+      RETURN_IF_ERROR(set_up_to(n));
+      ASSIGN_OR_RETURN(const float a, TimeStepProducts(n, matches));
+      RETURN_IF_ERROR(set_up_to(0));
+      ASSIGN_OR_RETURN(const float b, TimeStepProducts(n, matches));
+      ours = std::min(ours, a);
+      theirs = std::min(theirs, b);
+    }
+    absl::StrAppendFormat(trace, " %d: %.3f/%.3f", n, ours, theirs);
+    if (!(ours < theirs)) break;
+    chosen = n;
+  }
+  RETURN_IF_ERROR(set_up_to(chosen));
+  return chosen;
+}
+
+absl::Status CudaBackend::PickSplitK() {
+  if (options_.split_k_max_tokens != kGemvAuto) return absl::OkStatus();
+  // Init left kGemvAuto only where the products have split-K's workspace. FP8 parts take our
+  // tensor-core product for the timing (cuBLASLt until PickFp8Products), where they fit it.
+  auto on_tensor_cores = [](WeightFormat f) { return IsBlockFormat(f) || f == WeightFormat::kFp8; };
+  std::vector<int> sizes;
+  for (const int n : {16, 64, 256}) {
+    if (n <= limits_.max_tokens) sizes.push_back(n);
+  }
+  RETURN_IF_ERROR(products_->SetFp8CublasltMinTokens(0));
+  std::string trace;
+  absl::StatusOr<int> chosen = TimeOursUpTo(
+      sizes, on_tensor_cores, [&](int n) { return products_->SetSplitKMaxTokens(n); }, &trace);
+  // Back to the threshold PickFp8Products starts from (Init's).
+  RETURN_IF_ERROR(products_->SetFp8CublasltMinTokens(
+      options_.fp8_cublaslt_min_tokens == kGemvAuto ? 1 : options_.fp8_cublaslt_min_tokens));
+  RETURN_IF_ERROR(chosen.status());
+  options_.split_k_max_tokens = *chosen;
+  if (!trace.empty()) {
+    const std::string choice =
+        *chosen > 0 ? absl::StrFormat("split-K for steps of up to %d tokens", *chosen)
+                    : std::string("no split-K");
+    PAGODA_LOG(kInfo, "cuda",
+               "tensor-core products: %s (a step's products, ms split/unsplit at tokens%s)", choice,
+               trace);
+  }
+  return CudaStatus(cudaStreamSynchronize(stream_), "PickSplitK");
 }
 
 absl::StatusOr<float> CudaBackend::TimeStepProducts(

@@ -49,6 +49,29 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
                    DeviceBuffer::Allocate(options.scratch_bytes, "the weight decode scratch"));
   auto products = std::unique_ptr<WeightProducts>(new WeightProducts(
       stream, dtype, options, std::move(gemm), std::move(fp8), std::move(scratch)));
+  if (options.forced_k_splits < 0 || options.forced_k_splits > kMaxKSplits) {
+    return absl::InvalidArgumentError(absl::StrFormat("forced_k_splits %d must be in [0, %d]",
+                                                      options.forced_k_splits, kMaxKSplits));
+  }
+  if (options.split_k_max_tokens < 0 || (options.split_k_max_tokens > 0 && options.num_sms <= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "split_k_max_tokens %d needs num_sms (and >= 0)", options.split_k_max_tokens));
+  }
+  if (options.num_sms > 0) {
+    // Splits apply to launches of fewer tiles than SMs: QuantGemmAutoSplits' make at most two
+    // blocks an SM, forced ones forced_k_splits a tile.
+    const int sms = options.num_sms;
+    const size_t floats = QuantGemmSplitCapacity(sms * std::max(2, options.forced_k_splits));
+    ASSIGN_OR_RETURN(products->split_buffer_,
+                     DeviceBuffer::Allocate(floats * 4 + size_t(sms) * 4, "split-K partials"));
+    products->split_ = {products->split_buffer_.get<float>(), floats,
+                        reinterpret_cast<uint32_t*>(products->split_buffer_.get<float>() + floats),
+                        sms};
+    // Every launch leaves the counters at zero; they start there.
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemsetAsync(products->split_.counters, 0, size_t(sms) * 4, stream), "split-K init"));
+    RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream), "split-K init"));
+  }
   if (options.gemv_int8) {
     const size_t cols = static_cast<size_t>(options.gemv_int8_max_cols);
     ASSIGN_OR_RETURN(products->xq_,
@@ -81,6 +104,15 @@ absl::Status WeightProducts::SetFp8CublasltMinTokens(int tokens) {
         absl::StrFormat("fp8_cublaslt_min_tokens %d must be >= 0", tokens));
   }
   options_.fp8_cublaslt_min_tokens = tokens;
+  return absl::OkStatus();
+}
+
+absl::Status WeightProducts::SetSplitKMaxTokens(int tokens) {
+  if (tokens < 0 || (tokens > 0 && split_.counters == nullptr)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("split_k_max_tokens %d needs num_sms (and >= 0)", tokens));
+  }
+  options_.split_k_max_tokens = tokens;
   return absl::OkStatus();
 }
 
@@ -168,6 +200,14 @@ absl::Status WeightProducts::Run(const void* x, const Projection& w, float* out,
       case Path::kQuantGemm: {
         QuantGemvParams p = gemv;
         p.gemm_kernel = options_.gemm_kernel;
+        if (num_tokens <= options_.split_k_max_tokens &&
+            QuantGemmTiles(part.rows, num_tokens) < options_.num_sms) {
+          p.k_splits =
+              options_.forced_k_splits > 0
+                  ? options_.forced_k_splits
+                  : QuantGemmAutoSplits(part.rows, part.cols, num_tokens, options_.num_sms);
+          p.split = split_;
+        }
         RETURN_IF_ERROR(LaunchQuantGemm(p, stream_));
         break;
       }

@@ -71,6 +71,15 @@ class WeightProducts {
     int fp8_cublaslt_min_tokens = 1;
     // RunGlu fuses the gate/up product with silu * up where a GEMV takes the step.
     bool fuse_glu = true;
+    // The device's multiprocessors: with num_sms > 0, Create allocates split-K's workspace
+    // (QuantGemmSplitWorkspace: room for the splits QuantGemmAutoSplits asks for, at most two
+    // blocks an SM), and steps of at most split_k_max_tokens tokens on the tensor-core product
+    // (LaunchQuantGemm, blocks and FP8) cut their columns into those splits where the tiles
+    // alone leave SMs idle (0: never). forced_k_splits > 0 (tests): that many splits instead,
+    // in a workspace sized for them.
+    int num_sms = 0;
+    int split_k_max_tokens = 0;
+    int forced_k_splits = 0;
   };
   static absl::StatusOr<std::unique_ptr<WeightProducts>> Create(cudaStream_t stream, DType dtype,
                                                                 const Options& options);
@@ -89,12 +98,15 @@ class WeightProducts {
   absl::Status SetCublasMinTokens(int tokens);
   // Changes Options::fp8_cublaslt_min_tokens (>= 0; CudaBackend times both sides).
   absl::Status SetFp8CublasltMinTokens(int tokens);
+  // Changes Options::split_k_max_tokens (>= 0, and 0 without a workspace; CudaBackend times
+  // both sides).
+  absl::Status SetSplitKMaxTokens(int tokens);
   // Plans the FP8 parts' cuBLASLt products ahead (Fp8Gemm::Prepare) and sets up the tensor-core
   // kernels of the block parts and of the FP8 parts they take (PrepareQuantGemm), so that a graph
   // capture does neither; nothing for dense parts.
   absl::Status Prepare(const Projection& w);
   size_t workspace_bytes() const {
-    return gemm_->workspace_bytes() + scratch_.bytes() + xq_.bytes() +
+    return gemm_->workspace_bytes() + scratch_.bytes() + xq_.bytes() + split_buffer_.bytes() +
            (fp8_ ? fp8_->workspace_bytes() : 0);
   }
 
@@ -137,6 +149,8 @@ class WeightProducts {
   std::unique_ptr<Fp8Gemm> fp8_;  // null without FP8 parts
   DeviceBuffer scratch_;
   DeviceBuffer xq_;  // gemv_int8: [kQuantGemvMaxTokens][max cols] int8, then the (d, s) pairs
+  DeviceBuffer split_buffer_;      // split-K: the partials, then the counters
+  QuantGemmSplitWorkspace split_;  // in split_buffer_ (empty without num_sms)
 };
 
 }  // namespace pagoda::worker::cuda
