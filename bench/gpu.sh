@@ -121,9 +121,9 @@ prefill_filter='^BM_PrefillAttention/'
 if [[ -n ${GPU_BENCH_FILTER:-} ]]; then
   groups=("filtered=$GPU_BENCH_FILTER")
 else
-  groups=("decode=^BM_Decode" "weights=^BM_Weights" "prefill_attention=$prefill_filter"
-          "ttft=^BM_Prefill(Ttft|GemmFloor)/" "phases=^BM_Phases"
-          "other=-^BM_(Decode|Weights|Prefill|Phases)")
+  groups=("decode=^BM_Decode" "weights=^BM_Weights" "split_k=^BM_SplitK"
+          "prefill_attention=$prefill_filter" "ttft=^BM_Prefill(Ttft|GemmFloor)/"
+          "phases=^BM_Phases" "other=-^BM_(Decode|Weights|SplitK|Prefill|Phases)")
 fi
 rm -f "$RESULTS"/gpu_bench-*.json
 for group in "${groups[@]}"; do
@@ -227,11 +227,11 @@ for b in runs:
 decode = {}
 for b in runs:
     parts = b["name"].split("/")
-    if parts[0] == "BM_WeightsDecode" and "tokens_per_s" in b:
+    if parts[0] in ("BM_WeightsDecode", "BM_SplitKDecode") and "tokens_per_s" in b:
         decode[(parts[1], parts[2], int(parts[3].split(":")[1]))] = b
 if decode:
     print("\nweights kept in GGUF blocks (--dtype auto), Llama-3-8B shape, context %d" % 1024)
-    print("%-34s %6s %10s %9s %9s %9s %8s" % ("weights/path", "batch", "tokens/s", "/ bf16",
+    print("%-44s %6s %10s %9s %9s %9s %8s" % ("weights/path", "batch", "tokens/s", "/ bf16",
                                               "/ roof", "dev GB", "goal"))
     for (w, path, batch), b in sorted(decode.items(), key=lambda kv: (kv[0][0] != "bf16", kv[0])):
         base = decode.get(("bf16", "auto", batch))
@@ -245,13 +245,15 @@ if decode:
         if path != "auto": goal = ""  # the goals are on the defaults
         label = w + "/" + path
         timed = path in ("auto", "serial_unfused")  # serial_unfused timed its own choices
+        split = ", split<=%d" % b.get("split_k_tokens", 0)  # split-K up to N tokens (0: never)
         if timed and w == "fp8":  # the start-up timing's choices
-            label += " (gemv<=%d, lt>=%d)" % (b["fp8_gemv_tokens"], b.get("fp8_cublaslt_tokens", 0))
+            label += " (gemv<=%d, lt>=%d%s)" % (b["fp8_gemv_tokens"],
+                                                b.get("fp8_cublaslt_tokens", 0), split)
         elif timed and w == "bf16":
             label += " (gemv<=%d)" % b["dense_gemv_tokens"]
         elif timed:  # blocks: decoded ahead of cuBLAS from N tokens (0: never)
-            label += " (cublas>=%d)" % b.get("block_cublas_tokens", 0)
-        print("%-34s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (label, batch, b["tokens_per_s"],
+            label += " (cublas>=%d%s)" % (b.get("block_cublas_tokens", 0), split)
+        print("%-44s %6d %10.0f %9.2f %9.3f %9.1f %8s" % (label, batch, b["tokens_per_s"],
                                                        ratio, roof, b["device_GB"], goal))
 prefill = {}
 for b in runs:
@@ -260,7 +262,7 @@ for b in runs:
         prefill[parts[1] + "/" + parts[2]] = 2048 / (b["ttft_ms"] / 1e3)
 for k, v in sorted(prefill.items()):
     base = prefill.get("bf16/auto")
-    print("%-34s %-17s %10.0f tok/s %9.2f x bf16" % (k, "prefill 2048", v, v / base if base else float("nan")))
+    print("%-44s %-17s %10.0f tok/s %9.2f x bf16" % (k, "prefill 2048", v, v / base if base else float("nan")))
 # Where the time goes: each part's device time per prompt (prefill) or per step (decode), as ms
 # and as a share of the parts' sum, beside the wall time of the same eager passes.
 parts = ["embed", "norm", "qkv", "rope_kv", "attention", "output", "gate_up", "silu_mul", "down",

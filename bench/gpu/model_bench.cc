@@ -134,10 +134,14 @@ pc::WeightFormats FormatsOf(Weights w, const common::ModelConfig& c) {
 // "gemv_cublaslt") or through the library ("cublas", "cublaslt"); and the default with the
 // kernels of a step as they were before the work on its kernel count and gaps ("serial_unfused":
 // every kernel launched after the one before it has finished, no programmatic dependent
-// launches, and SiLU·up in its own kernel after the gate/up GEMV).
+// launches, and SiLU·up in its own kernel after the gate/up GEMV). The default splits the
+// columns of a tensor-core product whose tiles leave SMs idle up to the step size the start-up
+// timing picked (split_k_tokens, 0: never); "tensor_cores" splits wherever they do, and
+// "tensor_cores_unsplit" never.
 enum class Path {
   kDefault,
   kTensorCores,
+  kTensorCoresUnsplit,
   kMmaSync,
   kDecodeCublas,
   kGemvInt8,
@@ -151,6 +155,8 @@ const char* PathName(Path p, Weights w) {
       return "auto";
     case Path::kTensorCores:
       return "tensor_cores";
+    case Path::kTensorCoresUnsplit:
+      return "tensor_cores_unsplit";
     case Path::kDecodeCublas:
       return "decode_cublas";
     case Path::kMmaSync:
@@ -181,9 +187,11 @@ pc::CudaBackend& BackendFor(Weights weights, Path path) {
   o.dtype = pc::DType::kBf16;
   o.quant_decode_then_cublas = path == Path::kDecodeCublas;
   o.quant_cublas_min_tokens = path == Path::kDefault ? pc::kGemvAuto : 0;
-  o.fp8_cublaslt_min_tokens = path == Path::kDefault       ? pc::kGemvAuto
-                              : path == Path::kTensorCores ? 0
-                                                           : 1;
+  const bool tensor_cores = path == Path::kTensorCores || path == Path::kTensorCoresUnsplit;
+  o.fp8_cublaslt_min_tokens = path == Path::kDefault ? pc::kGemvAuto : tensor_cores ? 0 : 1;
+  o.split_k_max_tokens = path == Path::kDefault       ? pc::kGemvAuto
+                         : path == Path::kTensorCores ? kMaxChunk
+                                                      : 0;
   o.quant_gemm_kernel =
       path == Path::kMmaSync ? pc::QuantGemmKernel::kMmaSync : pc::QuantGemmKernel::kAuto;
   o.quant_gemv_int8 = path == Path::kGemvInt8;
@@ -280,6 +288,9 @@ void RunDecode(benchmark::State& state, pc::CudaBackend& b, int batch,
   state.counters["block_cublas_tokens"] = b.quant_cublas_min_tokens();
   // FP8 past the GEMV: through cuBLASLt from this many tokens (0: never; our tensor cores below).
   state.counters["fp8_cublaslt_tokens"] = b.fp8_cublaslt_min_tokens();
+  // Tensor-core products split their columns where the tiles leave SMs idle, for steps of up to
+  // this many tokens (0: never).
+  state.counters["split_k_tokens"] = b.split_k_max_tokens();
   // Our kernels launched after each other programmatically (serial_unfused: 0).
   state.counters["programmatic_launch"] = b.programmatic_launch();
 }
@@ -518,6 +529,27 @@ const bool kWeightsRegistered = [] {
                                    })
           ->UseManualTime()
           ->Iterations(5)
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  return true;
+}();
+
+// Split-K's other side: FP8 and Q4_K_M past the small-batch products on tensor cores that never
+// split (beside BM_WeightsDecode/<w>/tensor_cores, which split wherever the tiles leave SMs
+// idle), at the batches where some products' tiles do. A group of its own in bench/gpu.sh.
+const bool kSplitKRegistered = [] {
+  for (Weights w : {Weights::kFp8, Weights::kQ4_K_M}) {
+    const std::string name =
+        std::string(WeightsName(w)) + "/" + PathName(Path::kTensorCoresUnsplit, w);
+    for (int batch : {16, 64, 256}) {
+      benchmark::RegisterBenchmark(
+          ("BM_SplitKDecode/" + name + "/batch:" + std::to_string(batch)).c_str(),
+          [w, batch](benchmark::State& state) {
+            RunDecode(state, BackendFor(w, Path::kTensorCoresUnsplit), batch);
+          })
+          ->UseManualTime()
+          ->MinTime(1.0)
           ->Unit(benchmark::kMillisecond);
     }
   }
