@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <ostream>
 #include <random>
 #include <string>
@@ -30,6 +31,8 @@
 #include "worker/backend/cuda/kernels/layer_kernels.h"
 #include "worker/backend/cuda/quant/fp8_kernels.h"
 #include "worker/backend/cuda/quant/quant_kernels.h"
+#include "worker/backend/cuda/weight_format.h"
+#include "worker/backend/cuda/weight_products.h"
 #include "worker/model/weight_matrix.h"
 
 namespace pagoda::common {
@@ -154,12 +157,16 @@ absl::Status QuantGemmWgmma(const QuantGemvParams& p, cudaStream_t stream) {
   return LaunchQuantGemm(pinned, stream);
 }
 
-// LaunchQuantGemm's wgmma kernel in 3 splits of the columns (2 where a row has 4 steps or fewer),
-// with a workspace of its own: counters at zero, partials poisoned. It runs twice from the same
-// output and must give the same bits both times (the emulator shuffles the blocks' order, so a
-// different block finishes each tile) and leave every counter at zero.
+// LaunchQuantGemm's wgmma kernel in 3 splits of the columns (2 where a row has 4 steps or fewer;
+// a width that would not split is an error), with a workspace of its own: counters at zero,
+// partials poisoned. It runs twice from the same output and must give the same bits both times
+// (the emulator shuffles the blocks' order anew each launch, so the block that finishes a tile
+// changes) and leave every counter at zero.
 absl::Status QuantGemmWgmmaSplit(const QuantGemvParams& p, cudaStream_t stream) {
   constexpr int kSplits = 3;
+  if (QuantGemmSplits(p.w.cols, kSplits) < 2) {
+    return absl::InternalError(absl::StrCat(p.w.cols, " columns do not split"));
+  }
   QuantGemvParams split = p;
   split.gemm_kernel = QuantGemmKernel::kWgmma;
   split.k_splits = kSplits;
@@ -190,6 +197,28 @@ absl::Status QuantGemmWgmmaSplit(const QuantGemvParams& p, cudaStream_t stream) 
     return absl::InternalError("two runs of the split product differ");
   }
   return absl::OkStatus();
+}
+
+// WeightProducts::Run on one part, as the backend runs a step past the small-batch products:
+// on tensor cores, in the splits QuantGemmAutoSplits asks for on 132 SMs (an H100's, and what the
+// emulator reports). The projection's n_out is the output's row stride (ld_out).
+absl::Status AutoSplitProducts(const QuantGemvParams& p, cudaStream_t stream) {
+  WeightProducts::Options o;
+  o.gemv_max_tokens = 0;
+  o.fp8_gemv_max_tokens = 0;
+  o.fp8_cublaslt_min_tokens = 0;
+  o.num_sms = 132;
+  o.split_k_max_tokens = 4096;
+  ASSIGN_OR_RETURN(std::unique_ptr<WeightProducts> products,
+                   WeightProducts::Create(stream, p.dtype, o));
+  Projection w;
+  w.parts[0] = p.w;
+  w.num_parts = 1;
+  w.n_out = p.ld_out;
+  w.n_in = p.w.cols;
+  RETURN_IF_ERROR(products->Run(p.x, w, p.out, p.num_tokens, p.accumulate));
+  return cudaDeviceSynchronize() == cudaSuccess ? absl::OkStatus()
+                                                : absl::InternalError("synchronize");
 }
 
 // x in 8-bit blocks of 32, as LaunchQuantizeQ8Blocks writes them: d = max|x| / 127, q =
@@ -273,10 +302,10 @@ void CheckProduct(GgmlType type, DType dtype, Launcher launch, std::initializer_
                                       ? std::vector<int>{block == 32 ? 224 : 256, 1024, 1280, 2304}
                                       : std::vector<int>{block == 32 ? 224 : 256, 1280};
   // The tensor-core product rounds each weight to the dtype first.
-  const double rel_tol =
-      launch == QuantGemmMmaSync || launch == QuantGemmWgmma || launch == QuantGemmWgmmaSplit
-          ? 2 * Eps(dtype)
-          : 1e-5;
+  const double rel_tol = launch == QuantGemmMmaSync || launch == QuantGemmWgmma ||
+                                 launch == QuantGemmWgmmaSplit || launch == AutoSplitProducts
+                             ? 2 * Eps(dtype)
+                             : 1e-5;
   for (int cols : widths) {
     const HostMatrix m = RandomMatrix(type, rows, cols, rng);
     DeviceArray d_w(m.bytes.size());
@@ -429,6 +458,24 @@ TEST_P(QuantKernelsTest, SplitWgmmaGemmMatchesAndRepeats) {
   std::mt19937 rng(static_cast<unsigned>(type) * 43 + (dtype == DType::kBf16 ? 5 : 6));
   CheckProduct(type, dtype, QuantGemmWgmmaSplit, {9, 150}, rng, /*q8_x=*/false, /*rows=*/100,
                /*all_widths=*/false);
+}
+
+// The products a step past the small-batch ones runs (WeightProducts, split-K on): at 16 and 40
+// tokens over 100 rows, the widths of 4 to 36 steps split 1, 2, 2 and 4 ways by
+// QuantGemmAutoSplits, against the dequantized product; Q4_K (whose 256-column blocks a split of
+// 10 steps starts inside) and Q8_0.
+TEST(QuantGemmSplitsTest, WeightProductsSplitAsAsked) {
+  if (!WgmmaAvailable()) GTEST_SKIP() << "the device has no wgmma (compute capability 9.0 only)";
+  EXPECT_EQ(QuantGemmAutoSplits(100, 256, 16, 132), 1);
+  EXPECT_EQ(QuantGemmAutoSplits(100, 1024, 16, 132), 2);
+  EXPECT_EQ(QuantGemmAutoSplits(100, 1280, 40, 132), 2);
+  EXPECT_EQ(QuantGemmAutoSplits(100, 2304, 40, 132), 4);
+  for (GgmlType type : {GgmlType::Q4_K, GgmlType::Q8_0}) {
+    SCOPED_TRACE(GgmlTypeName(type));
+    std::mt19937 rng(static_cast<unsigned>(type) * 53);
+    CheckProduct(type, DType::kBf16, AutoSplitProducts, {16, 40}, rng, /*q8_x=*/false,
+                 /*rows=*/100, /*all_widths=*/true);
+  }
 }
 
 // The splits asked for the Llama-3-8B shape's products on 132 SMs: none where the tiles fill the

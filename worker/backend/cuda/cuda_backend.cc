@@ -196,10 +196,13 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   const int cublas_min = options_.quant_cublas_min_tokens;
   products.cublas_min_tokens = std::max(cublas_min, 0);
   products.gemm_kernel = options_.quant_gemm_kernel;
-  // Split-K: the wgmma kernel's, for models with parts on tensor cores; none until PickSplitK
-  // times it (kGemvAuto).
-  const bool tensor_core_parts = blocks || weights_.fp8_max_rows() > 0;
-  if (!tensor_core_parts || !WgmmaAvailable() ||
+  // Split-K: the wgmma kernel's, for models with parts that may take it (kept blocks not all
+  // decoded ahead of cuBLAS, FP8 not all on cuBLASLt); none until PickSplitK times it
+  // (kGemvAuto).
+  const bool tensor_core_parts =
+      (blocks && cublas_min != 1) ||
+      (weights_.fp8_max_rows() > 0 && options_.fp8_cublaslt_min_tokens != 1);
+  if (options_.split_k_max_tokens == 0 || !tensor_core_parts || !WgmmaAvailable() ||
       options_.quant_gemm_kernel == QuantGemmKernel::kMmaSync) {
     options_.split_k_max_tokens = 0;
   } else {

@@ -140,20 +140,21 @@ absl::StatusOr<int> CudaBackend::TimeOursUpTo(const std::vector<int>& sizes,
 
 absl::Status CudaBackend::PickSplitK() {
   if (options_.split_k_max_tokens != kGemvAuto) return absl::OkStatus();
-  // Init left kGemvAuto only where the products have split-K's workspace. FP8 parts take our
-  // tensor-core product for the timing (cuBLASLt until PickFp8Products), where they fit it.
+  // Init left kGemvAuto only where the products have split-K's workspace. FP8 parts whose
+  // product is timed too (kGemvAuto) take our tensor-core product for this timing (cuBLASLt
+  // until PickFp8Products), where they fit it; set ones keep their threshold.
   auto on_tensor_cores = [](WeightFormat f) { return IsBlockFormat(f) || f == WeightFormat::kFp8; };
   std::vector<int> sizes;
   for (const int n : {16, 64, 256}) {
     if (n <= limits_.max_tokens) sizes.push_back(n);
   }
-  RETURN_IF_ERROR(products_->SetFp8CublasltMinTokens(0));
+  const bool fp8_timed = options_.fp8_cublaslt_min_tokens == kGemvAuto;
+  if (fp8_timed) RETURN_IF_ERROR(products_->SetFp8CublasltMinTokens(0));
   std::string trace;
   absl::StatusOr<int> chosen = TimeOursUpTo(
       sizes, on_tensor_cores, [&](int n) { return products_->SetSplitKMaxTokens(n); }, &trace);
-  // Back to the threshold PickFp8Products starts from (Init's).
-  RETURN_IF_ERROR(products_->SetFp8CublasltMinTokens(
-      options_.fp8_cublaslt_min_tokens == kGemvAuto ? 1 : options_.fp8_cublaslt_min_tokens));
+  // Back to the threshold PickFp8Products starts from (Init's: cuBLASLt past the GEMV).
+  if (fp8_timed) RETURN_IF_ERROR(products_->SetFp8CublasltMinTokens(1));
   RETURN_IF_ERROR(chosen.status());
   options_.split_k_max_tokens = *chosen;
   if (!trace.empty()) {

@@ -271,12 +271,13 @@ __global__ void __launch_bounds__(kThreads)
   // units (68, 36 or 64 bytes): thread t of a quad asks for the 32-byte sector at 32 t (FP8's
   // two sectors: threads 0 and 1). The K
   // formats' four steps of a block read all of it (up to 210 bytes): the block's first step asks
-  // for the whole block, 64 t from its start.
+  // for the whole block, 64 t from its start (and so does a split's first step, which may fall
+  // inside a block).
   auto prefetch = [&](int k) {
     const int u = 2 * k;
     constexpr bool kWholeBlock =
         F != WeightFormat::kQ8_0 && F != WeightFormat::kQ4_0 && F != WeightFormat::kFp8;
-    if (k >= k_end || u >= units || (kWholeBlock && (u & 7) != 0)) return;
+    if (k >= k_end || u >= units || (kWholeBlock && (u & 7) != 0 && k != k_first)) return;
     if (F == WeightFormat::kFp8 && t >= 2) return;  // a step's 64 bytes are two sectors
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

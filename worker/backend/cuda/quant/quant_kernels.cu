@@ -625,6 +625,12 @@ int WgmmaTokenTile(int num_tokens) { return num_tokens <= 32 ? 32 : num_tokens <
 // quant_gemm_wgmma.cuh).
 int WgmmaSteps(int cols) { return (cols / kQuantUnit + 3) / 4 * 2; }
 
+// A split's steps when k_splits are asked for: whole pairs, k_splits clamped to [1, kMaxKSplits].
+int SplitSteps(int cols, int k_splits) {
+  const int asked = std::clamp(k_splits, 1, kMaxKSplits);
+  return (WgmmaSteps(cols) / 2 + asked - 1) / asked * 2;
+}
+
 }  // namespace
 
 absl::Status LaunchQuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
@@ -735,11 +741,8 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
                      row_tiles, qw::kRows)
             .status());
     const int n = WgmmaTokenTile(p.num_tokens);
-    // Whole pairs of steps a split; the grid's splits are those the steps fill.
-    const int steps = WgmmaSteps(p.w.cols);
-    const int asked = std::clamp(p.k_splits, 1, kMaxKSplits);
-    const int split_steps = (steps / 2 + asked - 1) / asked * 2;
-    const int splits = (steps + split_steps - 1) / split_steps;
+    const int split_steps = SplitSteps(p.w.cols, p.k_splits);
+    const int splits = QuantGemmSplits(p.w.cols, p.k_splits);
     const dim3 grid((p.num_tokens + n - 1) / n, row_tiles, splits);
     if (splits > 1) {
       const int tiles = QuantGemmTiles(p.w.rows, p.num_tokens);
@@ -790,6 +793,11 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream) {
 int QuantGemmTiles(int rows, int num_tokens) {
   const int n = WgmmaTokenTile(num_tokens);
   return (num_tokens + n - 1) / n * ((rows + quant_wgmma::kRows - 1) / quant_wgmma::kRows);
+}
+
+int QuantGemmSplits(int cols, int k_splits) {
+  const int split_steps = SplitSteps(cols, k_splits);
+  return (WgmmaSteps(cols) + split_steps - 1) / split_steps;
 }
 
 size_t QuantGemmSplitFloats(int rows, int num_tokens, int k_splits) {

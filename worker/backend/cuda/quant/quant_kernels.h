@@ -29,17 +29,6 @@ inline constexpr int kQuantGemvMaxTokens = 8;
 // (WgmmaAvailable: compute capability 9.0) and mma.sync elsewhere; tests and benchmarks pin one.
 enum class QuantGemmKernel { kAuto, kMmaSync, kWgmma };
 
-// out[t * ld_out + o] = sum_i w[o][i] * float(x[t][i]) (+ out[t * ld_out + o] when accumulating)
-// for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
-// a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
-// 32 per row in turn against x staged in shared memory.
-//
-// GLU mode (glu_out set; the GEMVs only: LaunchQuantGemv, LaunchQuantGemvInt8, LaunchDenseGemv,
-// LaunchFp8Gemv): w is [Wgate; Wup], F = w.rows / 2 rows each, and in place of out the kernel
-// writes glu_out[t * F + j] = dtype(silu(gate_j . x_t) * (up_j . x_t)) for j < F, a warp holding
-// gate row j and up row j (rows j and F + j of w). The sums are the plain mode's, bit for bit, so
-// this equals the product into out followed by LaunchSiluMul, in one kernel; out, ld_out and
-// accumulate are unused (accumulate must be false).
 // Room for LaunchQuantGemm's split-K (QuantGemvParams::k_splits): the splits' partial sums, and
 // a counter per tile that every launch leaves at zero (so zero them once, when allocated). A
 // launch of t tokens over r rows with k splits needs QuantGemmSplitFloats(r, t, k) partials and
@@ -51,6 +40,17 @@ struct QuantGemmSplitWorkspace {
   int num_counters = 0;
 };
 
+// out[t * ld_out + o] = sum_i w[o][i] * float(x[t][i]) (+ out[t * ld_out + o] when accumulating)
+// for t < num_tokens, o < w.rows, summed in float32. `out` points at the part's first column of
+// a wider output when ld_out > w.rows. One warp per pair of rows, each lane decoding one unit of
+// 32 per row in turn against x staged in shared memory.
+//
+// GLU mode (glu_out set; the GEMVs only: LaunchQuantGemv, LaunchQuantGemvInt8, LaunchDenseGemv,
+// LaunchFp8Gemv): w is [Wgate; Wup], F = w.rows / 2 rows each, and in place of out the kernel
+// writes glu_out[t * F + j] = dtype(silu(gate_j . x_t) * (up_j . x_t)) for j < F, a warp holding
+// gate row j and up row j (rows j and F + j of w). The sums are the plain mode's, bit for bit, so
+// this equals the product into out followed by LaunchSiluMul, in one kernel; out, ld_out and
+// accumulate are unused (accumulate must be false).
 struct QuantGemvParams {
   const void* x;   // [num_tokens][w.cols] dtype
   DeviceMatrix w;  // a quantized format
@@ -136,6 +136,9 @@ absl::Status LaunchQuantGemm(const QuantGemvParams& p, cudaStream_t stream);
 inline constexpr int kMaxKSplits = 8;
 inline constexpr int kMinSplitSteps = 8;
 int QuantGemmTiles(int rows, int num_tokens);
+// The splits a launch over rows of `cols` columns asked for k_splits runs (whole pairs of steps a
+// split: at most k_splits, fewer where the steps do not fill them).
+int QuantGemmSplits(int cols, int k_splits);
 size_t QuantGemmSplitFloats(int rows, int num_tokens, int k_splits);
 int QuantGemmAutoSplits(int rows, int cols, int num_tokens, int num_sms);
 // The partial floats of tiles_x_splits tiles of the largest size (64 rows x 128 tokens): a
