@@ -34,6 +34,14 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
     return absl::InvalidArgumentError(absl::StrFormat("fp8_cublaslt_min_tokens %d must be >= 0",
                                                       options.fp8_cublaslt_min_tokens));
   }
+  if (options.forced_k_splits < 0 || options.forced_k_splits > kMaxKSplits) {
+    return absl::InvalidArgumentError(absl::StrFormat("forced_k_splits %d must be in [0, %d]",
+                                                      options.forced_k_splits, kMaxKSplits));
+  }
+  if (options.split_k_max_tokens < 0 || (options.split_k_max_tokens > 0 && options.num_sms <= 0)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "split_k_max_tokens %d needs num_sms (and >= 0)", options.split_k_max_tokens));
+  }
   ASSIGN_OR_RETURN(std::unique_ptr<Gemm> gemm, Gemm::Create(stream, dtype));
   std::unique_ptr<Fp8Gemm> fp8;
   if (options.fp8_max_n_out > 0) {
@@ -49,14 +57,6 @@ absl::StatusOr<std::unique_ptr<WeightProducts>> WeightProducts::Create(cudaStrea
                    DeviceBuffer::Allocate(options.scratch_bytes, "the weight decode scratch"));
   auto products = std::unique_ptr<WeightProducts>(new WeightProducts(
       stream, dtype, options, std::move(gemm), std::move(fp8), std::move(scratch)));
-  if (options.forced_k_splits < 0 || options.forced_k_splits > kMaxKSplits) {
-    return absl::InvalidArgumentError(absl::StrFormat("forced_k_splits %d must be in [0, %d]",
-                                                      options.forced_k_splits, kMaxKSplits));
-  }
-  if (options.split_k_max_tokens < 0 || (options.split_k_max_tokens > 0 && options.num_sms <= 0)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "split_k_max_tokens %d needs num_sms (and >= 0)", options.split_k_max_tokens));
-  }
   if (options.num_sms > 0) {
     // Splits apply to launches of fewer tiles than SMs: QuantGemmAutoSplits' make at most two
     // blocks an SM, forced ones forced_k_splits a tile.

@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = 0; i < kN / 2; ++i) acc[i] = 0.0f;
   uint32_t a0[4][4], a1[4][4];
 
-  // Stage i holds the steps k_first + i (mod kStages).
+  // Step k's activations go to stage (k - k_first) % kStages.
 #pragma unroll
   for (int s = 0; s + 1 < kStages; ++s) {
     load_x(k_first + s, s);
@@ -304,7 +304,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int k = 0; k < kPrefetchSteps; ++k) prefetch(k_first + k);
   DecodeStep<F, T>(rows, units, k_first, t, a0);
-  mma::CpAsyncWait<kStages - 2>();  // this thread's pieces of step 0 landed
+  mma::CpAsyncWait<kStages - 2>();  // this thread's pieces of step k_first landed
   wgmma::FenceProxyAsync();
   __syncthreads();  // everyone's did
 
