@@ -18,6 +18,12 @@
 # is stopped after GPU_TEST_TIMEOUT seconds (900), each gpu_bench group after GPU_BENCH_TIMEOUT
 # (300). GPU_BENCH_FILTER runs only the matching benchmarks, in one group; GPU_PROFILE=1 adds an
 # Nsight Compute summary of the prefill kernel.
+#
+# The order is the order of need: the tests, the benchmarks and their table, then the
+# compute-sanitizer runs, which take what is left of GPU_CALL_BUDGET seconds (480, counted from
+# the start; a lent device's call is cut at its own limit). No step starts past the budget or runs
+# past it (each timeout is the smaller of its own and what is left), and a step left out says so
+# in the verdicts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -68,13 +74,24 @@ case "$mode" in
   *) echo "usage: bench/gpu.sh [--bundle DIR | --prebuilt DIR]" >&2; exit 2 ;;
 esac
 
+budget_end=$((SECONDS + ${GPU_CALL_BUDGET:-480}))
+# within LIMIT: the smaller of LIMIT and the seconds left of the budget, at least 1 (timeout
+# reads 0 as no limit at all).
+within() {
+  local left=$((budget_end - SECONDS))
+  ((left < 1)) && left=1
+  echo $(($1 < left ? $1 : left))
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem \
   --format=csv | tee "$RESULTS/device.txt"
 failed=0
 declare -A verdict
 run_test() {  # run_test NAME: one test binary, its log in $RESULTS, its verdict and summary lines
-  local t=$1
-  if timeout "${GPU_TEST_TIMEOUT:-900}" "$BIN/$t" --gtest_brief=1 >"$RESULTS/$t.log" 2>&1; then
+  local t=$1 limit
+  limit=$(within "${GPU_TEST_TIMEOUT:-900}")
+  if ((limit < 10)); then verdict[$t]="not run (call budget spent)"; failed=1; return; fi
+  if timeout "$limit" "$BIN/$t" --gtest_brief=1 >"$RESULTS/$t.log" 2>&1; then
     verdict[$t]=passed
   else verdict[$t]=FAILED; failed=1; tail -40 "$RESULTS/$t.log"; fi
   grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$RESULTS/$t.log" | sed "s/^/$t: /" || true
@@ -85,25 +102,10 @@ grep -m1 '^flags' /proc/cpuinfo | grep -oE 'avx512[a-z_0-9]*|amx[a-z_0-9]*|avx2|
   tee -a "$RESULTS/cpu.txt"; echo
 for t in "${CPU_TESTS[@]}"; do run_test "$t"; done
 
-# The tensor-core prefill kernels and the quantized-weight kernels once more under
-# compute-sanitizer: memcheck and racecheck.
-SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-SANITIZED=("attention_gpu_test:*TensorCoresGroups*:*TensorCoresLong*" "quant_kernels_gpu_test:*Bf16*")
-for tool in memcheck racecheck; do
-  for target in "${SANITIZED[@]}"; do
-    t=${target%%:*} key=sanitizer-$tool-${target%%_gpu_test*}
-    if [[ -x $SANITIZER ]]; then
-      if timeout 180 "$SANITIZER" --tool "$tool" --error-exitcode 1 "$BIN/$t" \
-          --gtest_filter="${target#*:}" --gtest_brief=1 >"$RESULTS/$key.log" 2>&1; then
-        verdict[$key]=passed
-      else verdict[$key]=FAILED; failed=1; tail -30 "$RESULTS/$key.log"; fi
-    else verdict[$key]="not run (no compute-sanitizer)"; fi
-  done
-done
-
 # PyTorch's SDPA on the prefill shapes, the peer of BM_PrefillAttention (bench/gpu/sdpa_bench.py).
 if python3 -c 'import torch' 2>/dev/null; then
-  python3 "$ROOT/bench/gpu/sdpa_bench.py" >"$RESULTS/sdpa.json" 2>"$RESULTS/sdpa.log" ||
+  timeout "$(within 120)" python3 "$ROOT/bench/gpu/sdpa_bench.py" >"$RESULTS/sdpa.json" \
+    2>"$RESULTS/sdpa.log" ||
     { failed=1; tail -20 "$RESULTS/sdpa.log"; }
 else echo "no PyTorch here: SDPA not measured" | tee "$RESULTS/sdpa.log"; fi
 
@@ -131,7 +133,11 @@ for group in "${groups[@]}"; do
   # A group whose filter matches nothing (the catch-all, normally) is not run.
   [[ -n $("$BIN/gpu_bench" --benchmark_list_tests --benchmark_filter="$filter" 2>/dev/null) ]] ||
     continue
-  if ! GPU_BENCH_PREFILL_KERNEL=$prefill_kernel timeout "${GPU_BENCH_TIMEOUT:-300}" \
+  limit=$(within "${GPU_BENCH_TIMEOUT:-300}")
+  if ((limit < 10)); then
+    failed=1; verdict[gpu_bench-$name]="not run (call budget spent)"; continue
+  fi
+  if ! GPU_BENCH_PREFILL_KERNEL=$prefill_kernel timeout "$limit" \
       "$BIN/gpu_bench" --benchmark_filter="$filter" --benchmark_format=json \
       --benchmark_out="$RESULTS/gpu_bench-$name.json" --benchmark_out_format=json \
       >"$RESULTS/gpu_bench-$name.txt" 2>&1; then
@@ -141,7 +147,7 @@ done
 
 # GPU_PROFILE=1: Nsight Compute's summary sections of the tensor-core prefill kernel at 8k tokens.
 if [[ -n ${GPU_PROFILE:-} ]] && command -v ncu >/dev/null; then
-  GPU_BENCH_PREFILL_KERNEL=$prefill_kernel timeout 180 ncu --section SpeedOfLight --section Occupancy --section LaunchStats \
+  GPU_BENCH_PREFILL_KERNEL=$prefill_kernel timeout "$(within 180)" ncu --section SpeedOfLight --section Occupancy --section LaunchStats \
     --section WarpStateStats --section MemoryWorkloadAnalysis -k regex:Prefill -c 1 \
     "$BIN/gpu_bench" --benchmark_filter='BM_PrefillAttention/tokens:8192/kernel:auto' \
     >"$RESULTS/ncu-prefill.txt" 2>&1 || tail -5 "$RESULTS/ncu-prefill.txt"
@@ -279,6 +285,30 @@ if phased:
         print("%-30s" % "" + "".join("%9.1f%%" % (100 * b[p + "_ms"] / b["parts_ms"])
                                      for p in parts))
 PY
+# The tensor-core prefill kernels and the quantized-weight kernels once more under
+# compute-sanitizer: memcheck and racecheck.
+SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+SANITIZED=("attention_gpu_test:*TensorCoresGroups*:*TensorCoresLong*" "quant_kernels_gpu_test:*Bf16*")
+for tool in memcheck racecheck; do
+  for target in "${SANITIZED[@]}"; do
+    t=${target%%:*} key=sanitizer-$tool-${target%%_gpu_test*}
+    limit=$(within 180)
+    if [[ ! -x $SANITIZER ]]; then
+      verdict[$key]="not run (no compute-sanitizer)"
+    elif ((limit < 20)); then
+      verdict[$key]="not run (call budget spent)"; failed=1
+    else
+      status=0
+      timeout "$limit" "$SANITIZER" --tool "$tool" --error-exitcode 1 "$BIN/$t" \
+        --gtest_filter="${target#*:}" --gtest_brief=1 >"$RESULTS/$key.log" 2>&1 || status=$?
+      if ((status == 0)); then verdict[$key]=passed
+      elif ((status == 124)) && ! grep -qE '^========= (Invalid|Error|Race|Warning)' "$RESULTS/$key.log"; then
+        verdict[$key]="cut at ${limit} s, no error reported before"; failed=1
+      else verdict[$key]=FAILED; failed=1; tail -30 "$RESULTS/$key.log"; fi
+    fi
+  done
+done
+
 for t in "${TESTS[@]}" "${CPU_TESTS[@]}" sanitizer-{memcheck,racecheck}-{attention,quant_kernels}; do
   printf '%-24s %s\n' "$t" "${verdict[$t]}"
 done
