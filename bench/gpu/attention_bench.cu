@@ -182,9 +182,14 @@ class DecodeSetup : public AttentionSetup {
     partition_tokens_ = pc::kDecodePartitionTokens / split;
     workspace_ = DeviceAlloc<char>(
         pc::DecodeAttentionWorkspaceBytes(batch, kHeads, kHeadDim, max_partitions_));
+    counters_ = DeviceAlloc<uint32_t>(static_cast<size_t>(batch) * kKvHeads);
+    PAGODA_BENCH_CUDA(cudaMemset(counters_, 0, static_cast<size_t>(batch) * kKvHeads * 4));
     PAGODA_BENCH_CUDA(cudaDeviceSynchronize());
   }
-  ~DecodeSetup() { cudaFree(workspace_); }
+  ~DecodeSetup() {
+    cudaFree(workspace_);
+    cudaFree(counters_);
+  }
 
   // K and V bytes of every context position of every sequence.
   double KvBytes() const { return 2.0 * batch_ * ctx_ * kKvHeads * kHeadDim * sizeof(uint16_t); }
@@ -201,6 +206,7 @@ class DecodeSetup : public AttentionSetup {
     p.max_partitions = max_partitions_;
     p.partition_tokens = partition_tokens_;
     p.workspace = workspace_;
+    p.counters = counters_;
     p.contiguous_kv = contiguous;
     return Timed([&] { return pc::LaunchDecodeAttention(p, nullptr); });
   }
@@ -213,6 +219,7 @@ class DecodeSetup : public AttentionSetup {
   int max_partitions_ = 1;
   int partition_tokens_ = pc::kDecodePartitionTokens;
   char* workspace_ = nullptr;
+  uint32_t* counters_ = nullptr;
 
  public:
   int partition_tokens() const { return partition_tokens_; }

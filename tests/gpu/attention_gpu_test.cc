@@ -273,6 +273,11 @@ void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = 
       static_cast<int>(pr.seqs.size()), pr.shape.n_heads, pr.shape.head_dim, max_partitions);
   DeviceArray workspace(ws_bytes);
   ASSERT_EQ(workspace.status(), cudaSuccess);
+  // The last block of each (sequence, KV head) merges; every launch must leave its counter at 0.
+  const size_t num_counters = pr.seqs.size() * pr.shape.n_kv_heads;
+  DeviceArray counters(num_counters * sizeof(uint32_t));
+  ASSERT_EQ(counters.status(), cudaSuccess);
+  ASSERT_EQ(cudaMemset(counters.get(), 0, num_counters * sizeof(uint32_t)), cudaSuccess);
   DecodeAttentionParams p;
   p.batch = dev.BatchOf(pr);
   p.shape = dev.ShapeOf(pr);
@@ -283,10 +288,14 @@ void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = 
   p.max_partitions = max_partitions;
   p.partition_tokens = partition_tokens;
   p.workspace = with_workspace ? workspace.get() : nullptr;
+  p.counters = with_workspace ? counters.as<uint32_t>() : nullptr;
   p.contiguous_kv = contiguous;
   RunTwice(
       pr, dev, with_workspace ? &workspace : nullptr,
       [&] { return LaunchDecodeAttention(p, nullptr); }, what);
+  std::vector<uint32_t> left(num_counters);
+  ASSERT_EQ(counters.Download(left), cudaSuccess);
+  EXPECT_EQ(left, std::vector<uint32_t>(num_counters, 0u)) << what << ": counters left nonzero";
 }
 
 // Whether the device runs the wgmma kernel (compute capability 9.0, as the launcher asks).
@@ -565,6 +574,12 @@ TEST(AttentionGpuTest, RejectsUnsupportedShapes) {
               "LaunchDecodeAttention: partition_tokens " + std::to_string(tokens) +
                   " must be a power of two in [64, 512]");
   }
+  // Several partitions need the workspace and the merge's counters.
+  d.partition_tokens = kDecodePartitionTokens;
+  d.max_partitions = 2;
+  d.workspace = const_cast<int32_t*>(kUnread);
+  EXPECT_EQ(LaunchDecodeAttention(d, nullptr).message(),
+            "LaunchDecodeAttention: counters is null with max_partitions 2 > 1");
   static const int32_t kNeverRead = 0;
   PrefillAttentionParams p;
   p.batch.num_seqs = 1;

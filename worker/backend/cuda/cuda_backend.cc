@@ -251,6 +251,8 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
       {&logits_, size_t(R) * c.vocab_size * 4, "logits"},
       {&tokens_, size_t(R) * 4, "sampled tokens"},
       {&decode_ws_, decode_ws, "decode attention partials"},
+      {&decode_counters_, size_t(limits_.max_decode_units) * c.n_kv_heads * 4,
+       "decode attention counters"},
       {&sample_ws_, SampleWorkspaceBytes(R, c.vocab_size), "sampling"},
       {&logprobs_, LogprobsBytes(R), "logprobs"},
       {&inputs_, input_bytes, "step inputs"},
@@ -288,6 +290,10 @@ absl::Status CudaBackend::Init(cudaStream_t stream) {
   // Padding rows of a graph replay read attention outputs no kernel writes: make them zeros.
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(attn_.get(), 0, attn_.bytes(), stream_), "workspace init"));
+  // Decode attention's counters start at zero, and each launch leaves them there.
+  RETURN_IF_ERROR(
+      CudaStatus(cudaMemsetAsync(decode_counters_.get(), 0, decode_counters_.bytes(), stream_),
+                 "workspace init"));
   // Poison: KV a plan never wrote reads as NaN, not as plausible zeros.
   RETURN_IF_ERROR(
       CudaStatus(cudaMemsetAsync(arena_.get(), 0xff, arena_.bytes(), stream_), "KV arena init"));
@@ -374,6 +380,7 @@ absl::Status CudaBackend::EnqueueLayer(int l, const StepInputs& s, int partition
     d.max_partitions = partitions;
     d.partition_tokens = partition_tokens;
     d.workspace = decode_ws_.get();
+    d.counters = decode_counters_.get<uint32_t>();
     RETURN_IF_ERROR(LaunchDecodeAttention(d, stream_));
   }
   if (s.num_prefills > 0) {

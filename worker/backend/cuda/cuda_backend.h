@@ -322,6 +322,7 @@ class CudaBackend : public Backend {
   DeviceBuffer logits_;   // [R][vocab] float32
   DeviceBuffer tokens_;   // [R] int32 sampled
   DeviceBuffer decode_ws_;
+  DeviceBuffer decode_counters_;  // LaunchDecodeAttention's, zeroed once
   DeviceBuffer sample_ws_;
   DeviceBuffer inputs_;  // packed StepInputs: ints, then SampleRowParams at samples_offset_
   size_t samples_offset_ = 0;

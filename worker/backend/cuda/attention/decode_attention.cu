@@ -1,6 +1,6 @@
 // Decode attention launcher: picks the fast kernel (head_dim 64/128, group <= 8, 16-byte aligned
-// tensors, decode_fast_kernel.cuh) or the generic one (decode_generic_kernel.cuh), then merges
-// the partitions (decode_kernels.cuh).
+// tensors, decode_fast_kernel.cuh) or the generic one (decode_generic_kernel.cuh); either merges
+// the partitions in its last block (decode_kernels.cuh).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -81,6 +81,8 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
           kDecodePartitionTokens)
       .Require(p.max_partitions <= 1 || p.workspace != nullptr,
                "workspace is null with max_partitions %d > 1", p.max_partitions)
+      .Require(p.max_partitions <= 1 || p.counters != nullptr,
+               "counters is null with max_partitions %d > 1", p.max_partitions)
       .Require(attention_internal::Aligned(p.workspace, 16),
                "workspace (%p) must be 16-byte aligned", p.workspace)
       .Require(p.contiguous_kv || b.page_table != nullptr, "batch.page_table is null");
@@ -92,24 +94,19 @@ absl::Status LaunchDecodeAttention(const DecodeAttentionParams& p, cudaStream_t 
     args.part_out = reinterpret_cast<float*>(ws);
     args.part_ml = reinterpret_cast<float2*>(
         ws + PartialOutBytes(b.num_seqs, s.n_heads, s.head_dim, p.max_partitions));
+    args.counters = p.counters;
   }
   args.max_partitions = p.max_partitions;
   args.partition_tokens = pt;
 
-  return CudaStatus(
-      DispatchDType(s.dtype,
-                    [&](auto tag) -> cudaError_t {
-                      using T = decltype(tag);
-                      const cudaError_t err = p.contiguous_kv
-                                                  ? LaunchSplitKernel<T, true>(p, args, stream)
-                                                  : LaunchSplitKernel<T, false>(p, args, stream);
-                      if (err != cudaSuccess) return err;
-                      if (p.max_partitions == 1) return cudaSuccess;  // one partition each
-                      return LaunchKernelAfterPrior(attention_internal::DecodeMergeKernel<T>,
-                                                    dim3(s.n_heads, b.num_seqs), kDecodeThreads, 0,
-                                                    stream, args);
-                    }),
-      "LaunchDecodeAttention");
+  return CudaStatus(DispatchDType(s.dtype,
+                                  [&](auto tag) -> cudaError_t {
+                                    using T = decltype(tag);
+                                    return p.contiguous_kv
+                                               ? LaunchSplitKernel<T, true>(p, args, stream)
+                                               : LaunchSplitKernel<T, false>(p, args, stream);
+                                  }),
+                    "LaunchDecodeAttention");
 }
 
 int DecodeBlocksPerMultiprocessor(const AttentionShape& s) {

@@ -181,6 +181,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeFastKernel(const DecodeA
     StoreResult<T>(a, p, seq, part, kvh * group + g, d, sum, row_sum[g]);
   }
   if (tid < group) StoreStats(a, p, seq, part, kvh * group + tid, row_max[tid], row_sum[tid]);
+  static_assert(kSmemFloats >= kMergeScratchFloats, "the merge's scratch fits");
+  FinishPartitions<T>(a, p, seq, kvh, smem);
 }
 
 }  // namespace pagoda::worker::cuda::attention_internal

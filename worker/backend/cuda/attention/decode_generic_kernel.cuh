@@ -149,6 +149,8 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeGenericKernel(const Deco
     // No barrier needed before the next pass: it first writes only q_s (not read above), and the
     // barrier after that separates these reads of red/row_sum from their next writes.
   }
+  static_assert(kGenericHeads * kScoreStride >= kMergeScratchFloats, "the merge's scratch fits");
+  FinishPartitions<T>(a, p, seq, kvh, scores);
 }
 
 }  // namespace pagoda::worker::cuda::attention_internal

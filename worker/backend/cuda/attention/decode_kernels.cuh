@@ -7,12 +7,14 @@
 //   3. softmax: per head max m and sum l of exp2(score - m); scores become the probabilities;
 //   4. V pass: unnormalized sum_t p_t * v_t, reduced across the block;
 //   5. a sequence with one partition writes out = sum / l directly; otherwise the partition's
-//      sum and (m, l) go to the workspace and DecodeMergeKernel combines the partitions.
-// Blocks of padding entries or of partitions past the context exit at once; every kernel derives
-// the partition count from the context the same way (GetPartition), so the merge reads exactly
-// the partials that were written.
+//      sum and (m, l) go to the workspace, and the block of the (sequence, KV head) that finishes
+//      last (a counter per pair, ArrivesLast) merges the partitions of the group's heads
+//      (MergePartitions), in the same launch.
+// Blocks of padding entries or of partitions past the context exit at once; every block derives
+// the partition count from the context the same way (GetPartition), so the count the last block
+// waits for is exactly the number of partials written.
 //
-// This header: the pieces the split kernels share and the merge kernel. The split kernels:
+// This header: the pieces the split kernels share, the merge among them. The split kernels:
 // decode_fast_kernel.cuh (head_dim 64/128, group <= 8) and decode_generic_kernel.cuh.
 //
 // Internal to decode_attention.cu.
@@ -26,6 +28,7 @@
 
 #include "worker/backend/cuda/attention/attention_common.cuh"
 #include "worker/backend/cuda/kernel_args.h"
+#include "worker/backend/cuda/last_block.cuh"
 #include "worker/backend/cuda/launch.cuh"
 
 namespace pagoda::worker::cuda::attention_internal {
@@ -37,8 +40,9 @@ inline constexpr int kScoreStride = kDecodePartitionTokens + 1;
 
 // Everything the decode kernels read.
 struct DecodeArgs : PagedAttentionArgs {
-  float* part_out;  // [num_seqs][n_heads][max_partitions][head_dim] unnormalized sums
-  float2* part_ml;  // [num_seqs][n_heads][max_partitions] (max, sum), base 2
+  float* part_out;     // [num_seqs][n_heads][max_partitions][head_dim] unnormalized sums
+  float2* part_ml;     // [num_seqs][n_heads][max_partitions] (max, sum), base 2
+  uint32_t* counters;  // [num_seqs][n_kv_heads] partitions done; zero between launches
   int max_partitions;
   int partition_tokens;  // positions per partition: a power of two <= kDecodePartitionTokens
 };
@@ -129,12 +133,14 @@ __device__ __forceinline__ void StoreStats(const DecodeArgs& a, const Partition&
 }
 
 // Combines the partitions of one (sequence, query head): out = sum_i w_i o_i / sum_i w_i l_i with
-// w_i = exp2(m_i - max_j m_j). Sequences with one partition were finished by the first kernel.
-// The block finds the max together, computes each partition's weight once into shared memory
-// (kMergeChunk partitions at a time), and each thread sums its dims over them with several
-// partitions' loads in flight: a loop of dependent loads per thread made this kernel a tenth of
-// decode attention's time at 4 x 32k (bench/journal/gpu.md).
+// w_i = exp2(m_i - max_j m_j). The block finds the max together, computes each partition's
+// weight once into shared memory (kMergeChunk partitions at a time), and each thread sums its
+// dims over them with several partitions' loads in flight: a loop of dependent loads per thread
+// made the merge a tenth of decode attention's time at 4 x 32k (bench/journal/gpu.md). The
+// partials come from other blocks of the launch, so they are read through L2 (__ldcg).
 inline constexpr int kMergeChunk = 256;
+// MergePartitions' shared scratch: the weights of a chunk, then a float per warp.
+inline constexpr int kMergeScratchFloats = kMergeChunk + kDecodeWarps;
 
 // The block-wide reduction of v by `op` (every thread gets it); red holds kDecodeWarps floats.
 template <typename Op>
@@ -149,19 +155,17 @@ __device__ __forceinline__ float BlockReduce(float v, float* red, Op op) {
   return v;
 }
 
+// The merge of query head h of sequence seq (p: its partition 0), by every thread of the block.
 template <typename T>
-__global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const DecodeArgs a) {
-  PriorGridsDone();  // launched after its prior grid (LaunchKernelAfterPrior)
-  __shared__ float weight[kMergeChunk];
-  __shared__ float red[kDecodeWarps];
-  const int h = blockIdx.x, seq = blockIdx.y;
-  Partition p;
-  if (!GetPartition(a, seq, 0, &p) || p.num_parts == 1) return;
+__device__ __forceinline__ void MergeHead(const DecodeArgs& a, const Partition& p, int seq, int h,
+                                          float* scratch) {
+  float* const weight = scratch;
+  float* const red = scratch + kMergeChunk;
   const size_t unit = static_cast<size_t>(seq) * a.n_heads + h;
   const float2* ml = a.part_ml + unit * a.max_partitions;
   const float* part_out = a.part_out + unit * a.max_partitions * a.head_dim;
   float m = -INFINITY;
-  for (int i = threadIdx.x; i < p.num_parts; i += kDecodeThreads) m = fmaxf(m, ml[i].x);
+  for (int i = threadIdx.x; i < p.num_parts; i += kDecodeThreads) m = fmaxf(m, __ldcg(ml + i).x);
   m = BlockReduce(m, red, [](float x, float y) { return fmaxf(x, y); });
   // Each thread's dims: threadIdx.x and threadIdx.x + kDecodeThreads (head_dim <= 256).
   static_assert(2 * kDecodeThreads >= kMaxHeadDimArg, "two dims per thread cover a head");
@@ -171,7 +175,7 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const Decode
     const int len = min(kMergeChunk, p.num_parts - c0);
     __syncthreads();  // the previous chunk's weights are read
     for (int i = threadIdx.x; i < len; i += kDecodeThreads) {
-      const float2 s = ml[c0 + i];
+      const float2 s = __ldcg(ml + c0 + i);
       const float w = exp2f(s.x - m);
       weight[i] = w;
       l = fmaf(w, s.y, l);  // this thread's share of the denominator
@@ -181,14 +185,32 @@ __global__ void __launch_bounds__(kDecodeThreads) DecodeMergeKernel(const Decode
 #pragma unroll 8
     for (int i = 0; i < len; ++i) {
       const float w = weight[i];
-      if (d0 < a.head_dim) acc0 = fmaf(w, o[static_cast<size_t>(i) * a.head_dim + d0], acc0);
-      if (d1 < a.head_dim) acc1 = fmaf(w, o[static_cast<size_t>(i) * a.head_dim + d1], acc1);
+      if (d0 < a.head_dim) {
+        acc0 = fmaf(w, __ldcg(o + static_cast<size_t>(i) * a.head_dim + d0), acc0);
+      }
+      if (d1 < a.head_dim) {
+        acc1 = fmaf(w, __ldcg(o + static_cast<size_t>(i) * a.head_dim + d1), acc1);
+      }
     }
   }
   l = BlockReduce(l, red, [](float x, float y) { return x + y; });
   T* out = static_cast<T*>(a.out) + (static_cast<size_t>(p.row) * a.n_heads + h) * a.head_dim;
   if (d0 < a.head_dim) out[d0] = FromFloat<T>(acc0 / l);
   if (d1 < a.head_dim) out[d1] = FromFloat<T>(acc1 / l);
+}
+
+// The end of every split block, by all its threads once its StoreResult and StoreStats calls are
+// done: for a sequence of several partitions, the last block of (seq, KV head kvh) to get here
+// merges the partitions of the group's query heads. `scratch`: kMergeScratchFloats floats of
+// shared memory that the block no longer reads.
+template <typename T>
+__device__ __forceinline__ void FinishPartitions(const DecodeArgs& a, const Partition& p, int seq,
+                                                 int kvh, float* scratch) {
+  if (p.num_parts == 1) return;  // its block wrote the output
+  uint32_t* counter = a.counters + static_cast<size_t>(seq) * a.n_kv_heads + kvh;
+  if (!ArrivesLast(counter, static_cast<uint32_t>(p.num_parts))) return;
+  // MergeHead meets a barrier before each write of the scratch, so heads follow one another.
+  for (int g = 0; g < a.group; ++g) MergeHead<T>(a, p, seq, kvh * a.group + g, scratch);
 }
 
 }  // namespace pagoda::worker::cuda::attention_internal

@@ -53,7 +53,8 @@ struct AttentionShape {
 // The KV length is cut into partitions of partition_tokens (kDecodePartitionTokens unless a
 // small grid asks for shorter ones); grid = n_kv_heads x num_seqs x max_partitions, where
 // max_partitions must cover the longest context in the batch (DivUp(max_context,
-// partition_tokens)). Partials go to the workspace and a second kernel merges them.
+// partition_tokens)). Partials go to the workspace, and the last block of each (sequence, KV
+// head) to finish merges them, found by a counter per pair (DecodeAttentionParams::counters).
 // kDecodePartitionTokens and DecodePartitions() live in kernel_args.h (host planning uses them).
 size_t DecodeAttentionWorkspaceBytes(int num_seqs, int n_heads, int head_dim, int max_partitions);
 
@@ -68,6 +69,10 @@ struct DecodeAttentionParams {
   // A power of two in [kMinDecodePartitionTokens, kDecodePartitionTokens].
   int partition_tokens = kDecodePartitionTokens;
   void* workspace = nullptr;  // DecodeAttentionWorkspaceBytes(...) bytes
+  // With max_partitions > 1: num_seqs x n_kv_heads counters (or more), zero before the first
+  // launch (cudaMemset once, when allocated); every launch leaves them at zero. One launch at a
+  // time may use them (a stream's).
+  uint32_t* counters = nullptr;
   // Benchmark baseline: ignore page_table and read sequence s's KV from pages
   // s * page_table_stride + p / page_size (one contiguous block per sequence).
   bool contiguous_kv = false;

@@ -31,6 +31,7 @@
 #include <cstdint>
 
 #include "worker/backend/cuda/dtype.cuh"
+#include "worker/backend/cuda/last_block.cuh"
 #include "worker/backend/cuda/launch.cuh"
 #include "worker/backend/cuda/mma.cuh"
 #include "worker/backend/cuda/quant/quant_blocks.cuh"
@@ -350,14 +351,7 @@ __global__ void __launch_bounds__(kThreads)
     float* const mine = parts + size_t{blockIdx.z} * (kN / 2) * kThreads;
 #pragma unroll
     for (int r = 0; r < kN / 2; ++r) __stcg(mine + r * kThreads, acc[r]);
-    __threadfence();  // this thread's sums are visible to the GPU before the count says so
-    __syncthreads();
-    __shared__ uint32_t arrived;
-    if (threadIdx.x == 0) arrived = atomicAdd(p.split.counters + tile, 1u);
-    __syncthreads();
-    if (arrived + 1 < gridDim.z) return;  // a later block finishes the tile
-    __threadfence();                      // the other blocks' sums, counted before, are read after
-    if (threadIdx.x == 0) p.split.counters[tile] = 0;
+    if (!ArrivesLast(p.split.counters + tile, gridDim.z)) return;  // a later block finishes it
     // split z's sum r; this block's own from its registers
     auto part = [&](unsigned z, int r) {
       return z == blockIdx.z ? acc[r] : __ldcg(parts + (size_t{z} * (kN / 2) + r) * kThreads);
