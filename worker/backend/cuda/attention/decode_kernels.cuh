@@ -9,7 +9,7 @@
 //   5. a sequence with one partition writes out = sum / l directly; otherwise the partition's
 //      sum and (m, l) go to the workspace, and the block of the (sequence, KV head) that finishes
 //      last (a counter per pair, ArrivesLast) merges the partitions of the group's heads
-//      (MergePartitions), in the same launch.
+//      (FinishPartitions), in the same launch.
 // Blocks of padding entries or of partitions past the context exit at once; every block derives
 // the partition count from the context the same way (GetPartition), so the count the last block
 // waits for is exactly the number of partials written.
@@ -139,7 +139,7 @@ __device__ __forceinline__ void StoreStats(const DecodeArgs& a, const Partition&
 // made the merge a tenth of decode attention's time at 4 x 32k (bench/journal/gpu.md). The
 // partials come from other blocks of the launch, so they are read through L2 (__ldcg).
 inline constexpr int kMergeChunk = 256;
-// MergePartitions' shared scratch: the weights of a chunk, then a float per warp.
+// MergeHead's shared scratch: the weights of a chunk, then a float per warp.
 inline constexpr int kMergeScratchFloats = kMergeChunk + kDecodeWarps;
 
 // The block-wide reduction of v by `op` (every thread gets it); red holds kDecodeWarps floats.
