@@ -285,10 +285,12 @@ if phased:
         print("%-30s" % "" + "".join("%9.1f%%" % (100 * b[p + "_ms"] / b["parts_ms"])
                                      for p in parts))
 PY
-# The tensor-core prefill kernels and the quantized-weight kernels once more under
+# The tensor-core prefill kernels, decode attention's fast path (its last block merges in shared
+# memory the kernel used before) and the quantized-weight kernels once more under
 # compute-sanitizer: memcheck and racecheck.
 SANITIZER=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-SANITIZED=("attention_gpu_test:*TensorCoresGroups*:*TensorCoresLong*" "quant_kernels_gpu_test:*Bf16*")
+SANITIZED=("attention_gpu_test:*TensorCoresGroups*:*TensorCoresLong*:*DecodeFastPath*"
+           "quant_kernels_gpu_test:*Bf16*")
 for tool in memcheck racecheck; do
   for target in "${SANITIZED[@]}"; do
     t=${target%%:*} key=sanitizer-$tool-${target%%_gpu_test*}

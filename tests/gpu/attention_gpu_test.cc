@@ -293,6 +293,15 @@ void RunDecode(const Problem& pr, int max_partitions = 0, bool with_workspace = 
   RunTwice(
       pr, dev, with_workspace ? &workspace : nullptr,
       [&] { return LaunchDecodeAttention(p, nullptr); }, what);
+  // Two launches back to back, as a step's layers run them: the second counts from the zeros
+  // the first left, with no synchronization between them.
+  std::vector<uint16_t> once(pr.q.size()), twice(pr.q.size());
+  ASSERT_EQ(dev.out.Download(once), cudaSuccess);
+  ASSERT_EQ(dev.out.Poison(), cudaSuccess);
+  ASSERT_OK(LaunchDecodeAttention(p, nullptr)) << what;
+  ASSERT_OK(LaunchDecodeAttention(p, nullptr)) << what;
+  ASSERT_EQ(dev.out.Download(twice), cudaSuccess);
+  EXPECT_TRUE(twice == once) << what << ": back-to-back launches gave different bits";
   std::vector<uint32_t> left(num_counters);
   ASSERT_EQ(counters.Download(left), cudaSuccess);
   EXPECT_EQ(left, std::vector<uint32_t>(num_counters, 0u)) << what << ": counters left nonzero";
